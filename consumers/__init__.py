@@ -1,0 +1,1 @@
+"""The Functions-facing layer: triggers, binding types, and the mapping of outcomes to settlement."""

@@ -1,0 +1,42 @@
+"""Run one delivery: translate, decide, record, settle. Nothing but a failed settlement escapes."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from consumers.messages import to_inbound
+from consumers.settlement import MessageActions, Settlement, settle
+from shared.messages import InboundMessage
+from shared.outcomes import Outcome, Result
+from shared.telemetry import record_delivery
+
+logger = logging.getLogger("idempotent_consumer.delivery")
+
+Handler = Callable[[InboundMessage], Result]
+
+
+def run_delivery(function: str, msg: Any, actions: MessageActions, handler: Handler) -> Settlement:
+    """Process one PeekLock delivery and settle it exactly once.
+
+    Any exception from translation or the handler becomes outcome ``error`` (abandon, logged with
+    its stack, ids only); only a failed settlement call is raised, for the host to log.
+    """
+    started = time.perf_counter()
+    inbound = InboundMessage(message_id=None, body=None)
+    try:
+        inbound = to_inbound(msg)
+        result = handler(inbound)
+    except Exception as exc:
+        logger.exception(
+            "unexpected %s in %s messageId=%s; abandoning for redelivery",
+            type(exc).__name__,
+            function,
+            inbound.message_id,
+            extra={"messageId": inbound.message_id, "function": function},
+        )
+        result = Result(Outcome.ERROR, f"unexpected {type(exc).__name__}")
+    record_delivery(function, inbound, result, (time.perf_counter() - started) * 1000)
+    return settle(msg, actions, result, message_id=inbound.message_id)

@@ -1,0 +1,44 @@
+"""Translate the binding's ServiceBusReceivedMessage into the core's InboundMessage."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from azure.servicebus import ServiceBusReceivedMessage
+from azure.servicebus.amqp import AmqpMessageBodyType
+
+from shared.messages import InboundMessage
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _properties(raw: Mapping[Any, Any] | None) -> dict[str, str]:
+    # Through the host's converter, application property keys and values arrive as bytes.
+    return {(_text(k) or ""): (_text(v) or "") for k, v in (raw or {}).items()}
+
+
+def _body(msg: ServiceBusReceivedMessage) -> bytes | None:
+    if msg.body_type != AmqpMessageBodyType.DATA:
+        return None
+    return b"".join(bytes(section) for section in msg.body)
+
+
+def to_inbound(msg: ServiceBusReceivedMessage) -> InboundMessage:
+    """Read what the core needs from a received message; payload bytes go to the core unread."""
+    return InboundMessage(
+        message_id=_text(msg.message_id) or None,
+        body=_body(msg),
+        correlation_id=_text(msg.correlation_id),
+        session_id=_text(msg.session_id),
+        delivery_count=msg.delivery_count or 0,
+        enqueued_time_utc=msg.enqueued_time_utc,
+        locked_until_utc=msg.locked_until_utc,
+        application_properties=_properties(msg.application_properties),
+    )

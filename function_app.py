@@ -1,0 +1,8 @@
+"""The Functions app: create it and register the consumers' blueprints. Nothing else happens here."""
+
+import azure.functions as func
+
+from consumers.orders import blueprint as orders_blueprint
+
+app = func.FunctionApp()
+app.register_functions(orders_blueprint)

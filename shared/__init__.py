@@ -1,0 +1,1 @@
+"""The core of the idempotent consumer. It knows nothing of Azure Functions."""

@@ -1,0 +1,116 @@
+"""The Cosmos DB adapter of the DocumentStore port. The only module that imports azure.cosmos.
+
+Every SDK error is translated in ``translate_errors``; nothing else catches azure exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from azure.core.exceptions import AzureError, ServiceRequestError, ServiceResponseError
+from azure.cosmos import ContainerProxy, CosmosClient
+from azure.cosmos.exceptions import CosmosClientTimeoutError, CosmosHttpResponseError
+
+from shared.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, TransientStoreError
+from shared.settings import CosmosSettings
+from shared.store import Document
+
+# Statuses worth retrying later: timeout, throttled, retry-with, server error, unavailable. A 408 on a
+# write leaves the outcome unknown; abandoning is safe because the redelivery's create is the dedup check.
+TRANSIENT_STATUSES = frozenset({408, 429, 449, 500, 502, 503, 504})
+
+# Retry budget, bounded so that a create plus the read after a 409 end well inside the default
+# one-minute lock: each operation gives up after OPERATION_TIMEOUT_SECONDS, and throttling retries
+# stop after 3 attempts or 10 s, where the SDK's default would wait 30 s.
+CONNECTION_TIMEOUT_SECONDS = 5
+READ_TIMEOUT_SECONDS = 10
+OPERATION_TIMEOUT_SECONDS = 20
+THROTTLE_RETRIES = 3
+THROTTLE_MAX_WAIT_SECONDS = 10
+CONNECTION_RETRIES = 2
+
+
+@contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Map azure-cosmos and azure-core errors to the shared error family, chained to the original."""
+    try:
+        yield
+    except CosmosHttpResponseError as exc:
+        raise _from_status(what, exc.status_code, getattr(exc, "sub_status", None)) from exc
+    except CosmosClientTimeoutError as exc:
+        raise TransientStoreError(f"{what}: timed out in the client", status=408) from exc
+    except (ServiceRequestError, ServiceResponseError) as exc:
+        raise TransientStoreError(f"{what}: connection failed ({type(exc).__name__})") from exc
+    except AzureError as exc:
+        raise StoreError(f"{what}: {type(exc).__name__}") from exc
+
+
+def _from_status(what: str, status: int | None, sub_status: int | None) -> StoreError:
+    detail = f"{what}: HTTP {status}" + (f".{sub_status}" if sub_status else "")
+    if status == 409:
+        return AlreadyExists(detail, status=status, sub_status=sub_status)
+    if status == 404:
+        return NotFound(detail, status=status, sub_status=sub_status)
+    if status == 412:
+        return PreconditionFailed(detail, status=status, sub_status=sub_status)
+    if status in TRANSIENT_STATUSES:
+        return TransientStoreError(detail, status=status, sub_status=sub_status)
+    return StoreError(detail, status=status, sub_status=sub_status)
+
+
+def make_client(settings: CosmosSettings) -> CosmosClient:
+    """Create a CosmosClient: key auth for local emulators, managed identity otherwise."""
+    credential: Any
+    if settings.key:
+        credential = settings.key
+    else:
+        from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
+
+        credential = DefaultAzureCredential()
+    options: dict[str, Any] = {
+        "connection_verify": settings.verify_tls,
+        "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
+        "read_timeout": READ_TIMEOUT_SECONDS,
+        "timeout": OPERATION_TIMEOUT_SECONDS,
+        "retry_throttle_total": THROTTLE_RETRIES,
+        "retry_throttle_backoff_max": THROTTLE_MAX_WAIT_SECONDS,
+        "retry_total": CONNECTION_RETRIES,
+        "retry_connect": CONNECTION_RETRIES,
+        "retry_read": CONNECTION_RETRIES,
+    }
+    if settings.endpoint.startswith("http://"):
+        # Local servers over plain HTTP have one region; discovery would ask for a TLS endpoint.
+        options["enable_endpoint_discovery"] = False
+    return CosmosClient(settings.endpoint, credential=credential, **options)
+
+
+class CosmosStore:
+    """DocumentStore over one Cosmos DB container."""
+
+    def __init__(self, container: ContainerProxy, partition_key_field: str = "orderId") -> None:
+        self._container = container
+        self._field = partition_key_field
+
+    @classmethod
+    def from_settings(cls, settings: CosmosSettings, client: CosmosClient | None = None) -> CosmosStore:
+        """Bind to the configured container; connects on first use, never at construction."""
+        client = client or make_client(settings)
+        container = client.get_database_client(settings.database).get_container_client(settings.container)
+        return cls(container)
+
+    @property
+    def partition_key_field(self) -> str:
+        """The top-level field holding the partition key."""
+        return self._field
+
+    def create(self, document: Document) -> Document:
+        """Create the document; a taken id raises AlreadyExists."""
+        with translate_errors(f"create {document.get('id')}"):
+            return dict(self._container.create_item(body=document))
+
+    def read(self, doc_id: str, partition_key: str) -> Document:
+        """Point-read a document; a missing one raises NotFound."""
+        with translate_errors(f"read {doc_id}"):
+            return dict(self._container.read_item(item=doc_id, partition_key=partition_key))

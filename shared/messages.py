@@ -1,0 +1,25 @@
+"""The transport-neutral view of one delivery that the core works on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """One delivery as the core sees it: broker metadata plus the raw body.
+
+    ``body`` is None when the message carried no data section (an AMQP value or sequence body),
+    which the validators report as an invalid message rather than guessing at an encoding.
+    """
+
+    message_id: str | None
+    body: bytes | None
+    correlation_id: str | None = None
+    session_id: str | None = None
+    delivery_count: int = 0
+    enqueued_time_utc: datetime | None = None
+    locked_until_utc: datetime | None = None
+    application_properties: Mapping[str, str] = field(default_factory=dict)

@@ -1,0 +1,26 @@
+"""What the core decided about one delivery. Settlement is mapped from it in one place (consumers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """The outcome of one delivery, as logged and counted. Values are stable: alerts rely on them."""
+
+    CREATED = "created"
+    DUPLICATE = "duplicate"
+    PAYLOAD_MISMATCH = "payload_mismatch"
+    INVALID = "invalid"
+    TRANSIENT = "transient"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Result:
+    """An outcome with a description fit for a dead-letter record: ids, hashes and rules, no payload."""
+
+    outcome: Outcome
+    description: str = ""
+    request_hash: str | None = None

@@ -1,0 +1,60 @@
+"""One structured log record and one counter increment per delivery: ids, hashes and outcomes only.
+
+Counters go through the OpenTelemetry metrics API, a no-op until the host or a test installs an SDK
+(on Azure: ``PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY`` or the Azure Monitor distro).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from opentelemetry import metrics
+
+from shared.messages import InboundMessage
+from shared.outcomes import Outcome, Result
+
+LOGGER_NAME = "idempotent_consumer"
+METER_NAME = "idempotent_consumer"
+OUTCOME_COUNTER = "consumer.deliveries"
+
+logger = logging.getLogger(LOGGER_NAME)
+QUIET_OUTCOMES = frozenset({Outcome.CREATED, Outcome.DUPLICATE, Outcome.TRANSIENT})
+
+
+# The API's proxy meter forwards to whichever provider is installed later, so one instrument suffices.
+_deliveries = metrics.get_meter(METER_NAME).create_counter(
+    OUTCOME_COUNTER, unit="{delivery}", description="Deliveries by function and outcome."
+)
+
+
+def delivery_fields(function: str, message: InboundMessage, result: Result, duration_ms: float) -> dict[str, Any]:
+    """The fields of the per-delivery record; payload contents never appear here."""
+    return {
+        "function": function,
+        "messageId": message.message_id,
+        "correlationId": message.correlation_id,
+        "deliveryCount": message.delivery_count,
+        "outcome": result.outcome.value,
+        "requestHash": result.request_hash,
+        "durationMs": round(duration_ms, 1),
+    }
+
+
+def record_delivery(function: str, message: InboundMessage, result: Result, duration_ms: float) -> None:
+    """Log the delivery's record and count its outcome."""
+    fields = delivery_fields(function, message, result, duration_ms)
+    level = logging.INFO if result.outcome in QUIET_OUTCOMES else logging.WARNING
+    detail = f" detail={result.description}" if result.description else ""
+    logger.log(
+        level,
+        "delivery %s messageId=%s outcome=%s deliveryCount=%s durationMs=%s%s",
+        function,
+        fields["messageId"],
+        fields["outcome"],
+        fields["deliveryCount"],
+        fields["durationMs"],
+        detail,
+        extra=fields,  # becomes customDimensions in Application Insights
+    )
+    _deliveries.add(1, {"function": function, "outcome": result.outcome.value})
