@@ -37,7 +37,7 @@ def to_inbound(msg: ServiceBusReceivedMessage) -> InboundMessage:
         body=_body(msg),
         correlation_id=_text(msg.correlation_id),
         session_id=_text(msg.session_id),
-        delivery_count=msg.delivery_count or 0,
+        delivery_count=msg.delivery_count,
         enqueued_time_utc=msg.enqueued_time_utc,
         locked_until_utc=msg.locked_until_utc,
         application_properties=_properties(msg.application_properties),

@@ -61,7 +61,10 @@ def _from_status(what: str, status: int | None, sub_status: int | None) -> Store
 
 
 def make_client(settings: CosmosSettings) -> CosmosClient:
-    """Create a CosmosClient: key auth for local emulators, managed identity otherwise."""
+    """Create a CosmosClient: key auth for local emulators, managed identity otherwise.
+
+    The constructor reads the account, so it connects: call it lazily, never at import time.
+    """
     credential: Any
     if settings.key:
         credential = settings.key
@@ -83,7 +86,8 @@ def make_client(settings: CosmosSettings) -> CosmosClient:
     if settings.endpoint.startswith("http://"):
         # Local servers over plain HTTP have one region; discovery would ask for a TLS endpoint.
         options["enable_endpoint_discovery"] = False
-    return CosmosClient(settings.endpoint, credential=credential, **options)
+    with translate_errors("connect to Cosmos DB"):
+        return CosmosClient(settings.endpoint, credential=credential, **options)
 
 
 class CosmosStore:

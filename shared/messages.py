@@ -13,13 +13,15 @@ class InboundMessage:
 
     ``body`` is None when the message carried no data section (an AMQP value or sequence body),
     which the validators report as an invalid message rather than guessing at an encoding.
+    ``delivery_count`` is None when the binding does not pass it: the pinned Functions binding
+    extension (1.0.0b2) drops the AMQP header that carries it.
     """
 
     message_id: str | None
     body: bytes | None
     correlation_id: str | None = None
     session_id: str | None = None
-    delivery_count: int = 0
+    delivery_count: int | None = None
     enqueued_time_utc: datetime | None = None
     locked_until_utc: datetime | None = None
     application_properties: Mapping[str, str] = field(default_factory=dict)

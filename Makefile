@@ -1,0 +1,37 @@
+# The README's test command is `make test`: it sets everything up from a fresh clone, then runs
+# ruff, mypy (strict) and pytest. CI runs exactly that through .ci/run.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+COSMOS_DIR := devservers/cosmos
+
+.PHONY: test setup lint typecheck pytest cosmos-server clean
+
+test: setup lint typecheck pytest
+
+setup: $(VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(COSMOS_DIR)/node_modules/.installed: $(COSMOS_DIR)/package.json $(COSMOS_DIR)/package-lock.json
+	npm ci --prefix $(COSMOS_DIR) --no-audit --no-fund --loglevel=error
+	touch $@
+
+lint: setup
+	$(BIN)/ruff check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+pytest: setup
+	$(BIN)/python -m pytest
+
+# A local Cosmos DB NoSQL server on 127.0.0.1:8081 for workstation runs without the emulator.
+cosmos-server: setup
+	$(BIN)/python -m devservers.cosmos --port 8081
+
+clean:
+	rm -rf $(VENV) $(COSMOS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis

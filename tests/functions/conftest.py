@@ -1,0 +1,94 @@
+"""Call the functions the way the host does: a real ServiceBusReceivedMessage from the host's hand-over
+format, the real ServiceBusMessageActions client over gRPC to a fake Settlement service, and the app's
+real Cosmos adapter against the local Cosmos server (or COSMOS_TEST_ENDPOINT)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from azure.cosmos import ContainerProxy, PartitionKey
+
+import function_app
+from consumers import runtime
+from shared.memory_store import InMemoryStore
+from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
+from tests.support.fake_host import FakeHost, Settlement, make_received_message
+
+
+@pytest.fixture(scope="session")
+def registered_functions() -> dict[str, Callable[..., Any]]:
+    """The user functions as the worker indexes them from function_app.app (get_functions once per app)."""
+    return {f.get_function_name(): f.get_user_function() for f in function_app.app.get_functions()}
+
+
+@dataclass
+class CosmosTarget:
+    """The container the app writes to, and the settings that point the app at it."""
+
+    endpoint: CosmosEndpoint
+    database: str
+    container: ContainerProxy
+
+    def env(self, endpoint_url: str | None = None) -> dict[str, str]:
+        return {
+            "COSMOS_ENDPOINT": endpoint_url or self.endpoint.url,
+            "COSMOS_KEY": self.endpoint.key,
+            "COSMOS_VERIFY_TLS": "true" if self.endpoint.verify_tls else "false",
+            "COSMOS_DATABASE": self.database,
+            "COSMOS_CONTAINER": self.container.id,
+        }
+
+
+@pytest.fixture(scope="session")
+def cosmos_target(cosmos_endpoint: CosmosEndpoint) -> CosmosTarget:
+    """A database and orders container (partition key /orderId, TTL on) made for this test session."""
+    client = make_cosmos_client(cosmos_endpoint)
+    database = client.create_database_if_not_exists(f"fn-{uuid.uuid4().hex[:8]}")
+    container = database.create_container_if_not_exists(
+        "orders", partition_key=PartitionKey(path="/orderId"), default_ttl=-1
+    )
+    return CosmosTarget(cosmos_endpoint, database.id, container)
+
+
+@pytest.fixture
+def app_on_cosmos(monkeypatch: pytest.MonkeyPatch, cosmos_target: CosmosTarget) -> Iterator[CosmosTarget]:
+    """Point the app's settings at the test container; the app builds its client lazily as in Azure."""
+    for name, value in cosmos_target.env().items():
+        monkeypatch.setenv(name, value)
+    runtime.reset()
+    yield cosmos_target
+    runtime.reset()
+
+
+@pytest.fixture
+def app_in_memory(monkeypatch: pytest.MonkeyPatch) -> InMemoryStore:
+    """Run the app's functions against an in-memory store (for property-based tests)."""
+    store = InMemoryStore()
+    monkeypatch.setattr(runtime, "order_store", lambda: store)
+    return store
+
+
+class Deliverer:
+    """Deliver a message to a function as the host would, and read back how it was settled."""
+
+    def __init__(self, host: FakeHost, functions: dict[str, Callable[..., Any]], name: str) -> None:
+        self.host = host
+        self.function = functions[name]
+
+    def __call__(self, body: bytes, **message: Any) -> list[Settlement]:
+        msg = make_received_message(body, **message)
+        self.function(msg, self.host.message_actions())
+        return self.host.recorder.settlements_for(msg.lock_token)
+
+    def message(self, body: bytes, **message: Any) -> Any:
+        return make_received_message(body, **message)
+
+
+@pytest.fixture
+def deliver_order(fake_host: FakeHost, registered_functions: dict[str, Callable[..., Any]]) -> Deliverer:
+    """Deliver to process_order."""
+    return Deliverer(fake_host, registered_functions, "process_order")

@@ -1,0 +1,289 @@
+"""process_order end to end: real message, real settlement client, real Cosmos SDK on a local server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import SettlementError
+
+from consumers import runtime
+from shared.cosmos_store import THROTTLE_RETRIES
+from shared.orders import parse_order
+from tests.functions.conftest import CosmosTarget, Deliverer
+from tests.support.fault_proxy import fault_proxy
+from tests.support.orders import encode, inbound, order_body
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = r"/docs/?$"
+DOC = r"/docs/[^/]+/?$"
+
+
+def new_id() -> str:
+    return f"ord-{uuid.uuid4()}"
+
+
+def stored(target: CosmosTarget, order_id: str) -> dict:
+    return target.container.read_item(order_id, partition_key=order_id)
+
+
+def count_orders(target: CosmosTarget, order_id: str) -> int:
+    query = "SELECT VALUE COUNT(1) FROM c WHERE c.orderId = @id"
+    params = [{"name": "@id", "value": order_id}]
+    return next(iter(target.container.query_items(query, parameters=params, partition_key=order_id)))
+
+
+def test_new_order_is_created_and_completed(app_on_cosmos: CosmosTarget, deliver_order: Deliverer) -> None:
+    order_id = new_id()
+    [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id, correlation_id="corr-9")
+    assert settlement.action == "complete"
+    doc = stored(app_on_cosmos, order_id)
+    assert doc["id"] == doc["orderId"] == doc["messageId"] == order_id
+    assert (doc["type"], doc["status"], doc["version"]) == ("order", "placed", 1)
+    assert doc["correlationId"] == "corr-9"
+    assert doc["enqueuedTimeUtc"].endswith("Z")
+    assert doc["requestHash"] == parse_order(inbound(order_body(order_id))).request_hash()
+
+
+def test_delivery_count_is_stored_when_the_binding_passes_it(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+) -> None:
+    order_id = new_id()
+    deliver_order(encode(order_body(order_id)), message_id=order_id, delivery_count=2, layout="marker_prefix")
+    assert stored(app_on_cosmos, order_id)["deliveryCount"] == 2
+
+
+def test_redelivered_order_is_completed_as_duplicate_and_changes_nothing(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+) -> None:
+    order_id = new_id()
+    deliver_order(encode(order_body(order_id)), message_id=order_id)
+    before = stored(app_on_cosmos, order_id)
+    pretty = json.dumps(order_body(order_id, total="44.980"), indent=2).encode()
+    [settlement] = deliver_order(pretty, message_id=order_id, correlation_id="retry")
+    assert settlement.action == "complete"
+    assert stored(app_on_cosmos, order_id)["_etag"] == before["_etag"]
+    assert count_orders(app_on_cosmos, order_id) == 1
+
+
+def test_redelivered_order_with_other_items_is_dead_lettered_payload_mismatch(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+) -> None:
+    order_id = new_id()
+    deliver_order(encode(order_body(order_id)), message_id=order_id)
+    original_hash = stored(app_on_cosmos, order_id)["requestHash"]
+    other = order_body(order_id, items=[{"sku": "SKU-SECRET", "quantity": 1, "unitPrice": "44.98"}])
+    [settlement] = deliver_order(encode(other), message_id=order_id)
+    assert (settlement.action, settlement.reason) == ("deadletter", "PayloadMismatch")
+    assert order_id in settlement.description
+    assert original_hash in settlement.description
+    assert parse_order(inbound(other)).request_hash() in settlement.description
+    assert "SKU-SECRET" not in settlement.description
+    assert stored(app_on_cosmos, order_id)["requestHash"] == original_hash
+
+
+@pytest.mark.parametrize(
+    ("body", "message_id", "rule"),
+    [
+        (b"\xff\xfe", "m-1", "body is not valid UTF-8"),
+        (b"{oops", "m-2", "body is not valid JSON"),
+        (encode(order_body("m-3", currency="EURO")), "m-3", "currency must be 3 letters"),
+        (encode(order_body("m-4")), None, "MessageId is missing"),
+        (encode(order_body("m-5")), "m-6", "MessageId does not equal orderId"),
+        (encode(order_body("m-7", total="1.00")), "m-7", "does not equal the sum of items"),
+    ],
+)
+def test_invalid_message_is_dead_lettered_with_the_rule(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, body: bytes, message_id: str | None, rule: str
+) -> None:
+    [settlement] = deliver_order(body, message_id=message_id)
+    assert (settlement.action, settlement.reason) == ("deadletter", "InvalidMessage")
+    assert rule in settlement.description
+    if message_id:
+        assert count_orders(app_on_cosmos, message_id) == 0
+
+
+def test_message_without_data_body_is_dead_lettered_invalid(
+    deliver_order: Deliverer, app_on_cosmos: CosmosTarget
+) -> None:
+    [settlement] = deliver_order(b"", message_id="m-value", body_value={"orderId": "m-value"})
+    assert (settlement.action, settlement.reason) == ("deadletter", "InvalidMessage")
+    assert "data section" in settlement.description
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_throttled_or_unavailable_create_is_abandoned(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer, status: int
+) -> None:
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
+        runtime.reset()
+        fault = proxy.fail("POST", DOCS, status, count=None)
+        order_id = new_id()
+        [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+        assert settlement.action == "abandon"
+        assert fault.hits >= 1
+    assert count_orders(app_on_cosmos, order_id) == 0
+
+
+def test_order_is_created_once_cosmos_recovers(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+) -> None:
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
+        runtime.reset()
+        proxy.fail("POST", DOCS, 503, count=None)
+        order_id = new_id()
+        body = encode(order_body(order_id))
+        assert deliver_order(body, message_id=order_id)[0].action == "abandon"
+        proxy.clear()
+        assert deliver_order(body, message_id=order_id)[0].action == "complete"
+    assert count_orders(app_on_cosmos, order_id) == 1
+
+
+def test_unreachable_cosmos_is_abandoned(monkeypatch: pytest.MonkeyPatch, deliver_order: Deliverer,
+                                          app_on_cosmos: CosmosTarget) -> None:
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        closed = proxy.url
+    monkeypatch.setenv("COSMOS_ENDPOINT", closed)
+    runtime.reset()
+    order_id = new_id()
+    [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    assert settlement.action == "abandon"
+
+
+def test_failed_read_after_conflict_is_abandoned(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+) -> None:
+    order_id = new_id()
+    deliver_order(encode(order_body(order_id)), message_id=order_id)
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
+        runtime.reset()
+        fault = proxy.fail("GET", DOC, 503, count=None)
+        [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+        assert settlement.action == "abandon"
+        assert fault.hits >= 1
+
+
+def test_new_order_costs_one_cosmos_request(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+) -> None:
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
+        runtime.reset()
+        first = new_id()
+        deliver_order(encode(order_body(first)), message_id=first)  # warms the client: account, container
+        proxy.requests.clear()
+        order_id = new_id()
+        deliver_order(encode(order_body(order_id)), message_id=order_id)
+        assert [method for method, _ in proxy.requests] == ["POST"], proxy.requests
+
+
+def test_forbidden_by_cosmos_is_an_error_and_abandoned(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
+        runtime.reset()
+        proxy.fail("POST", DOCS, 403, count=None)
+        order_id = new_id()
+        with caplog.at_level(logging.INFO):
+            [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    assert settlement.action == "abandon"
+    [record] = [r for r in caplog.records if r.name == "idempotent_consumer"]
+    assert record.outcome == "error"
+    assert any(r.exc_info for r in caplog.records if r.name == "idempotent_consumer.delivery")
+
+
+def test_missing_setting_is_an_error_that_names_it_and_abandons(
+    monkeypatch: pytest.MonkeyPatch, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("COSMOS_ENDPOINT", raising=False)
+    runtime.reset()
+    order_id = new_id()
+    with caplog.at_level(logging.INFO):
+        [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    assert settlement.action == "abandon"
+    errors = [r for r in caplog.records if r.exc_info]
+    assert errors and "COSMOS_ENDPOINT" in str(errors[0].exc_info[1])
+
+
+def test_lost_lock_on_complete_is_logged_and_raised_then_redelivery_is_a_duplicate(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
+) -> None:
+    order_id = new_id()
+    body = encode(order_body(order_id))
+    deliver_order.host.recorder.fail_next(action="complete")
+    msg = deliver_order.message(body, message_id=order_id)
+    with caplog.at_level(logging.INFO), pytest.raises(SettlementError):
+        deliver_order.function(msg, deliver_order.host.message_actions())
+    assert any("settlement complete failed" in r.getMessage() for r in caplog.records)
+    [redelivered] = deliver_order(body, message_id=order_id)
+    assert redelivered.action == "complete"
+    outcomes = [r.outcome for r in caplog.records if r.name == "idempotent_consumer"]
+    assert outcomes == ["created"]
+    assert count_orders(app_on_cosmos, order_id) == 1
+
+
+def test_log_record_per_delivery_has_ids_and_outcome_but_no_payload(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
+) -> None:
+    order_id = new_id()
+    body = encode(order_body(order_id, customerId="jane.doe@example.com"))
+    with caplog.at_level(logging.DEBUG):
+        deliver_order(body, message_id=order_id, correlation_id="corr-77")
+        deliver_order(body, message_id=order_id, correlation_id="corr-77")
+    records = [r for r in caplog.records if r.name == "idempotent_consumer"]
+    assert [(r.messageId, r.correlationId, r.outcome) for r in records] == [
+        (order_id, "corr-77", "created"),
+        (order_id, "corr-77", "duplicate"),
+    ]
+    assert all(isinstance(r.durationMs, float) for r in records)
+    assert all("jane.doe" not in r.getMessage() for r in caplog.records)
+
+
+def test_importing_the_app_connects_to_nothing() -> None:
+    code = (
+        "import function_app, consumers.runtime as r; "
+        "assert r._order_store is None; "
+        "print(sorted(f.get_function_name() for f in function_app.app.get_functions()))"
+    )
+    env = {"PATH": "/usr/bin:/bin", "COSMOS_ENDPOINT": "http://127.0.0.1:9"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert "process_order" in out.stdout
+
+
+def test_binding_is_peeklock_with_explicit_settlement() -> None:
+    code = (
+        "import json, function_app; "
+        "[f] = [f for f in function_app.app.get_functions() if f.get_function_name() == 'process_order']; "
+        "print(f.get_function_json())"
+    )
+    env = {"PATH": "/usr/bin:/bin", "ORDERS_QUEUE": "orders-blue"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True, timeout=60)
+    [binding] = json.loads(out.stdout.strip().splitlines()[-1])["bindings"]
+    assert binding["type"] == "serviceBusTrigger"
+    assert binding["queueName"] == "orders-blue"
+    assert binding["connection"] == "ServiceBusConnection"
+    assert binding["autoCompleteMessages"] is False
+
+
+def test_throttling_retries_are_bounded_inside_the_lock(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+) -> None:
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
+        runtime.reset()
+        fault = proxy.fail("POST", DOCS, 429, count=None)
+        order_id = new_id()
+        assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "abandon"
+    assert fault.hits == THROTTLE_RETRIES + 1

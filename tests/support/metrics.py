@@ -1,0 +1,35 @@
+"""A real OpenTelemetry SDK meter provider with an in-memory reader, installed once per test session."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import cache
+
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from shared.telemetry import OUTCOME_COUNTER
+
+
+@cache
+def metric_reader() -> InMemoryMetricReader:
+    """Install the SDK provider on first call (the global can be set only once) and return its reader."""
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return reader
+
+
+def outcome_counts() -> Counter[tuple[str, str]]:
+    """Cumulative deliveries counted so far, by (function, outcome)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    data = metric_reader().get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name != OUTCOME_COUNTER:
+                    continue
+                for point in metric.data.data_points:
+                    attrs = point.attributes or {}
+                    counts[(str(attrs["function"]), str(attrs["outcome"]))] += int(point.value)
+    return counts

@@ -1,0 +1,75 @@
+"""Each azure-cosmos / azure-core error maps to one error of our family, chained to the original."""
+
+from __future__ import annotations
+
+import pytest
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    ServiceRequestError,
+    ServiceRequestTimeoutError,
+    ServiceResponseError,
+    ServiceResponseTimeoutError,
+)
+from azure.cosmos.exceptions import (
+    CosmosAccessConditionFailedError,
+    CosmosClientTimeoutError,
+    CosmosHttpResponseError,
+    CosmosResourceExistsError,
+    CosmosResourceNotFoundError,
+)
+
+from shared.cosmos_store import translate_errors
+from shared.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, TransientStoreError
+
+
+def translated(error: Exception) -> StoreError:
+    with pytest.raises(StoreError) as caught, translate_errors("op on ord-1"):
+        raise error
+    assert caught.value.__cause__ is error
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (CosmosResourceExistsError(status_code=409, message="conflict"), AlreadyExists),
+        (CosmosResourceNotFoundError(status_code=404, message="missing"), NotFound),
+        (CosmosAccessConditionFailedError(status_code=412, message="etag"), PreconditionFailed),
+        (CosmosHttpResponseError(status_code=408, message="timeout"), TransientStoreError),
+        (CosmosHttpResponseError(status_code=429, message="throttled"), TransientStoreError),
+        (CosmosHttpResponseError(status_code=449, message="retry with"), TransientStoreError),
+        (CosmosHttpResponseError(status_code=500, message="server"), TransientStoreError),
+        (CosmosHttpResponseError(status_code=502, message="gateway"), TransientStoreError),
+        (CosmosHttpResponseError(status_code=503, message="unavailable"), TransientStoreError),
+        (CosmosHttpResponseError(status_code=504, message="gateway timeout"), TransientStoreError),
+        (CosmosClientTimeoutError(), TransientStoreError),
+        (ServiceRequestError("connection refused"), TransientStoreError),
+        (ServiceRequestTimeoutError("connect timeout"), TransientStoreError),
+        (ServiceResponseError("connection reset"), TransientStoreError),
+        (ServiceResponseTimeoutError("read timeout"), TransientStoreError),
+    ],
+)
+def test_sdk_error_maps_to_our_error(error: Exception, expected: type[StoreError]) -> None:
+    assert type(translated(error)) is expected
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 413])
+def test_other_statuses_are_plain_store_errors(status: int) -> None:
+    mapped = translated(CosmosHttpResponseError(status_code=status, message="no"))
+    assert type(mapped) is StoreError
+    assert mapped.status == status
+
+
+def test_authentication_failure_is_a_plain_store_error() -> None:
+    assert type(translated(ClientAuthenticationError("no token"))) is StoreError
+
+
+def test_any_other_azure_error_is_a_store_error() -> None:
+    assert type(translated(AzureError("odd"))) is StoreError
+
+
+def test_status_and_context_are_kept_without_payload() -> None:
+    mapped = translated(CosmosHttpResponseError(status_code=429, message="throttled"))
+    assert mapped.status == 429
+    assert "op on ord-1" in str(mapped)

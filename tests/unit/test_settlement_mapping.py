@@ -1,0 +1,26 @@
+"""Every outcome maps to exactly one settlement, and reasons are the exact strings operators alert on."""
+
+from __future__ import annotations
+
+from consumers.settlement import SETTLEMENTS, Action, Settlement
+from shared.outcomes import Outcome
+
+
+def test_every_outcome_has_a_settlement() -> None:
+    assert set(SETTLEMENTS) == set(Outcome)
+
+
+def test_outcomes_map_to_the_documented_settlements() -> None:
+    assert {
+        Outcome.CREATED: Settlement(Action.COMPLETE),
+        Outcome.DUPLICATE: Settlement(Action.COMPLETE),
+        Outcome.PAYLOAD_MISMATCH: Settlement(Action.DEADLETTER, "PayloadMismatch"),
+        Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
+        Outcome.TRANSIENT: Settlement(Action.ABANDON),
+        Outcome.ERROR: Settlement(Action.ABANDON),
+    } == SETTLEMENTS
+
+
+def test_only_dead_letters_carry_a_reason() -> None:
+    for settlement in SETTLEMENTS.values():
+        assert (settlement.reason is not None) == (settlement.action is Action.DEADLETTER)
