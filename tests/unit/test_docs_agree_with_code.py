@@ -1,0 +1,61 @@
+"""The README's tables and the local settings sample agree with the code they describe."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from consumers.settlement import SETTLEMENTS
+from shared.outcomes import Outcome
+from shared.settings import SETTINGS
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+HOST_SETTINGS = {"ServiceBusConnection"}  # read by the Functions host, not by our code
+
+
+def table_after(heading: str) -> list[list[str]]:
+    section = README.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]]
+
+
+def test_settings_table_lists_exactly_the_settings_the_code_reads() -> None:
+    names = {re.sub(r"`", "", row[0]) for row in table_after("Settings")}
+    assert names - HOST_SETTINGS == {s.name for s in SETTINGS}
+
+
+def test_settings_table_defaults_match_the_code() -> None:
+    documented = {re.sub(r"`", "", row[0]): re.sub(r"`", "", row[1]) for row in table_after("Settings")}
+    for spec in SETTINGS:
+        if spec.default is not None:
+            assert documented[spec.name] == spec.default, spec.name
+        else:
+            assert documented[spec.name] in {"required", "unset"}, spec.name
+
+
+def test_local_settings_sample_names_every_setting() -> None:
+    values = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
+    missing = {s.name for s in SETTINGS} - set(values)
+    assert not missing
+    assert values["AzureWebJobsStorage"] == "UseDevelopmentStorage=true"
+    assert "UseDevelopmentEmulator=true" in values["ServiceBusConnection"]
+
+
+def test_outcomes_table_matches_the_settlement_mapping() -> None:
+    rows = {row[0].strip("`"): row for row in table_after("Outcomes")}
+    assert set(rows) == {o.value for o in Outcome}
+    for outcome, settlement in SETTLEMENTS.items():
+        row = rows[outcome.value]
+        assert row[1] == settlement.action.value.replace("deadletter", "dead-letter"), outcome
+        if settlement.reason:
+            assert row[2] == f"`{settlement.reason}`", outcome
+
+
+def test_host_json_disables_auto_complete() -> None:
+    host = json.loads((ROOT / "host.json").read_text())
+    service_bus = host["extensions"]["serviceBus"]
+    assert service_bus["autoCompleteMessages"] is False
+    assert {"maxConcurrentCalls", "maxAutoLockRenewalDuration"} <= set(service_bus)
+    assert host["extensionBundle"]["version"] == "[4.*, 5.0.0)"
