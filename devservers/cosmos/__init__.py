@@ -1,0 +1,150 @@
+"""Local Cosmos DB (NoSQL API) server for tests and workstation runs; not deployed.
+
+It runs ``launcher.js`` under Node: npm ``@vercel/cosmosdb-server`` (pinned in ``package.json``) with
+the corrections the launcher documents (404s, atomic transactional batch, TTL, partition-scoped
+queries, case-sensitive patch filter predicates, HTTP keep-alive). Install it once with
+``npm ci --prefix devservers/cosmos``.
+
+The server speaks plain HTTP on loopback and does not check keys, so connect with::
+
+    CosmosClient(server.endpoint, credential=EMULATOR_KEY, enable_endpoint_discovery=False)
+
+Data lives in memory and is gone when the server stops.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+__all__ = ["EMULATOR_KEY", "CosmosServer", "CosmosServerError", "start_cosmos_server"]
+
+#: The well-known, public key of the Cosmos DB emulator. The local server accepts any key; the real
+#: emulator accepts only this one.
+EMULATOR_KEY = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DXwjiK6Nx8fTkhmE64wWBNYjRzHlNcQ6eYpRlGdXAWRLFA=="
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+LAUNCHER = PACKAGE_DIR / "launcher.js"
+_SERVER_PACKAGE_JSON = PACKAGE_DIR / "node_modules" / "@vercel" / "cosmosdb-server" / "package.json"
+_READY_PREFIX = "listening on "
+_INSTALL_HINT = "run `npm ci --prefix devservers/cosmos` from the repository root"
+
+
+class CosmosServerError(RuntimeError):
+    """The local Cosmos server could not be started."""
+
+
+def launcher_command(host: str, port: int) -> list[str]:
+    """The command line that runs the launcher; raises CosmosServerError if Node or the package is missing."""
+    node = shutil.which("node")
+    if node is None:
+        raise CosmosServerError("`node` is not on PATH; the local Cosmos server needs Node.js 20 or newer")
+    if not _SERVER_PACKAGE_JSON.is_file():
+        raise CosmosServerError(f"@vercel/cosmosdb-server is not installed; {_INSTALL_HINT}")
+    return [node, str(LAUNCHER), "--host", host, "--port", str(port)]
+
+
+class CosmosServer:
+    """A running local Cosmos server. Stop it with :meth:`stop` or use it as a context manager."""
+
+    def __init__(self, process: subprocess.Popen[str], endpoint: str, stderr: IO[bytes]) -> None:
+        self._process = process
+        self._stderr = stderr
+        #: Base URL, e.g. ``http://127.0.0.1:50123``.
+        self.endpoint = endpoint
+        #: Any key works; this is the emulator's, for symmetry with the real emulator.
+        self.key = EMULATOR_KEY
+
+    @property
+    def running(self) -> bool:
+        return self._process.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after ``timeout`` seconds). Safe to call twice."""
+        _terminate(self._process, timeout)
+        for stream in (self._process.stdin, self._process.stdout):
+            if stream is not None:
+                stream.close()
+        self._stderr.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start_cosmos_server(host: str = "127.0.0.1", port: int = 0, *, startup_timeout: float = 30.0) -> CosmosServer:
+    """Start the local Cosmos server and wait until it listens.
+
+    ``port=0`` picks a free port; read the result from ``.endpoint``. The server exits by itself if
+    this process dies (its stdin is a pipe from us). Raises CosmosServerError, with the server's
+    stderr, if it does not come up within ``startup_timeout`` seconds.
+    """
+    command = [*launcher_command(host, port), "--exit-on-stdin-close"]
+    # stderr goes to a file, not a pipe: nobody reads it while the server runs, and a full pipe
+    # would block the server.
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by CosmosServer.stop
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        cwd=PACKAGE_DIR,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    stdout = process.stdout
+    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
+    try:
+        line = lines.get(timeout=startup_timeout)
+    except queue.Empty:
+        line = ""
+    server = CosmosServer(process, line[len(_READY_PREFIX) :].strip(), stderr)
+    if not line.startswith(_READY_PREFIX):
+        _terminate(process, 5.0)
+        message = _startup_failure(process, command, line, stderr, startup_timeout)
+        server.stop()
+        raise CosmosServerError(message)
+    return server
+
+
+def _terminate(process: subprocess.Popen[str], timeout: float) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _startup_failure(
+    process: subprocess.Popen[str], command: list[str], line: str, stderr: IO[bytes], timeout: float
+) -> str:
+    stderr.seek(0)
+    output = stderr.read().decode(errors="replace").strip()
+    if line:
+        reason = f"printed {line.strip()!r} instead of `listening on ...`"
+    elif process.returncode is not None:
+        reason = f"exited with status {process.returncode}"
+    else:
+        reason = f"did not report `listening on` within {timeout:g} s"
+    message = f"local Cosmos server ({' '.join(command)}) {reason}"
+    if output:
+        message += f"\nstderr:\n{output}"
+    if "npm ci" not in message and ("Cannot find module" in output or "MODULE_NOT_FOUND" in output):
+        message += f"\n{_INSTALL_HINT}"
+    return message

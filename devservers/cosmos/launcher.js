@@ -1,0 +1,468 @@
+#!/usr/bin/env node
+/*
+ * Local Cosmos DB (NoSQL API) server for tests and workstation runs. Not deployed.
+ *
+ *   node devservers/cosmos/launcher.js --port 8081 [--host 127.0.0.1]
+ *
+ * Serves plain HTTP (clients need enable_endpoint_discovery=False); --port 0 picks a free port. When
+ * ready it prints exactly one line to stdout: `listening on http://HOST:PORT`. SIGTERM/SIGINT stop it.
+ * With --exit-on-stdin-close it also stops when its stdin closes, so a parent that dies without
+ * cleaning up (e.g. a killed pytest) does not leave it running.
+ *
+ * The server is npm @vercel/cosmosdb-server, pinned at exactly 1.0.1 (package.json). As published it
+ * differs from real Cosmos DB in ways our tests depend on, so before its route table is built this
+ * launcher patches the package's modules in memory (node_modules is never edited):
+ *
+ *   1. reading a missing/deleted document crashes with a TypeError (500) instead of 404;
+ *   2. transactional batch is not atomic, fails with 500 for every operation but Create (the Python
+ *      SDK sends the partition key once, in the request header, and none on each operation), and
+ *      rejects Patch operations with 400;
+ *   3. TTL (container defaultTtl and item `ttl`) is not implemented;
+ *   4. a query with a partition key header is not restricted to that partition;
+ *   5. a patch filter predicate is lower-cased before it is evaluated ("c.Version" -> "c.version");
+ *   6. the CLI answers every request with `connection: close` (~36 creates/s from Python).
+ * Also: error bodies are given Cosmos' {"code", "message"} shape, document routes on a missing
+ * container answer 404 instead of crashing, and replacing a container keeps its documents.
+ *
+ * All of this relies on internals of 1.0.1 (module layout, the Items class and its _data/_index maps,
+ * operation result shapes), hence the exact pin and the version check below. Re-read the package's
+ * lib/ before changing the version.
+ */
+"use strict";
+
+const path = require("path");
+
+const PACKAGE = "@vercel/cosmosdb-server";
+const PINNED_VERSION = "1.0.1";
+const MAX_BATCH_OPERATIONS = 100; // Cosmos limits a transactional batch to 100 operations...
+const MAX_BATCH_BYTES = 2 * 1024 * 1024; // ...and 2 MB.
+
+function fail(message) {
+  process.stderr.write(`cosmos launcher: ${message}\n`);
+  process.exit(1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+// ---------------------------------------------------------------------------------------------
+function parseArgs(argv) {
+  const args = { host: "127.0.0.1", port: 8081, exitOnStdinClose: false };
+  for (let i = 0; i < argv.length; i += 1) {
+    const arg = argv[i];
+    if (arg === "--port" || arg === "-p") args.port = Number(argv[(i += 1)]);
+    else if (arg === "--host") args.host = argv[(i += 1)];
+    else if (arg === "--exit-on-stdin-close") args.exitOnStdinClose = true;
+    else if (arg === "--help" || arg === "-h") {
+      process.stdout.write("usage: launcher.js [--port N (0 = any free port)] [--host 127.0.0.1] [--exit-on-stdin-close]\n");
+      process.exit(0);
+    } else fail(`unknown argument ${arg}`);
+  }
+  if (!Number.isInteger(args.port) || args.port < 0 || args.port > 65535) fail("--port needs 0-65535");
+  if (!args.host) fail("--host needs a value");
+  return args;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading the pinned package
+// ---------------------------------------------------------------------------------------------
+function locatePackage() {
+  let pkgJson;
+  try {
+    pkgJson = require.resolve(`${PACKAGE}/package.json`, { paths: [__dirname] });
+  } catch (err) {
+    fail(`${PACKAGE} is not installed; run \`npm ci --prefix devservers/cosmos\` (${err.message})`);
+  }
+  const { version } = require(pkgJson);
+  if (version !== PINNED_VERSION) {
+    fail(`${PACKAGE} ${version} is installed but this launcher patches internals of ${PINNED_VERSION} only; ` +
+      "run `npm ci --prefix devservers/cosmos`");
+  }
+  return path.join(path.dirname(pkgJson), "lib");
+}
+
+const ARGS = parseArgs(process.argv.slice(2));
+const LIB = locatePackage();
+const load = rel => require(path.join(LIB, rel));
+
+// Every patch below must be in place before lib/routes.js runs: it copies each handler's
+// `exports.default` into the route table when it is first required (by lib/index.js).
+if (require.cache[require.resolve(path.join(LIB, "routes"))]) fail("routes loaded before patching");
+
+const router = load("router");
+const documentOps = load("handler/_document-operations");
+const patchOps = load("handler/_patch-operations");
+const readItems = load("handler/_read-items").default;
+const readJson = load("json").default;
+const trueHeader = load("true-header").default;
+const partitionHeader = load("utils/get-partition-from-header");
+const getValue = load("utils/get-value").default;
+const Items = load("account/items").default;
+const Documents = load("account/documents").default;
+const Collections = load("account/collections").default;
+
+// ---------------------------------------------------------------------------------------------
+// Shared helpers
+// ---------------------------------------------------------------------------------------------
+const ERROR_CODES = {
+  400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict",
+  412: "PreconditionFailed", 413: "RequestEntityTooLarge", 424: "FailedDependency", 500: "InternalServerError",
+};
+const NOT_FOUND_MESSAGE = "Entity with the specified id does not exist in the system.";
+
+function errorResult(statusCode, message) {
+  return { statusCode, body: { code: ERROR_CODES[statusCode] || "Error", message } };
+}
+
+/**
+ * The partition a request targets, from its x-ms-documentdb-partitionkey header (a JSON array such
+ * as ["abc"]); undefined when none is given. `{}` in the array is the SDK's "undefined" key (documents
+ * without the property). Like the package itself, only the first partition-key path is supported.
+ */
+function requestPartition(req) {
+  const raw = partitionHeader.default(req);
+  if (!raw) return undefined;
+  let parsed;
+  try {
+    parsed = JSON.parse(raw);
+  } catch (err) {
+    return undefined;
+  }
+  if (Array.isArray(parsed)) {
+    if (parsed.length === 0) return undefined; // "Empty" key of migrated containers: no filter
+    [parsed] = parsed;
+  }
+  const isUndefinedKey = parsed !== null && typeof parsed === "object" && Object.keys(parsed).length === 0;
+  return { value: isUndefinedKey ? undefined : parsed };
+}
+
+function inPartition(documents, doc, partition) {
+  return documents._getPartition(doc) === partition.value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. TTL. Items (account/items.js) keeps documents in two maps: _data (rid -> Document) and _index
+// ("partition:keyPath:value" -> rid). Expiry is lazy: a document past its TTL is evicted from both
+// maps the moment anything looks it up (_item: reads, replace, patch, delete, batch, and the
+// unique-key check of create, so an id can be created again once its holder expired) or scans the
+// collection (query, read feed). Items already stamps _ts (seconds) on every write.
+// ---------------------------------------------------------------------------------------------
+function effectiveTtl(documents, doc) {
+  const container = documents._parent.read();
+  const defaultTtl = container ? container.defaultTtl : undefined;
+  // TTL is off for the container unless defaultTtl is set (-1 = on, no default); then an item's own
+  // numeric `ttl` overrides the default. -1 means never expire.
+  if (defaultTtl === undefined || defaultTtl === null) return null;
+  const ttl = typeof doc.ttl === "number" ? doc.ttl : defaultTtl;
+  return ttl > 0 ? ttl : null;
+}
+
+function isExpired(documents, doc) {
+  const ttl = effectiveTtl(documents, doc);
+  return ttl !== null && typeof doc._ts === "number" && Date.now() / 1000 >= doc._ts + ttl;
+}
+
+// What Items.delete does once it has found the document (calling Items.delete itself would
+// re-enter the _item override below).
+function evict(documents, doc) {
+  documents._uniqueKeyPaths.forEach(keyPath => {
+    const value = getValue(keyPath.slice(1).split("/"), doc);
+    documents._index.delete(documents._getId(keyPath, value, documents._getPartition(doc)));
+  });
+  documents._data.delete(doc._rid);
+}
+
+function purgeExpired(documents) {
+  const container = documents._parent.read();
+  if (!container || container.defaultTtl === undefined || container.defaultTtl === null) return;
+  for (const item of [...documents._data.values()]) {
+    const doc = item.read();
+    if (doc && isExpired(documents, doc)) evict(documents, doc);
+  }
+}
+
+const baseItem = Items.prototype._item;
+Documents.prototype._item = function itemUnlessExpired(keyPath, value, partition) {
+  const item = baseItem.call(this, keyPath, value, partition);
+  const doc = item.read();
+  if (doc && isExpired(this, doc)) {
+    evict(this, doc);
+    return this._newItem(); // an empty Document: read() gives undefined, i.e. "not found"
+  }
+  return item;
+};
+
+const baseRead = Items.prototype.read;
+Documents.prototype.read = function readUnexpired(options) {
+  purgeExpired(this);
+  return baseRead.call(this, options);
+};
+
+// 4. Items.query scans every document of the container. With options.partition it scans only that
+// partition's documents: _data is swapped for a filtered copy during the (synchronous) call.
+const baseQuery = Items.prototype.query;
+Documents.prototype.query = function queryUnexpired(params, options = {}) {
+  purgeExpired(this);
+  if (!options.partition) return baseQuery.call(this, params, options);
+  const all = this._data;
+  this._data = new Map([...all].filter(([, item]) => inPartition(this, item.read(), options.partition)));
+  try {
+    return baseQuery.call(this, params, options);
+  } finally {
+    this._data = all;
+  }
+};
+
+// Replacing a container (e.g. to change its defaultTtl) goes through Items.replace, which stores a
+// brand-new Collection object, with new, empty Documents: every document was silently dropped.
+// Hand the old object's documents and functions over to the new one.
+const baseReplace = Items.prototype.replace;
+Collections.prototype.replace = function replaceKeepingDocuments(data, original) {
+  const old = this._item("/id", original.id, original.id);
+  const result = baseReplace.call(this, data, original);
+  const replacement = this._item("/id", result.id, result.id);
+  for (const part of ["documents", "userDefinedFunctions"]) {
+    replacement[part] = old[part];
+    replacement[part]._parent = replacement;
+  }
+  return result;
+};
+
+// ---------------------------------------------------------------------------------------------
+// 5. Patch filter predicates. The package lower-cases the whole condition before evaluating it, so
+// `from c where c.Version = 3` tests c.version and string literals lose their case. Evaluate the
+// predicate as written, against the one document, then let the package apply the patch without it.
+// ---------------------------------------------------------------------------------------------
+function conditionQuery(condition) {
+  const text = condition.trim();
+  if (/^select\b/i.test(text)) return text;
+  if (/^from\b/i.test(text)) return `SELECT * ${text}`; // the SDK's form: "from c where ..."
+  if (/^where\b/i.test(text)) return `SELECT * FROM c ${text}`;
+  return `SELECT * FROM c WHERE ${text}`;
+}
+
+const basePatchOperation = patchOps.patchOperation;
+patchOps.patchOperation = function patchOperation(collection, input) {
+  if (!input.condition) return basePatchOperation(collection, input);
+  const partition = partitionHeader.parsePartitionKey(input.partitionKey, input.id);
+  const doc = collection.document(input.id, partition).read();
+  if (!doc) return errorResult(404, NOT_FOUND_MESSAGE);
+  if (input.ifMatch && input.ifMatch !== doc._etag) {
+    return errorResult(412, "Operation cannot be performed because one of the specified precondition is not met.");
+  }
+  let matches;
+  try {
+    const { documents } = collection;
+    const { result } = documents._getQuery(conditionQuery(input.condition))
+      .exec([doc], { udf: documents._userDefinedFunctions() });
+    matches = result.length > 0;
+  } catch (err) {
+    return errorResult(400, `Invalid filter predicate in patch request: ${err.message}`);
+  }
+  if (!matches) return errorResult(412, "Condition specified in the patch request is not satisfied.");
+  return basePatchOperation(collection, { ...input, condition: undefined });
+};
+
+// ---------------------------------------------------------------------------------------------
+// Replacement route handlers
+// ---------------------------------------------------------------------------------------------
+
+// 1. lib/handler/read-document.js dereferences the document before checking that it exists
+// (TypeError -> 500). Answer 404 for a missing, deleted or expired document; otherwise delegate.
+const fixReadDocument = original => (account, req, res, params) => {
+  const collection = account.database(params.dbId).collection(params.collId);
+  const header = partitionHeader.default(req);
+  if (collection.read() && header) {
+    const partition = partitionHeader.parsePartitionKey(header, params.docId);
+    if (!collection.document(params.docId, partition).read()) {
+      res.statusCode = 404;
+      return errorResult(404, NOT_FOUND_MESSAGE).body;
+    }
+  }
+  return original(account, req, res, params);
+};
+
+// 4. Same as lib/handler/query-documents.js, except that a partition-key header restricts the
+// query to that partition (the package ignored it and, unless the query text itself filtered on
+// the key, answered 400 "missing partition keys").
+const queryDocuments = () => async (account, req, res, { dbId, collId }) =>
+  readItems(req, res, "Documents", async ({ continuation, maxItemCount }) => {
+    const body = await readJson(req);
+    if (!body.query) {
+      res.statusCode = 400;
+      return { message: "missing query" };
+    }
+    const collection = account.database(dbId).collection(collId);
+    const partition = requestPartition(req);
+    if (!partition && !trueHeader(req, "x-ms-documentdb-query-enablecrosspartition")) {
+      const paths = ((collection.read() || {}).partitionKey || {}).paths || [];
+      if (paths.length && !collection.documents._getQuery(body.query).containsPartitionKeys(paths)) {
+        res.statusCode = 400;
+        return { message: "missing partition keys" };
+      }
+    }
+    try {
+      return collection.documents.query(body, { continuation, maxItemCount, partition });
+    } catch (err) {
+      if (!err.badRequest) throw err;
+      res.statusCode = 400;
+      return { message: err.message };
+    }
+  });
+
+// 2. Transactional batch. The package's handler runs operations one by one and keeps the writes
+// of the ones before a failure; it needs a partition key on each operation (the Python SDK sends
+// one in the header for the whole batch) and has no Patch. This one:
+//   - gives every operation the header's partition key, and rejects documents of another partition;
+//   - supports Create, Upsert, Read, Replace, Delete and Patch (with ifMatch / filter predicate);
+//   - on the first failure restores the container's maps as they were before the batch (Node runs
+//     the loop without interruption, so no other request can observe the intermediate state) and
+//     answers 207 with the failing operation's own status and 424 for every other operation.
+// Non-atomic batches (bulk, from other SDKs) keep the package's behaviour: no rollback, 200.
+function runOperation(collection, op, partition) {
+  const { documents } = collection;
+  const body = op.resourceBody;
+  if (["Create", "Upsert", "Replace"].includes(op.operationType)) {
+    if (!body || typeof body !== "object") return errorResult(400, "Operation has no resource body.");
+    if (partition && !inPartition(documents, body, partition)) {
+      return errorResult(400, "PartitionKey extracted from document doesn't match the one specified in the header.");
+    }
+  }
+  switch (op.operationType) {
+    case "Create": return documentOps.createOperation(collection, op);
+    case "Upsert": return documentOps.upsertOperation(collection, op);
+    case "Replace": return documentOps.replaceOperation(collection, op);
+    case "Read": return documentOps.readOperation(collection, op);
+    case "Delete": return documentOps.deleteOperation(collection, op);
+    case "Patch":
+      if (!body || !Array.isArray(body.operations)) return errorResult(400, "Patch operation has no operations.");
+      return patchOps.patchOperation(collection, {
+        id: op.id, partitionKey: op.partitionKey, ifMatch: op.ifMatch,
+        operations: body.operations, condition: body.condition,
+      });
+    default: return errorResult(400, `Operation type '${op.operationType}' is not supported in Batch.`);
+  }
+}
+
+const batchDocuments = () => async (account, req, res, params) => {
+  const operations = await readJson(req);
+  if (!Array.isArray(operations)) {
+    res.statusCode = 400;
+    return { message: "Invalid request body" };
+  }
+  if (operations.length === 0 || operations.length > MAX_BATCH_OPERATIONS) {
+    res.statusCode = 400;
+    return { message: `A batch must have 1 to ${MAX_BATCH_OPERATIONS} operations; got ${operations.length}.` };
+  }
+  if (Buffer.byteLength(JSON.stringify(operations)) > MAX_BATCH_BYTES) {
+    res.statusCode = 413;
+    return { message: "Request size is too large." };
+  }
+  // The Python SDK always sends x-ms-cosmos-batch-atomic: true; bulk requests of other SDKs send false.
+  const atomic = !req.headers["x-ms-cosmos-batch-atomic"] || trueHeader(req, "x-ms-cosmos-batch-atomic");
+  const continueOnError = !atomic && trueHeader(req, "x-ms-cosmos-batch-continue-on-error");
+  const collection = account.database(params.dbId).collection(params.collId);
+  const { documents } = collection;
+  const before = atomic ? { data: new Map(documents._data), index: new Map(documents._index) } : null;
+  const header = partitionHeader.default(req);
+  const partition = requestPartition(req);
+  const results = [];
+  let failedIndex = -1;
+  operations.forEach((operation, i) => {
+    if (failedIndex >= 0 && !continueOnError) {
+      results.push(errorResult(424, "Failed dependency."));
+      return;
+    }
+    let result;
+    try {
+      result = runOperation(collection, { partitionKey: header, ...operation }, partition);
+    } catch (err) {
+      result = errorResult(400, err.message);
+    }
+    results.push(result);
+    if (result.statusCode >= 400 && failedIndex < 0) failedIndex = i;
+  });
+  const response = results.map(({ statusCode, body }, i) => {
+    if (atomic && failedIndex >= 0 && i !== failedIndex) return { statusCode: 424, requestCharge: 0 };
+    if (statusCode >= 400) return { statusCode, requestCharge: 1, resourceBody: body };
+    return { statusCode, requestCharge: 1, eTag: body ? body._etag : undefined, resourceBody: body };
+  });
+  if (atomic && failedIndex >= 0) {
+    documents._data = before.data;
+    documents._index = before.index;
+    res.statusCode = 207; // Multi-Status, as Cosmos answers a failed transactional batch
+  } else {
+    res.statusCode = 200;
+  }
+  return response;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Route table: lib/routes.js calls router.default({METHOD: {path: handler}}) once, at load time.
+// Swap in the replacements above and wrap every handler so errors carry Cosmos' body shape.
+// ---------------------------------------------------------------------------------------------
+const DOC = "/dbs/:dbId/colls/:collId/docs";
+const REPLACEMENTS = {
+  GET: { [`${DOC}/:docId`]: fixReadDocument },
+  POST_QUERY: { [DOC]: queryDocuments },
+  POST_BATCH: { [DOC]: batchDocuments },
+};
+
+const withCosmosErrors = handler => async (account, req, res, params) => {
+  // Document routes on a missing database/container answer 404 (create, for one, crashes with 500).
+  if (params.collId !== undefined && !account.database(params.dbId).collection(params.collId).read()) {
+    res.statusCode = 404;
+    return errorResult(404, "Resource Not Found").body;
+  }
+  let body = await handler(account, req, res, params);
+  if (res.statusCode >= 400) {
+    body = body && typeof body === "object" ? body : {};
+    if (!body.code) body.code = ERROR_CODES[res.statusCode] || "Error";
+    if (!body.message) body.message = res.statusCode === 404 ? NOT_FOUND_MESSAGE : body.code;
+  }
+  return body;
+};
+
+const baseRouter = router.default;
+router.default = rules => {
+  const patched = {};
+  for (const [method, routes] of Object.entries(rules)) {
+    patched[method] = {};
+    for (const [route, handler] of Object.entries(routes)) {
+      const replace = (REPLACEMENTS[method] || {})[route];
+      patched[method][route] = withCosmosErrors(replace ? replace(handler) : handler);
+    }
+  }
+  return baseRouter(patched);
+};
+
+// ---------------------------------------------------------------------------------------------
+// 6. Start. lib/cli.js creates its server without options, so every response carries
+// `connection: close` and each SDK call opens a new TCP connection. createHttpServer({keepAlive:
+// true}) sends `connection: keep-alive` and Node keeps the socket open. The idle timeout is raised
+// from Node's 5 s so that a pooled client connection is not closed just as it is reused.
+// ---------------------------------------------------------------------------------------------
+const { createHttpServer } = load("index");
+
+function main(args) {
+  const server = createHttpServer({ keepAlive: true });
+  server.keepAliveTimeout = 120 * 1000;
+  server.headersTimeout = 125 * 1000;
+  server.on("error", err => fail(`cannot listen on ${args.host}:${args.port}: ${err.message}`));
+  server.listen(args.port, args.host, () => {
+    const { port } = server.address();
+    const host = args.host.includes(":") ? `[${args.host}]` : args.host;
+    process.stdout.write(`listening on http://${host}:${port}\n`);
+  });
+  const stop = () => {
+    server.close(() => process.exit(0));
+    server.closeAllConnections();
+    setTimeout(() => process.exit(0), 2000).unref();
+  };
+  process.on("SIGTERM", stop);
+  process.on("SIGINT", stop);
+  if (args.exitOnStdinClose) {
+    process.stdin.on("end", stop).on("close", stop).resume();
+  }
+}
+
+main(ARGS);

@@ -1,0 +1,103 @@
+"""Create the Cosmos DB database and containers the consumer uses, if they don't exist yet.
+
+Works against the local server (``python -m devservers.cosmos``) and the real Cosmos DB emulator::
+
+    python -m devservers.cosmos_setup --endpoint http://127.0.0.1:8081
+    python -m devservers.cosmos_setup --endpoint https://localhost:8081 --no-verify-tls
+
+It creates, with the real ``azure-cosmos`` SDK:
+
+* the database (``--database``, default ``sales``);
+* the orders container (``--container``, default ``orders``): partition key ``/orderId``, TTL on
+  without a default (``default_ttl=-1``, so items expire only if they carry their own ``ttl``);
+* the leases container (``--leases-container``, default ``leases``): partition key ``/id``.
+
+Running it again changes nothing. An existing container is never modified: if its partition key or
+default TTL differs from the above, the script says so and exits with status 1 (a partition key
+cannot be changed; recreate the container). The key defaults to the emulator's well-known key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey
+
+from devservers.cosmos import EMULATOR_KEY
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    partition_key_path: str
+    default_ttl: int | None
+
+
+def container_specs(container: str = "orders", leases_container: str = "leases") -> list[ContainerSpec]:
+    return [
+        ContainerSpec(container, "/orderId", default_ttl=-1),
+        ContainerSpec(leases_container, "/id", default_ttl=None),
+    ]
+
+
+def make_client(endpoint: str, key: str = EMULATOR_KEY, *, verify_tls: bool = True) -> CosmosClient:
+    """A client for ``endpoint``; plain-HTTP endpoints (the local server, the vNext emulator) need
+    endpoint discovery off, since the account they advertise is not the address to use."""
+    options: dict[str, Any] = {"connection_verify": verify_tls}
+    if endpoint.lower().startswith("http://"):
+        options["enable_endpoint_discovery"] = False
+    return CosmosClient(endpoint, credential=key, **options)
+
+
+def ensure_containers(client: CosmosClient, database: str, specs: list[ContainerSpec]) -> list[str]:
+    """Create the database and containers that are missing; return the problems found in existing ones."""
+    db: DatabaseProxy = client.create_database_if_not_exists(id=database)
+    problems: list[str] = []
+    for spec in specs:
+        options: dict[str, Any] = {}
+        if spec.default_ttl is not None:
+            options["default_ttl"] = spec.default_ttl
+        container = db.create_container_if_not_exists(
+            id=spec.name, partition_key=PartitionKey(path=spec.partition_key_path), **options
+        )
+        properties = container.read()
+        paths = properties.get("partitionKey", {}).get("paths", [])
+        if paths != [spec.partition_key_path]:
+            problems.append(f"{database}/{spec.name}: partition key is {paths}, expected [{spec.partition_key_path!r}]")
+        if properties.get("defaultTtl") != spec.default_ttl:
+            problems.append(
+                f"{database}/{spec.name}: default TTL is {properties.get('defaultTtl')}, expected {spec.default_ttl}"
+            )
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m devservers.cosmos_setup",
+        description="Create the Cosmos DB database and containers the consumer uses, if they don't exist.",
+    )
+    parser.add_argument("--endpoint", required=True, help="account endpoint, e.g. http://127.0.0.1:8081")
+    parser.add_argument("--key", default=EMULATOR_KEY, help="account key (default: the emulator's well-known key)")
+    parser.add_argument("--no-verify-tls", action="store_true", help="accept a self-signed certificate (emulator)")
+    parser.add_argument("--database", default="sales")
+    parser.add_argument("--container", default="orders", help="orders container (partition key /orderId)")
+    parser.add_argument("--leases-container", default="leases", help="leases container (partition key /id)")
+    args = parser.parse_args(argv)
+
+    client = make_client(args.endpoint, args.key, verify_tls=not args.no_verify_tls)
+    specs = container_specs(args.container, args.leases_container)
+    problems = ensure_containers(client, args.database, specs)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    names = ", ".join(spec.name for spec in specs)
+    print(f"database {args.database!r} ready with containers {names} at {args.endpoint}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

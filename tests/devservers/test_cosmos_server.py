@@ -1,0 +1,356 @@
+"""The local Cosmos server behaves like Cosmos DB where the consumer depends on it.
+
+Each test pins one of the corrections devservers/cosmos/launcher.js makes to the published
+@vercel/cosmosdb-server (they fail against the unpatched server), or a Cosmos behaviour the code
+relies on. Set COSMOS_TEST_ENDPOINT to run them against another server (see tests/support/cosmos.py).
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from azure.core import MatchConditions
+from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey, exceptions
+
+from devservers import cosmos_setup
+from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
+
+pytestmark = pytest.mark.cosmos
+
+TTL_WAIT_SECONDS = 6.0  # _ts has 1 s resolution, so a 2 s TTL ends 1-2 s after the write
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def client(cosmos_endpoint: CosmosEndpoint) -> CosmosClient:
+    return make_cosmos_client(cosmos_endpoint)
+
+
+@pytest.fixture
+def database(client: CosmosClient) -> Iterator[DatabaseProxy]:
+    db = client.create_database(_unique("test"))
+    yield db
+    client.delete_database(db)
+
+
+@pytest.fixture
+def make_container(database: DatabaseProxy) -> Callable[..., ContainerProxy]:
+    def make(partition_key: str = "/orderId", **options: Any) -> ContainerProxy:
+        container: ContainerProxy = database.create_container(
+            _unique("c"), partition_key=PartitionKey(path=partition_key), **options
+        )
+        return container
+
+    return make
+
+
+@pytest.fixture
+def orders(make_container: Callable[..., ContainerProxy]) -> ContainerProxy:
+    return make_container()
+
+
+def _error_code(err: exceptions.CosmosHttpResponseError) -> str | None:
+    return err.error.code if err.error is not None else None
+
+
+def _ids(container: ContainerProxy, partition: str) -> set[str]:
+    return {item["id"] for item in container.query_items("SELECT c.id FROM c", partition_key=partition)}
+
+
+def _wait_until_gone(container: ContainerProxy, item_id: str, partition: str) -> None:
+    deadline = time.monotonic() + TTL_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            container.read_item(item_id, partition_key=partition)
+        except exceptions.CosmosResourceNotFoundError:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"{item_id} did not expire within {TTL_WAIT_SECONDS} s")
+
+
+# --- 1. missing documents --------------------------------------------------------------------------
+
+
+def test_read_of_missing_or_deleted_item_is_404_not_found(orders: ContainerProxy) -> None:
+    with pytest.raises(exceptions.CosmosResourceNotFoundError) as missing:
+        orders.read_item("nope", partition_key="o1")
+    assert _error_code(missing.value) == "NotFound"
+
+    orders.create_item({"id": "a", "orderId": "o1"})
+    orders.delete_item("a", partition_key="o1")
+    with pytest.raises(exceptions.CosmosResourceNotFoundError) as deleted:
+        orders.read_item("a", partition_key="o1")
+    assert _error_code(deleted.value) == "NotFound"
+
+
+def test_writes_to_missing_item_are_404_with_cosmos_error_body(orders: ContainerProxy) -> None:
+    set_a = [{"op": "set", "path": "/a", "value": 1}]
+    attempts: list[Callable[[], object]] = [
+        lambda: orders.replace_item("nope", {"id": "nope", "orderId": "o1"}),
+        lambda: orders.patch_item("nope", partition_key="o1", patch_operations=set_a),
+        lambda: orders.delete_item("nope", partition_key="o1"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(exceptions.CosmosResourceNotFoundError) as err:
+            attempt()
+        assert _error_code(err.value) == "NotFound"
+
+
+def test_create_of_existing_id_is_409_and_etags_change_on_every_write(orders: ContainerProxy) -> None:
+    first = orders.create_item({"id": "a", "orderId": "o1", "n": 1})
+    with pytest.raises(exceptions.CosmosResourceExistsError):
+        orders.create_item({"id": "a", "orderId": "o1"})
+    second = orders.replace_item("a", {"id": "a", "orderId": "o1", "n": 2})
+    third = orders.patch_item("a", partition_key="o1", patch_operations=[{"op": "incr", "path": "/n", "value": 1}])
+    assert len({first["_etag"], second["_etag"], third["_etag"]}) == 3
+    assert isinstance(third["_ts"], int)
+
+
+def test_stale_etag_replace_and_patch_are_412(orders: ContainerProxy) -> None:
+    stale = orders.create_item({"id": "a", "orderId": "o1", "n": 1})["_etag"]
+    orders.replace_item("a", {"id": "a", "orderId": "o1", "n": 2})
+    with pytest.raises(exceptions.CosmosAccessConditionFailedError):
+        orders.replace_item(
+            "a", {"id": "a", "orderId": "o1", "n": 3}, etag=stale, match_condition=MatchConditions.IfNotModified
+        )
+    with pytest.raises(exceptions.CosmosAccessConditionFailedError):
+        orders.patch_item(
+            "a",
+            partition_key="o1",
+            patch_operations=[{"op": "set", "path": "/n", "value": 3}],
+            etag=stale,
+            match_condition=MatchConditions.IfNotModified,
+        )
+    assert orders.read_item("a", partition_key="o1")["n"] == 2
+
+
+# --- 2. transactional batch ------------------------------------------------------------------------
+
+
+def test_failed_batch_writes_nothing_and_reports_409_and_424s(orders: ContainerProxy) -> None:
+    orders.create_item({"id": "dup", "orderId": "o1"})
+    with pytest.raises(exceptions.CosmosBatchOperationError) as err:
+        orders.execute_item_batch(
+            [
+                ("create", ({"id": "new1", "orderId": "o1"},)),
+                ("create", ({"id": "new2", "orderId": "o1"},)),
+                ("create", ({"id": "dup", "orderId": "o1"},)),
+                ("create", ({"id": "new3", "orderId": "o1"},)),
+            ],
+            partition_key="o1",
+        )
+    assert err.value.error_index == 2
+    assert err.value.status_code == 409
+    assert [op["statusCode"] for op in err.value.operation_responses] == [424, 424, 409, 424]
+    assert _ids(orders, "o1") == {"dup"}
+
+
+def test_batch_supports_every_operation_type(orders: ContainerProxy) -> None:
+    etag = orders.create_item({"id": "r", "orderId": "o1", "v": 1})["_etag"]
+    orders.create_item({"id": "d", "orderId": "o1"})
+    orders.create_item({"id": "p", "orderId": "o1", "version": 3, "state": "new"})
+    results = orders.execute_item_batch(
+        [
+            ("create", ({"id": "c", "orderId": "o1"},)),
+            ("upsert", ({"id": "u", "orderId": "o1"},)),
+            ("replace", ("r", {"id": "r", "orderId": "o1", "v": 2}), {"if_match_etag": etag}),
+            ("read", ("r",)),
+            ("delete", ("d",)),
+            ("patch", ("p", [{"op": "set", "path": "/state", "value": "done"}])),
+        ],
+        partition_key="o1",
+    )
+    assert [op["statusCode"] for op in results] == [201, 201, 200, 200, 204, 200]
+    assert results[3]["resourceBody"]["v"] == 2
+    assert _ids(orders, "o1") == {"c", "u", "r", "p"}
+    assert orders.read_item("p", partition_key="o1")["state"] == "done"
+
+
+def test_batch_replace_with_stale_etag_is_412_and_writes_nothing(orders: ContainerProxy) -> None:
+    stale = orders.create_item({"id": "r", "orderId": "o1", "v": 1})["_etag"]
+    orders.replace_item("r", {"id": "r", "orderId": "o1", "v": 2})
+    with pytest.raises(exceptions.CosmosBatchOperationError) as err:
+        orders.execute_item_batch(
+            [
+                ("upsert", ({"id": "u", "orderId": "o1"},)),
+                ("replace", ("r", {"id": "r", "orderId": "o1", "v": 3}), {"if_match_etag": stale}),
+            ],
+            partition_key="o1",
+        )
+    assert [op["statusCode"] for op in err.value.operation_responses] == [424, 412]
+    assert _ids(orders, "o1") == {"r"}
+    assert orders.read_item("r", partition_key="o1")["v"] == 2
+
+
+def test_batch_patch_with_filter_predicate(orders: ContainerProxy) -> None:
+    orders.create_item({"id": "p", "orderId": "o1", "version": 3})
+    bump = [{"op": "set", "path": "/version", "value": 4}]
+    orders.execute_item_batch(
+        [("patch", ("p", bump), {"filter_predicate": "from c where c.version = 3"})], partition_key="o1"
+    )
+    assert orders.read_item("p", partition_key="o1")["version"] == 4
+
+    with pytest.raises(exceptions.CosmosBatchOperationError) as err:
+        orders.execute_item_batch(
+            [
+                ("create", ({"id": "side-effect", "orderId": "o1"},)),
+                ("patch", ("p", bump), {"filter_predicate": "from c where c.version = 3"}),
+            ],
+            partition_key="o1",
+        )
+    assert err.value.error_index == 1
+    assert [op["statusCode"] for op in err.value.operation_responses] == [424, 412]
+    assert _ids(orders, "o1") == {"p"}
+
+
+def test_batch_of_missing_item_is_404_and_more_than_100_operations_is_400(orders: ContainerProxy) -> None:
+    with pytest.raises(exceptions.CosmosBatchOperationError) as err:
+        orders.execute_item_batch(
+            [("create", ({"id": "x", "orderId": "o1"},)), ("delete", ("nope",))], partition_key="o1"
+        )
+    assert [op["statusCode"] for op in err.value.operation_responses] == [424, 404]
+
+    too_many = [("create", ({"id": f"i{i}", "orderId": "o1"},)) for i in range(101)]
+    with pytest.raises(exceptions.CosmosHttpResponseError) as too_big:
+        orders.execute_item_batch(too_many, partition_key="o1")
+    assert too_big.value.status_code == 400
+    assert _ids(orders, "o1") == set()
+
+
+# --- 3. TTL ---------------------------------------------------------------------------------------
+
+
+def test_container_default_ttl_expires_items(make_container: Callable[..., ContainerProxy]) -> None:
+    container = make_container(default_ttl=2)
+    container.create_item({"id": "short", "orderId": "o1"})
+    container.create_item({"id": "forever", "orderId": "o1", "ttl": -1})
+    assert container.read_item("short", partition_key="o1")["id"] == "short"
+
+    _wait_until_gone(container, "short", "o1")
+    assert _ids(container, "o1") == {"forever"}
+    container.create_item({"id": "short", "orderId": "o1"})  # the id is free again
+    container.execute_item_batch([("read", ("forever",))], partition_key="o1")
+
+
+def test_item_ttl_overrides_and_needs_ttl_enabled_on_container(make_container: Callable[..., ContainerProxy]) -> None:
+    ttl_on = make_container(default_ttl=-1)
+    ttl_off = make_container()
+    for container in (ttl_on, ttl_off):
+        container.create_item({"id": "short", "orderId": "o1", "ttl": 2})
+        container.create_item({"id": "plain", "orderId": "o1"})
+
+    _wait_until_gone(ttl_on, "short", "o1")
+    assert _ids(ttl_on, "o1") == {"plain"}
+    with pytest.raises(exceptions.CosmosBatchOperationError):
+        ttl_on.execute_item_batch([("read", ("short",))], partition_key="o1")
+    ttl_on.execute_item_batch([("create", ({"id": "short", "orderId": "o1"},))], partition_key="o1")
+    assert _ids(ttl_off, "o1") == {"short", "plain"}  # item ttl is ignored while the container's TTL is off
+
+
+def test_replacing_a_container_keeps_its_items(database: DatabaseProxy) -> None:
+    container = database.create_container(_unique("c"), partition_key=PartitionKey(path="/orderId"))
+    container.create_item({"id": "a", "orderId": "o1"})
+    database.replace_container(container, partition_key=PartitionKey(path="/orderId"), default_ttl=-1)
+    assert container.read()["defaultTtl"] == -1
+    assert container.read_item("a", partition_key="o1")["id"] == "a"
+
+
+# --- 4. partition-scoped queries --------------------------------------------------------------------
+
+
+def test_query_with_partition_key_returns_only_that_partition(orders: ContainerProxy) -> None:
+    for item_id, order in [("a", "o1"), ("b", "o1"), ("c", "o2")]:
+        orders.create_item({"id": item_id, "orderId": order})
+    assert _ids(orders, "o1") == {"a", "b"}
+    assert _ids(orders, "o2") == {"c"}
+    assert _ids(orders, "o3") == set()
+    # The partition wins over a query that names other partitions too.
+    named = orders.query_items("SELECT c.id FROM c WHERE c.orderId IN ('o1', 'o2')", partition_key="o2")
+    assert {item["id"] for item in named} == {"c"}
+    everything = orders.query_items("SELECT c.id FROM c", enable_cross_partition_query=True)
+    assert {item["id"] for item in everything} == {"a", "b", "c"}
+
+
+# --- 5. patch filter predicates -------------------------------------------------------------------
+
+
+def test_patch_filter_predicate_is_case_sensitive(orders: ContainerProxy) -> None:
+    orders.create_item({"id": "p", "orderId": "o1", "Version": 1, "version": 2, "status": "Active"})
+
+    def patch(predicate: str) -> None:
+        ops = [{"op": "incr", "path": "/Version", "value": 1}]
+        orders.patch_item("p", partition_key="o1", patch_operations=ops, filter_predicate=predicate)
+
+    patch("from c where c.Version = 1")
+    patch("FROM c WHERE c.status = 'Active'")
+    with pytest.raises(exceptions.CosmosAccessConditionFailedError):
+        patch("from c where c.Version = 2")  # c.version is 2, c.Version is 3 by now
+    with pytest.raises(exceptions.CosmosAccessConditionFailedError):
+        patch("from c where c.status = 'active'")
+    item = orders.read_item("p", partition_key="o1")
+    assert (item["Version"], item["version"]) == (3, 2)
+
+
+# --- 6. keep-alive --------------------------------------------------------------------------------
+
+
+def test_one_connection_serves_several_requests(cosmos_endpoint: CosmosEndpoint) -> None:
+    url = urlsplit(cosmos_endpoint.url)
+    assert url.hostname is not None
+    connection: http.client.HTTPConnection
+    if url.scheme == "https":
+        context = ssl.create_default_context()
+        if not cosmos_endpoint.verify_tls:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        connection = http.client.HTTPSConnection(url.hostname, url.port, context=context, timeout=10)
+    else:
+        connection = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        local_ports = set()
+        for _ in range(3):
+            connection.request("GET", "/")  # the account document; the local server needs no auth for it
+            response = connection.getresponse()
+            response.read()
+            assert (response.getheader("Connection") or "keep-alive").lower() != "close"
+            assert connection.sock is not None, "the server closed the connection"
+            local_ports.add(connection.sock.getsockname()[1])
+        assert len(local_ports) == 1
+    finally:
+        connection.close()
+
+
+# --- setup script ---------------------------------------------------------------------------------
+
+
+def test_setup_script_creates_database_and_containers_idempotently(
+    cosmos_endpoint: CosmosEndpoint, client: CosmosClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = _unique("sales")
+    argv = ["--endpoint", cosmos_endpoint.url, "--key", cosmos_endpoint.key, "--database", database]
+    if not cosmos_endpoint.verify_tls:
+        argv.append("--no-verify-tls")
+    try:
+        assert cosmos_setup.main(argv) == 0
+        assert cosmos_setup.main(argv) == 0
+        db = client.get_database_client(database)
+        orders = db.get_container_client("orders").read()
+        leases = db.get_container_client("leases").read()
+        assert orders["partitionKey"]["paths"] == ["/orderId"]
+        assert orders["defaultTtl"] == -1
+        assert leases["partitionKey"]["paths"] == ["/id"]
+        assert leases.get("defaultTtl") is None
+        assert {c["id"] for c in db.list_containers()} == {"orders", "leases"}
+        assert "ready" in capsys.readouterr().out
+    finally:
+        client.delete_database(database)
