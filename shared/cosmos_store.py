@@ -60,18 +60,20 @@ def _from_status(what: str, status: int | None, sub_status: int | None) -> Store
     return StoreError(detail, status=status, sub_status=sub_status)
 
 
+def credential_for(settings: CosmosSettings) -> Any:
+    """The account key when one is configured (local emulators only), else DefaultAzureCredential."""
+    if settings.key:
+        return settings.key
+    from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
+
+    return DefaultAzureCredential()
+
+
 def make_client(settings: CosmosSettings) -> CosmosClient:
     """Create a CosmosClient: key auth for local emulators, managed identity otherwise.
 
     The constructor reads the account, so it connects: call it lazily, never at import time.
     """
-    credential: Any
-    if settings.key:
-        credential = settings.key
-    else:
-        from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
-
-        credential = DefaultAzureCredential()
     options: dict[str, Any] = {
         "connection_verify": settings.verify_tls,
         "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
@@ -87,7 +89,7 @@ def make_client(settings: CosmosSettings) -> CosmosClient:
         # Local servers over plain HTTP have one region; discovery would ask for a TLS endpoint.
         options["enable_endpoint_discovery"] = False
     with translate_errors("connect to Cosmos DB"):
-        return CosmosClient(settings.endpoint, credential=credential, **options)
+        return CosmosClient(settings.endpoint, credential=credential_for(settings), **options)
 
 
 class CosmosStore:

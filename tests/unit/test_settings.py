@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from azure.identity import DefaultAzureCredential
 
+from shared.cosmos_store import credential_for
 from shared.errors import ConfigurationError
 from shared.settings import SETTINGS, CosmosSettings, orders_queue
 
@@ -45,3 +47,13 @@ def test_queue_name_has_a_default_and_can_be_overridden() -> None:
 def test_setting_names_are_unique() -> None:
     names = [s.name for s in SETTINGS]
     assert len(names) == len(set(names))
+
+
+def test_without_a_key_the_cosmos_client_uses_managed_identity() -> None:
+    settings = CosmosSettings.from_env({"COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/"})
+    assert isinstance(credential_for(settings), DefaultAzureCredential)
+
+
+def test_with_a_key_the_cosmos_client_uses_the_key() -> None:
+    settings = CosmosSettings.from_env({"COSMOS_ENDPOINT": "http://127.0.0.1:8081", "COSMOS_KEY": "k=="})
+    assert credential_for(settings) == "k=="
