@@ -5,17 +5,24 @@ Every SDK error is translated in ``translate_errors``; nothing else catches azur
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from azure.core.exceptions import AzureError, ServiceRequestError, ServiceResponseError
 from azure.cosmos import ContainerProxy, CosmosClient
-from azure.cosmos.exceptions import CosmosClientTimeoutError, CosmosHttpResponseError
+from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosClientTimeoutError, CosmosHttpResponseError
 
-from shared.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, TransientStoreError
+from shared.errors import (
+    AlreadyExists,
+    BatchFailed,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    TransientStoreError,
+)
 from shared.settings import CosmosSettings
-from shared.store import Document
+from shared.store import BatchOperation, Create, Document, Patch, check_batch, filter_predicate
 
 # Statuses worth retrying later: timeout, throttled, retry-with, server error, unavailable. A 408 on a
 # write leaves the outcome unknown; abandoning is safe because the redelivery's create is the dedup check.
@@ -37,6 +44,8 @@ def translate_errors(what: str) -> Iterator[None]:
     """Map azure-cosmos and azure-core errors to the shared error family, chained to the original."""
     try:
         yield
+    except CosmosBatchOperationError as exc:
+        raise _from_batch(what, exc) from exc
     except CosmosHttpResponseError as exc:
         raise _from_status(what, exc.status_code, getattr(exc, "sub_status", None)) from exc
     except CosmosClientTimeoutError as exc:
@@ -67,6 +76,29 @@ def credential_for(settings: CosmosSettings) -> Any:
     from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
 
     return DefaultAzureCredential()
+
+
+def _from_batch(what: str, exc: CosmosBatchOperationError) -> StoreError:
+    index = exc.error_index
+    response = exc.operation_responses[index] if 0 <= index < len(exc.operation_responses) else {}
+    status = response.get("statusCode")
+    sub_status = response.get("subStatusCode")
+    if status in TRANSIENT_STATUSES:
+        # The batch as a whole may succeed later: a throttled or timed-out operation is not a verdict.
+        return TransientStoreError(f"{what}: operation {index} got HTTP {status}", status=status)
+    return BatchFailed(f"{what}: operation {index} failed with HTTP {status}", index=index, status=status,
+                       sub_status=sub_status)
+
+
+def _batch_operation(op: BatchOperation) -> tuple[Any, ...]:
+    if isinstance(op, Create):
+        return ("create", (op.document,))
+    if isinstance(op, Patch):
+        patch = [{"op": "set", "path": f"/{name}", "value": value} for name, value in op.set_fields.items()]
+        options = {"filter_predicate": filter_predicate(op.condition)} if op.condition else {}
+        return ("patch", (op.doc_id, patch), options)
+    options = {"if_match_etag": op.if_match} if op.if_match else {}
+    return ("replace", (op.document["id"], op.document), options)
 
 
 def make_client(settings: CosmosSettings) -> CosmosClient:
@@ -120,3 +152,12 @@ class CosmosStore:
         """Point-read a document; a missing one raises NotFound."""
         with translate_errors(f"read {doc_id}"):
             return dict(self._container.read_item(item=doc_id, partition_key=partition_key))
+
+    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        """One transactional batch in one partition: all operations or none."""
+        check_batch(operations)
+        with translate_errors(f"batch of {len(operations)} in {partition_key}"):
+            results = self._container.execute_item_batch(
+                batch_operations=[_batch_operation(op) for op in operations], partition_key=partition_key
+            )
+        return [dict(r.get("resourceBody") or {}) for r in results]

@@ -8,7 +8,8 @@
         ├── NotFound              a read found nothing (404)
         ├── PreconditionFailed    an etag or filter condition did not hold (412)
         ├── TransientStoreError   408/429/449/5xx, connection errors, timeouts: retry later
-        └── BatchTooLarge         a transactional batch would break Cosmos DB's limits
+        ├── BatchFailed           one operation of a transactional batch failed; nothing was written
+        └── BatchTooLarge         a transactional batch would break Cosmos DB's limits; never sent
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ class PreconditionFailed(StoreError):
 
 class TransientStoreError(StoreError):
     """The store may succeed if asked again later: throttled, timed out, unavailable."""
+
+
+class BatchFailed(StoreError):
+    """One operation of a transactional batch failed (``index``, ``status``); none of the batch was written."""
+
+    def __init__(self, message: str, *, index: int, status: int | None, sub_status: int | None = None) -> None:
+        super().__init__(message, status=status, sub_status=sub_status)
+        self.index = index
 
 
 class BatchTooLarge(StoreError):

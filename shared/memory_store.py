@@ -6,17 +6,32 @@ import copy
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 
-from shared.errors import AlreadyExists, NotFound, StoreError
-from shared.store import Document
+from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, StoreError
+from shared.store import BatchOperation, Create, Document, Patch, check_batch, condition_holds
+
+_Key = tuple[str, str]
 
 
 class InMemoryStore:
-    """Documents keyed by (partition key, id), guarded by one lock; etags change on every write."""
+    """Documents keyed by (partition key, id), guarded by one lock; etags change on every write.
 
-    def __init__(self, partition_key_field: str = "orderId") -> None:
+    TTL follows Cosmos DB: with ``default_ttl`` None, expiry is off; -1 turns it on without a
+    default, and a document's own ``ttl`` (seconds, -1 = never) then applies.
+    """
+
+    def __init__(
+        self,
+        partition_key_field: str = "orderId",
+        *,
+        default_ttl: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._field = partition_key_field
-        self._documents: dict[tuple[str, str], Document] = {}
+        self._default_ttl = default_ttl
+        self._clock = clock
+        self._documents: dict[_Key, Document] = {}
         self._lock = threading.Lock()
         self.requests = 0  # what a Cosmos request would be counted as; tests assert on it
 
@@ -27,28 +42,81 @@ class InMemoryStore:
 
     def create(self, document: Document) -> Document:
         """Create a document; raise AlreadyExists if its id is taken in its partition."""
-        key = (self._partition_key_of(document), document["id"])
         with self._lock:
             self.requests += 1
-            if key in self._documents:
-                raise AlreadyExists(f"document {document['id']} already exists", status=409)
-            stored = self._stamp(copy.deepcopy(document))
-            self._documents[key] = stored
-            return copy.deepcopy(stored)
+            return copy.deepcopy(self._create(self._documents, document))
 
     def read(self, doc_id: str, partition_key: str) -> Document:
         """Return a copy of the stored document or raise NotFound."""
         with self._lock:
             self.requests += 1
-            stored = self._documents.get((partition_key, doc_id))
-            if stored is None:
-                raise NotFound(f"document {doc_id} not found", status=404)
-            return copy.deepcopy(stored)
+            return copy.deepcopy(self._get(self._documents, partition_key, doc_id))
+
+    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        """Apply all operations to a copy, and keep the copy only if every one succeeded."""
+        check_batch(operations)
+        with self._lock:
+            self.requests += 1
+            working = dict(self._documents)
+            results = []
+            for index, op in enumerate(operations):
+                try:
+                    results.append(self._apply(working, partition_key, op))
+                except StoreError as exc:
+                    raise BatchFailed(f"batch operation {index} failed: {exc}", index=index, status=exc.status) from exc
+            self._documents = working
+            return copy.deepcopy(results)
 
     def documents(self) -> list[Document]:
-        """Every stored document, for assertions in tests."""
+        """Every live stored document, for assertions in tests."""
         with self._lock:
-            return [copy.deepcopy(d) for d in self._documents.values()]
+            return [copy.deepcopy(d) for d in self._documents.values() if not self._expired(d)]
+
+    def _apply(self, docs: dict[_Key, Document], partition_key: str, op: BatchOperation) -> Document:
+        if isinstance(op, Create):
+            self._require_partition(op.document, partition_key)
+            return self._create(docs, op.document)
+        if isinstance(op, Patch):
+            current = self._get(docs, partition_key, op.doc_id)
+            if not condition_holds(current, op.condition):
+                raise PreconditionFailed(f"condition on {op.doc_id} does not hold", status=412)
+            patched = self._stamp({**copy.deepcopy(current), **copy.deepcopy(dict(op.set_fields))})
+            docs[(partition_key, op.doc_id)] = patched
+            return patched
+        self._require_partition(op.document, partition_key)
+        current = self._get(docs, partition_key, op.document["id"])
+        if op.if_match is not None and current["_etag"] != op.if_match:
+            raise PreconditionFailed(f"etag of {op.document['id']} changed", status=412)
+        replaced = self._stamp(copy.deepcopy(op.document))
+        docs[(partition_key, op.document["id"])] = replaced
+        return replaced
+
+    def _create(self, docs: dict[_Key, Document], document: Document) -> Document:
+        key = (self._partition_key_of(document), document["id"])
+        existing = docs.get(key)
+        if existing is not None and not self._expired(existing):
+            raise AlreadyExists(f"document {document['id']} already exists", status=409)
+        stored = self._stamp(copy.deepcopy(document))
+        docs[key] = stored
+        return stored
+
+    def _get(self, docs: dict[_Key, Document], partition_key: str, doc_id: str) -> Document:
+        stored = docs.get((partition_key, doc_id))
+        if stored is None or self._expired(stored):
+            raise NotFound(f"document {doc_id} not found", status=404)
+        return stored
+
+    def _expired(self, document: Document) -> bool:
+        if self._default_ttl is None:
+            return False
+        ttl = document.get("ttl", self._default_ttl)
+        if not isinstance(ttl, int) or ttl == -1:
+            return False
+        return bool(document["_ts"] + ttl <= self._clock())
+
+    def _require_partition(self, document: Document, partition_key: str) -> None:
+        if self._partition_key_of(document) != partition_key:
+            raise StoreError(f"document {document.get('id')} is not in partition {partition_key}", status=400)
 
     def _partition_key_of(self, document: Document) -> str:
         value = document.get(self._field)
@@ -56,8 +124,7 @@ class InMemoryStore:
             raise StoreError(f"document {document.get('id')} has no string {self._field}", status=400)
         return value
 
-    @staticmethod
-    def _stamp(document: Document) -> Document:
+    def _stamp(self, document: Document) -> Document:
         document["_etag"] = f'"{uuid.uuid4()}"'
-        document["_ts"] = int(time.time())
+        document["_ts"] = int(self._clock())
         return document

@@ -6,9 +6,99 @@ Adapters: ``shared.cosmos_store.CosmosStore`` (the real one) and ``shared.memory
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from shared.errors import BatchTooLarge, StoreError
+
 Document = dict[str, Any]
+
+# Cosmos DB's limits for one transactional batch; a batch beyond them is refused, never split,
+# because splitting would break its atomicity.
+MAX_BATCH_OPERATIONS = 100
+MAX_BATCH_BYTES = 2 * 1024 * 1024
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create a document; fails with 409 if its id exists in the partition."""
+
+    document: Document
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Set top-level fields of a document, only if every ``condition`` holds (else 412; 404 if absent).
+
+    A condition maps a field to the value it must equal, or to a tuple of values it must be one of.
+    """
+
+    doc_id: str
+    set_fields: Mapping[str, Any]
+    condition: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Replace a whole document, only if its etag still equals ``if_match`` (else 412)."""
+
+    document: Document
+    if_match: str | None = None
+
+
+BatchOperation = Create | Patch | Replace
+
+
+def check_batch(operations: Sequence[BatchOperation]) -> None:
+    """Refuse a batch that Cosmos DB would reject for its size, before anything is sent."""
+    if not operations:
+        raise BatchTooLarge("a transactional batch needs at least one operation", status=400)
+    if len(operations) > MAX_BATCH_OPERATIONS:
+        raise BatchTooLarge(
+            f"batch of {len(operations)} operations exceeds the limit of {MAX_BATCH_OPERATIONS}", status=400
+        )
+    size = sum(len(json.dumps(_payload(op), default=str).encode("utf-8")) for op in operations)
+    if size > MAX_BATCH_BYTES:
+        raise BatchTooLarge(f"batch of {size} bytes exceeds the limit of {MAX_BATCH_BYTES}", status=413)
+    for op in operations:
+        if isinstance(op, Patch):
+            for name in (*op.set_fields, *op.condition):
+                if not _FIELD.fullmatch(name):
+                    raise StoreError(f"patch field {name!r} is not a plain top-level name", status=400)
+
+
+def _payload(op: BatchOperation) -> Any:
+    if isinstance(op, Patch):
+        return [op.doc_id, dict(op.set_fields), dict(op.condition)]
+    return op.document
+
+
+def condition_holds(document: Document, condition: Mapping[str, Any]) -> bool:
+    """Evaluate a Patch condition against a document (the in-memory store's filter predicate)."""
+    for name, expected in condition.items():
+        actual = document.get(name)
+        if isinstance(expected, tuple):
+            if actual not in expected:
+                return False
+        elif actual != expected:
+            return False
+    return True
+
+
+def filter_predicate(condition: Mapping[str, Any]) -> str:
+    """Render a Patch condition as a Cosmos DB filter predicate, e.g. ``from c where c.version = 2``."""
+    clauses = []
+    for name, expected in condition.items():
+        if isinstance(expected, tuple):
+            values = ", ".join(json.dumps(v) for v in expected)
+            clauses.append(f"c.{name} IN ({values})")
+        else:
+            clauses.append(f"c.{name} = {json.dumps(expected)}")
+    return "from c where " + " AND ".join(clauses)
 
 
 class DocumentStore(Protocol):
@@ -29,4 +119,13 @@ class DocumentStore(Protocol):
 
     def read(self, doc_id: str, partition_key: str) -> Document:
         """Return the stored document. Raise NotFound if there is none, TransientStoreError to retry."""
+        ...
+
+    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        """Apply the operations atomically, in order, in one partition; return the written documents.
+
+        Raise BatchTooLarge before sending anything when ``check_batch`` refuses the batch. Raise
+        BatchFailed(index, status) when one operation fails (409, 412, 404...): then nothing is written.
+        Raise TransientStoreError when the whole batch may succeed on retry.
+        """
         ...

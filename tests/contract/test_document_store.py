@@ -6,17 +6,18 @@ If the fake drifts from Cosmos DB's behaviour, the same test fails for one of th
 from __future__ import annotations
 
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from azure.cosmos import PartitionKey
 
 from shared.cosmos_store import CosmosStore
-from shared.errors import AlreadyExists, NotFound
+from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound
 from shared.memory_store import InMemoryStore
-from shared.store import DocumentStore
+from shared.store import MAX_BATCH_OPERATIONS, Create, DocumentStore, Patch, Replace
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
 
@@ -28,11 +29,32 @@ def cosmos_container(cosmos_endpoint: CosmosEndpoint) -> Iterator[object]:
     client.delete_database(database.id)
 
 
+class FakeClock:
+    """The in-memory store's clock, advanced by the TTL tests instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture(params=["memory", "cosmos"])
-def store(request: pytest.FixtureRequest) -> DocumentStore:
+def store_and_wait(request: pytest.FixtureRequest) -> tuple[DocumentStore, Callable[[float], None]]:
+    """A store with TTL on (container default -1), and how to let ``seconds`` pass for it."""
     if request.param == "memory":
-        return InMemoryStore()
-    return CosmosStore(request.getfixturevalue("cosmos_container"))
+        clock = FakeClock()
+
+        def advance(seconds: float) -> None:
+            clock.now += seconds
+
+        return InMemoryStore(default_ttl=-1, clock=clock), advance
+    return CosmosStore(request.getfixturevalue("cosmos_container")), time.sleep
+
+
+@pytest.fixture
+def store(store_and_wait: tuple[DocumentStore, Callable[[float], None]]) -> DocumentStore:
+    return store_and_wait[0]
 
 
 def doc(order_id: str, **fields: object) -> dict:
@@ -108,3 +130,102 @@ def test_sixteen_concurrent_creates_of_one_id_have_exactly_one_winner(store: Doc
         results = list(pool.map(attempt, range(16)))
     assert results.count("created") == 1
     assert results.count("conflict") == 15
+
+
+def test_batch_writes_every_operation(store: DocumentStore) -> None:
+    order_id = new_id()
+    store.execute_batch(order_id, [Create(doc(order_id)), Create({"id": f"{order_id}-m", "orderId": order_id})])
+    assert store.read(f"{order_id}-m", order_id)["orderId"] == order_id
+    assert store.read(order_id, order_id)["id"] == order_id
+
+
+@pytest.mark.parametrize("failing_at", [0, 1, 2])
+def test_batch_that_fails_at_any_operation_writes_nothing(store: DocumentStore, failing_at: int) -> None:
+    order_id = new_id()
+    store.create(doc(f"{order_id}-taken", orderId=order_id))
+    ops = [Create({"id": f"{order_id}-{n}", "orderId": order_id}) for n in range(3)]
+    ops[failing_at] = Create({"id": f"{order_id}-taken", "orderId": order_id})
+    with pytest.raises(BatchFailed) as caught:
+        store.execute_batch(order_id, ops)
+    assert (caught.value.index, caught.value.status) == (failing_at, 409)
+    for n in range(3):
+        if n != failing_at:
+            with pytest.raises(NotFound):
+                store.read(f"{order_id}-{n}", order_id)
+
+
+def test_conditional_patch_applies_when_the_condition_holds(store: DocumentStore) -> None:
+    order_id = new_id()
+    store.create(doc(order_id, version=1, status="placed"))
+    store.execute_batch(order_id, [Patch(order_id, {"version": 2, "status": "paid"},
+                                         {"version": 1, "status": ("placed", "paid")})])
+    stored = store.read(order_id, order_id)
+    assert (stored["version"], stored["status"]) == (2, "paid")
+
+
+@pytest.mark.parametrize("condition", [{"version": 2}, {"status": ("cancelled", "shipped")}, {"Version": 1}])
+def test_conditional_patch_fails_412_and_writes_nothing_when_the_condition_fails(
+    store: DocumentStore, condition: dict
+) -> None:
+    order_id = new_id()
+    store.create(doc(order_id, version=1, status="placed"))
+    marker = Create({"id": f"{order_id}-marker", "orderId": order_id})
+    with pytest.raises(BatchFailed) as caught:
+        store.execute_batch(order_id, [marker, Patch(order_id, {"version": 9}, condition)])
+    assert (caught.value.index, caught.value.status) == (1, 412)
+    assert store.read(order_id, order_id)["version"] == 1
+    with pytest.raises(NotFound):
+        store.read(f"{order_id}-marker", order_id)
+
+
+def test_patch_of_a_missing_document_fails_404(store: DocumentStore) -> None:
+    order_id = new_id()
+    with pytest.raises(BatchFailed) as caught:
+        store.execute_batch(order_id, [Patch(order_id, {"version": 2}, {"version": 1})])
+    assert caught.value.status == 404
+
+
+def test_replace_needs_the_current_etag(store: DocumentStore) -> None:
+    order_id = new_id()
+    created = store.create(doc(order_id, attempt=1))
+    store.execute_batch(order_id, [Replace(doc(order_id, attempt=2), if_match=created["_etag"])])
+    with pytest.raises(BatchFailed) as caught:
+        store.execute_batch(order_id, [Replace(doc(order_id, attempt=3), if_match=created["_etag"])])
+    assert caught.value.status == 412
+    assert store.read(order_id, order_id)["attempt"] == 2
+
+
+def test_batch_over_100_operations_is_refused_before_sending(store: DocumentStore) -> None:
+    order_id = new_id()
+    ops = [Create({"id": f"{order_id}-{n}", "orderId": order_id}) for n in range(MAX_BATCH_OPERATIONS + 1)]
+    with pytest.raises(BatchTooLarge):
+        store.execute_batch(order_id, ops)
+    with pytest.raises(NotFound):
+        store.read(f"{order_id}-0", order_id)
+
+
+def test_batch_over_2_mb_is_refused_before_sending(store: DocumentStore) -> None:
+    order_id = new_id()
+    big = "x" * (1024 * 1024)
+    ops = [Create({"id": f"{order_id}-{n}", "orderId": order_id, "pad": big}) for n in range(2)]
+    with pytest.raises(BatchTooLarge):
+        store.execute_batch(order_id, ops)
+
+
+def test_document_with_ttl_expires_and_others_remain(
+    store_and_wait: tuple[DocumentStore, Callable[[float], None]],
+) -> None:
+    store, wait = store_and_wait
+    order_id = new_id()
+    store.execute_batch(order_id, [Create(doc(f"{order_id}-marker", orderId=order_id, ttl=1)),
+                                   Create(doc(order_id))])
+    deadline = time.monotonic() + 10
+    while True:
+        wait(1.1)
+        try:
+            store.read(f"{order_id}-marker", order_id)
+        except NotFound:
+            break
+        assert time.monotonic() < deadline, "the marker should have expired"
+    assert store.read(order_id, order_id)["id"] == order_id
+    store.create(doc(f"{order_id}-marker", orderId=order_id))  # an expired id can be created again

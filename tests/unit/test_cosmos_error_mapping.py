@@ -13,6 +13,7 @@ from azure.core.exceptions import (
 )
 from azure.cosmos.exceptions import (
     CosmosAccessConditionFailedError,
+    CosmosBatchOperationError,
     CosmosClientTimeoutError,
     CosmosHttpResponseError,
     CosmosResourceExistsError,
@@ -20,7 +21,14 @@ from azure.cosmos.exceptions import (
 )
 
 from shared.cosmos_store import translate_errors
-from shared.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, TransientStoreError
+from shared.errors import (
+    AlreadyExists,
+    BatchFailed,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    TransientStoreError,
+)
 
 
 def translated(error: Exception) -> StoreError:
@@ -73,3 +81,25 @@ def test_status_and_context_are_kept_without_payload() -> None:
     mapped = translated(CosmosHttpResponseError(status_code=429, message="throttled"))
     assert mapped.status == 429
     assert "op on ord-1" in str(mapped)
+
+
+def batch_error(index: int, statuses: list[int]) -> CosmosBatchOperationError:
+    responses = [{"statusCode": status} for status in statuses]
+    return CosmosBatchOperationError(
+        error_index=index, headers={}, status_code=statuses[index], message="batch failed",
+        operation_responses=responses,
+    )
+
+
+@pytest.mark.parametrize(("index", "status"), [(0, 409), (1, 412), (2, 404), (1, 400)])
+def test_failed_batch_operation_maps_to_batch_failed_with_its_index_and_status(index: int, status: int) -> None:
+    statuses = [424, 424, 424]
+    statuses[index] = status
+    mapped = translated(batch_error(index, statuses))
+    assert type(mapped) is BatchFailed
+    assert (mapped.index, mapped.status) == (index, status)
+
+
+@pytest.mark.parametrize("status", [408, 429, 503])
+def test_batch_failing_on_a_transient_status_is_transient(status: int) -> None:
+    assert type(translated(batch_error(1, [424, status]))) is TransientStoreError
