@@ -2,7 +2,9 @@
 
 import azure.functions as func
 
+from consumers.events import blueprint as events_blueprint
 from consumers.orders import blueprint as orders_blueprint
 
 app = func.FunctionApp()
 app.register_functions(orders_blueprint)
+app.register_functions(events_blueprint)

@@ -33,9 +33,14 @@ class Settlement:
 
 SETTLEMENTS: dict[Outcome, Settlement] = {
     Outcome.CREATED: Settlement(Action.COMPLETE),
+    Outcome.APPLIED: Settlement(Action.COMPLETE),
     Outcome.DUPLICATE: Settlement(Action.COMPLETE),
+    Outcome.STALE: Settlement(Action.COMPLETE),
     Outcome.PAYLOAD_MISMATCH: Settlement(Action.DEADLETTER, "PayloadMismatch"),
     Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
+    Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
+    Outcome.GAP: Settlement(Action.ABANDON),
+    Outcome.OUT_OF_ORDER: Settlement(Action.DEADLETTER, "OutOfOrder"),
     Outcome.TRANSIENT: Settlement(Action.ABANDON),
     Outcome.ERROR: Settlement(Action.ABANDON),
 }

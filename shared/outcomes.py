@@ -10,9 +10,14 @@ class Outcome(StrEnum):
     """The outcome of one delivery, as logged and counted. Values are stable: alerts rely on them."""
 
     CREATED = "created"
+    APPLIED = "applied"
     DUPLICATE = "duplicate"
+    STALE = "stale"
     PAYLOAD_MISMATCH = "payload_mismatch"
     INVALID = "invalid"
+    INVALID_TRANSITION = "invalid_transition"
+    GAP = "gap"
+    OUT_OF_ORDER = "out_of_order"
     TRANSIENT = "transient"
     ERROR = "error"
 

@@ -34,6 +34,31 @@ COSMOS_VERIFY_TLS = SettingSpec(
 COSMOS_DATABASE = SettingSpec("COSMOS_DATABASE", "sales", "Cosmos DB database name.")
 COSMOS_CONTAINER = SettingSpec("COSMOS_CONTAINER", "orders", "Container of orders, partitioned by /orderId.")
 
+ORDER_EVENTS_QUEUE = SettingSpec(
+    "ORDER_EVENTS_QUEUE", "order-events", "Session-enabled queue that process_order_event listens on."
+)
+CONSUMER_NAME = SettingSpec(
+    "CONSUMER_NAME", "order-projection", "This consumer's name; inbox markers are keyed on it and the event."
+)
+DEDUP_TTL_SECONDS = SettingSpec(
+    "DEDUP_TTL_SECONDS", "777600", "Lifetime of inbox markers; must cover the retention window (see README)."
+)
+OUT_OF_ORDER_MAX_DELIVERIES = SettingSpec(
+    "OUT_OF_ORDER_MAX_DELIVERIES", "5", "Attempt at which an event still missing its predecessor is dead-lettered."
+)
+SERVICEBUS_LOCK_DURATION_SECONDS = SettingSpec(
+    "SERVICEBUS_LOCK_DURATION_SECONDS", "60", "The queues' lock duration, as configured on Service Bus."
+)
+SERVICEBUS_MAX_DELIVERY_COUNT = SettingSpec(
+    "SERVICEBUS_MAX_DELIVERY_COUNT", "10", "The queues' MaxDeliveryCount, as configured on Service Bus."
+)
+SERVICEBUS_MESSAGE_TTL_SECONDS = SettingSpec(
+    "SERVICEBUS_MESSAGE_TTL_SECONDS", "86400", "The queues' default message time to live, as configured."
+)
+DLQ_RESUBMIT_GRACE_SECONDS = SettingSpec(
+    "DLQ_RESUBMIT_GRACE_SECONDS", "604800", "How long after dead-lettering an operator may still resubmit."
+)
+
 SETTINGS: tuple[SettingSpec, ...] = (
     ORDERS_QUEUE,
     COSMOS_ENDPOINT,
@@ -41,6 +66,14 @@ SETTINGS: tuple[SettingSpec, ...] = (
     COSMOS_VERIFY_TLS,
     COSMOS_DATABASE,
     COSMOS_CONTAINER,
+    ORDER_EVENTS_QUEUE,
+    CONSUMER_NAME,
+    DEDUP_TTL_SECONDS,
+    OUT_OF_ORDER_MAX_DELIVERIES,
+    SERVICEBUS_LOCK_DURATION_SECONDS,
+    SERVICEBUS_MAX_DELIVERY_COUNT,
+    SERVICEBUS_MESSAGE_TTL_SECONDS,
+    DLQ_RESUBMIT_GRACE_SECONDS,
 )
 
 _TRUE = frozenset({"true", "1", "yes"})
@@ -99,6 +132,93 @@ class CosmosSettings:
         )
 
 
+def _read_int(spec: SettingSpec, env: Mapping[str, str] | None, minimum: int) -> int:
+    value = _read_name(spec, env)
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigurationError(spec.name, f"must be a whole number, not {value!r}") from None
+    if number < minimum:
+        raise ConfigurationError(spec.name, f"must be at least {minimum}, not {number}")
+    return number
+
+
 def orders_queue(env: Mapping[str, str] | None = None) -> str:
     """The queue process_order is bound to, read when the function is indexed."""
     return _read_name(ORDERS_QUEUE, env)
+
+
+def order_events_queue(env: Mapping[str, str] | None = None) -> str:
+    """The session queue process_order_event is bound to, read when the function is indexed."""
+    return _read_name(ORDER_EVENTS_QUEUE, env)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long the same message can come back, and how long inbox markers live.
+
+    A message can be redelivered for up to ``lock * max deliveries`` after its first processing, sit
+    in the queue for up to its time to live, and be resubmitted from the dead-letter queue within the
+    grace period. Markers must outlive all three, added up.
+    """
+
+    lock_duration_seconds: int
+    max_delivery_count: int
+    message_ttl_seconds: int
+    resubmit_grace_seconds: int
+    dedup_ttl_seconds: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Retention:
+        """Read the retention settings; malformed values raise ConfigurationError naming them."""
+        return cls(
+            lock_duration_seconds=_read_int(SERVICEBUS_LOCK_DURATION_SECONDS, env, 1),
+            max_delivery_count=_read_int(SERVICEBUS_MAX_DELIVERY_COUNT, env, 1),
+            message_ttl_seconds=_read_int(SERVICEBUS_MESSAGE_TTL_SECONDS, env, 1),
+            resubmit_grace_seconds=_read_int(DLQ_RESUBMIT_GRACE_SECONDS, env, 0),
+            dedup_ttl_seconds=_read_int(DEDUP_TTL_SECONDS, env, 1),
+        )
+
+    @property
+    def required_seconds(self) -> int:
+        """The shortest marker lifetime that covers every way a message can come back."""
+        return (
+            self.lock_duration_seconds * self.max_delivery_count
+            + self.message_ttl_seconds
+            + self.resubmit_grace_seconds
+        )
+
+    def computation(self) -> str:
+        """The rule with these numbers filled in, for error messages and logs."""
+        return (
+            f"lock {self.lock_duration_seconds} s x {self.max_delivery_count} deliveries"
+            f" + message TTL {self.message_ttl_seconds} s + resubmit grace {self.resubmit_grace_seconds} s"
+            f" = {self.required_seconds} s"
+        )
+
+    def check(self) -> Retention:
+        """Return self if markers live long enough, else raise ConfigurationError showing the computation."""
+        if self.dedup_ttl_seconds < self.required_seconds:
+            raise ConfigurationError(
+                DEDUP_TTL_SECONDS.name,
+                f"{self.dedup_ttl_seconds} s is shorter than the retention window: {self.computation()}",
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class EventSettings:
+    """What process_order_event needs beyond the Cosmos settings."""
+
+    consumer_name: str
+    out_of_order_max_deliveries: int
+    retention: Retention
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EventSettings:
+        """Read and check the event consumer's settings."""
+        return cls(
+            consumer_name=_read_name(CONSUMER_NAME, env),
+            out_of_order_max_deliveries=_read_int(OUT_OF_ORDER_MAX_DELIVERIES, env, 1),
+            retention=Retention.from_env(env).check(),
+        )

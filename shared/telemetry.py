@@ -19,7 +19,9 @@ METER_NAME = "idempotent_consumer"
 OUTCOME_COUNTER = "consumer.deliveries"
 
 logger = logging.getLogger(LOGGER_NAME)
-QUIET_OUTCOMES = frozenset({Outcome.CREATED, Outcome.DUPLICATE, Outcome.TRANSIENT})
+QUIET_OUTCOMES = frozenset(
+    {Outcome.CREATED, Outcome.APPLIED, Outcome.DUPLICATE, Outcome.STALE, Outcome.GAP, Outcome.TRANSIENT}
+)
 
 
 # The API's proxy meter forwards to whichever provider is installed later, so one instrument suffices.

@@ -1,0 +1,35 @@
+"""Derived keys: deterministic, collision-free ids built from several parts.
+
+Used for inbox-marker ids (consumer + dedup key) and, downstream, idempotency keys and outgoing
+MessageIds (consumer + dedup key + effect name). Each part is length-prefixed before hashing, so
+("ab", "c") and ("a", "bc") never derive the same key, whatever characters the parts contain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+MAX_LABEL_CHARS = 48
+
+
+def digest(*parts: str) -> str:
+    """The hex sha256 of the length-prefixed UTF-8 parts."""
+    hasher = hashlib.sha256()
+    for part in parts:
+        encoded = part.encode("utf-8")
+        hasher.update(len(encoded).to_bytes(8, "big"))
+        hasher.update(encoded)
+    return hasher.hexdigest()
+
+
+def derive_id(kind: str, *parts: str, label: str = "") -> str:
+    """A legal Cosmos DB id (and Service Bus MessageId): ``kind.label.digest``.
+
+    The label is a readable, sanitised prefix for operators; uniqueness comes from the digest of
+    (kind, *parts) alone. Result: at most 128 characters of [A-Za-z0-9_.-].
+    """
+    readable = _UNSAFE.sub("_", label)[:MAX_LABEL_CHARS]
+    prefix = f"{_UNSAFE.sub('_', kind)[:16]}.{readable}." if readable else f"{_UNSAFE.sub('_', kind)[:16]}."
+    return prefix + digest(kind, *parts)

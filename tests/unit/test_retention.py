@@ -1,0 +1,51 @@
+"""Markers must outlive every way a message can come back; the app refuses to start otherwise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared.errors import ConfigurationError
+from shared.settings import EventSettings, Retention
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_satisfy_the_rule() -> None:
+    retention = Retention.from_env({})
+    assert retention.check() is retention
+    assert retention.required_seconds == 60 * 10 + 86400 + 604800
+
+
+def test_window_adds_redeliveries_message_ttl_and_resubmit_grace() -> None:
+    retention = Retention(lock_duration_seconds=30, max_delivery_count=4, message_ttl_seconds=1000,
+                          resubmit_grace_seconds=500, dedup_ttl_seconds=1620)
+    assert retention.required_seconds == 30 * 4 + 1000 + 500
+    retention.check()
+
+
+def test_short_dedup_ttl_is_refused_with_the_computation() -> None:
+    retention = Retention(60, 10, 3600, 600, 4799)
+    with pytest.raises(ConfigurationError) as caught:
+        retention.check()
+    message = str(caught.value)
+    assert "DEDUP_TTL_SECONDS" in message
+    assert "lock 60 s x 10 deliveries + message TTL 3600 s + resubmit grace 600 s = 4800 s" in message
+
+
+@pytest.mark.parametrize("setting", ["SERVICEBUS_MAX_DELIVERY_COUNT", "DEDUP_TTL_SECONDS"])
+def test_malformed_numbers_name_the_setting(setting: str) -> None:
+    with pytest.raises(ConfigurationError, match=setting):
+        EventSettings.from_env({setting: "ten"})
+
+
+def test_app_refuses_to_start_when_markers_would_expire_too_soon() -> None:
+    env = {"PATH": "/usr/bin:/bin", "DEDUP_TTL_SECONDS": "3600"}
+    run = subprocess.run([sys.executable, "-c", "import function_app"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode != 0
+    assert "DEDUP_TTL_SECONDS" in run.stderr
+    assert "= 691800 s" in run.stderr
