@@ -252,7 +252,7 @@ def test_log_record_per_delivery_has_ids_and_outcome_but_no_payload(
 def test_importing_the_app_connects_to_nothing() -> None:
     code = (
         "import function_app, consumers.runtime as r; "
-        "assert r._order_store is None; "
+        "assert r._order_store._value is None and r._event_settings._value is None; "
         "print(sorted(f.get_function_name() for f in function_app.app.get_functions()))"
     )
     env = {"PATH": "/usr/bin:/bin", "COSMOS_ENDPOINT": "http://127.0.0.1:9"}
