@@ -92,3 +92,9 @@ class Deliverer:
 def deliver_order(fake_host: FakeHost, registered_functions: dict[str, Callable[..., Any]]) -> Deliverer:
     """Deliver to process_order."""
     return Deliverer(fake_host, registered_functions, "process_order")
+
+
+@pytest.fixture
+def deliver_event(fake_host: FakeHost, registered_functions: dict[str, Callable[..., Any]]) -> Deliverer:
+    """Deliver to process_order_event."""
+    return Deliverer(fake_host, registered_functions, "process_order_event")

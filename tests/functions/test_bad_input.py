@@ -12,8 +12,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared.events import KINDS
 from shared.memory_store import InMemoryStore
 from tests.functions.conftest import Deliverer
+from tests.support.events import event_body
+from tests.support.metrics import outcome_counts
 from tests.support.orders import order_body
 
 RUN = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -107,3 +110,47 @@ def test_value_bodies_are_dead_lettered_invalid(
 ) -> None:
     [settlement] = deliver_order(b"", message_id="ord-1", body_value=value)
     assert (settlement.action, settlement.reason) == ("deadletter", "InvalidMessage")
+
+
+event_fields = st.sampled_from(["specversion", "id", "source", "type", "subject", "time", "data", "datacontenttype"])
+
+
+@st.composite
+def mutated_events(draw: st.DrawFn) -> tuple[bytes, str | None, str | None]:
+    """A valid event with one envelope or data field replaced or removed, and varied identities."""
+    body: dict[str, Any] = event_body("ord-1", draw(st.integers(min_value=-2, max_value=5)),
+                                      draw(st.sampled_from(sorted(KINDS))))
+    choice = draw(st.sampled_from(["replace", "remove", "data", "none"]))
+    if choice == "replace":
+        body[draw(event_fields)] = draw(json_values | huge_numbers)
+    elif choice == "remove":
+        body.pop(draw(event_fields))
+    elif choice == "data":
+        body["data"][draw(st.sampled_from(sorted(body["data"])))] = draw(json_values | huge_numbers)
+    message_id = draw(st.sampled_from([body.get("id"), None, "other-id"]))
+    session_id = draw(st.sampled_from([body.get("subject"), None, "ord-2"]))
+    return (json.dumps(body).encode(), message_id if isinstance(message_id, str) else None,
+            session_id if isinstance(session_id, str) else None)
+
+
+@RUN
+@given(body=bodies, props=properties)
+def test_any_event_body_and_properties_end_in_one_settlement(
+    app_in_memory: InMemoryStore, deliver_event: Deliverer, body: bytes, props: dict[str, Any]
+) -> None:
+    assert_settled_once(deliver_event, body, **props)
+
+
+@RUN
+@given(event=mutated_events())
+def test_broken_events_end_in_one_settlement(
+    app_in_memory: InMemoryStore, deliver_event: Deliverer, event: tuple[bytes, str | None, str | None]
+) -> None:
+    body, message_id, session_id = event
+    errors_before = outcome_counts()[("process_order_event", "error")]
+    [settlement] = deliver_event(body, message_id=message_id, session_id=session_id)
+    assert outcome_counts()[("process_order_event", "error")] == errors_before, "a crash, not a decision"
+    assert settlement.action in {"complete", "deadletter", "abandon"}
+    if settlement.action == "deadletter":
+        assert settlement.reason in {"InvalidMessage", "PayloadMismatch", "InvalidTransition", "OutOfOrder"}
+        assert settlement.description

@@ -1,0 +1,260 @@
+"""process_order_event end to end: real message and settlement client, real Cosmos SDK and batches."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from consumers import runtime
+from consumers.delivery import run_delivery
+from shared.cosmos_store import CosmosStore
+from shared.events import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
+from shared.messages import InboundMessage
+from tests.functions.conftest import CosmosTarget, Deliverer
+from tests.support.audit import audit_handler
+from tests.support.events import encode_event, event_body
+from tests.support.fault_proxy import fault_proxy
+from tests.support.metrics import outcome_counts
+from tests.support.orders import encode, order_body
+
+DOCS = r"/docs/?$"
+
+
+@pytest.fixture
+def order_id(app_on_cosmos: CosmosTarget, deliver_order: Deliverer) -> str:
+    """An order placed through process_order (version 1)."""
+    new = f"ord-{uuid.uuid4()}"
+    assert deliver_order(encode(order_body(new)), message_id=new)[0].action == "complete"
+    return new
+
+
+def send(deliver: Deliverer, body: dict, **message: object) -> tuple[str, str | None, str | None]:
+    message.setdefault("session_id", body["subject"])
+    [settlement] = deliver(encode_event(body), message_id=body["id"], **message)
+    return settlement.action, settlement.reason, settlement.description
+
+
+def docs_of(target: CosmosTarget, order_id: str, doc_type: str | None = None) -> list[dict]:
+    docs = list(target.container.query_items("SELECT * FROM c", partition_key=order_id))
+    return [d for d in docs if doc_type is None or d.get("type") == doc_type]
+
+
+def order(target: CosmosTarget, order_id: str) -> dict:
+    return target.container.read_item(order_id, partition_key=order_id)
+
+
+def test_event_is_applied_with_marker_record_and_patch(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    assert send(deliver_event, event_body(order_id, 2, PAYMENT_CAPTURED))[0] == "complete"
+    assert (order(app_on_cosmos, order_id)["status"], order(app_on_cosmos, order_id)["version"]) == ("paid", 2)
+    [marker] = docs_of(app_on_cosmos, order_id, "inbox")
+    assert marker["ttl"] == 777600
+    [payment] = docs_of(app_on_cosmos, order_id, "payment")
+    assert payment["paymentId"] == "pay-1" and "ttl" not in payment
+
+
+def test_redelivered_event_is_completed_as_duplicate(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    body = event_body(order_id, 2)
+    send(deliver_event, body)
+    etag = order(app_on_cosmos, order_id)["_etag"]
+    assert send(deliver_event, body)[:2] == ("complete", None)
+    assert order(app_on_cosmos, order_id)["_etag"] == etag
+    assert len(docs_of(app_on_cosmos, order_id, "payment")) == 1
+
+
+def test_same_event_with_other_content_is_dead_lettered_payload_mismatch(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    body = event_body(order_id, 2)
+    send(deliver_event, body)
+    action, reason, description = send(deliver_event, {**body, "data": {**body["data"], "amount": "1.00"}})
+    assert (action, reason) == ("deadletter", "PayloadMismatch")
+    assert body["id"] in description
+
+
+def test_event_already_reflected_is_completed_as_stale_and_counted(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    send(deliver_event, event_body(order_id, 2))
+    before = outcome_counts()[("process_order_event", "stale")]
+    assert send(deliver_event, event_body(order_id, 2))[:2] == ("complete", None)  # new id, same version
+    assert outcome_counts()[("process_order_event", "stale")] == before + 1
+    assert len(docs_of(app_on_cosmos, order_id, "payment")) == 1
+
+
+def test_gap_is_abandoned_and_leaves_nothing_written(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    assert send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))[0] == "abandon"
+    assert order(app_on_cosmos, order_id)["version"] == 1
+    assert docs_of(app_on_cosmos, order_id, "inbox") == []
+    assert docs_of(app_on_cosmos, order_id, "shipment") == []
+
+
+def test_gap_at_the_configured_delivery_is_dead_lettered_out_of_order(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    body = event_body(order_id, 3, ORDER_SHIPPED)
+    assert send(deliver_event, body, delivery_count=3, layout="marker_prefix")[0] == "abandon"
+    action, reason, description = send(deliver_event, body, delivery_count=4, layout="marker_prefix")
+    assert (action, reason) == ("deadletter", "OutOfOrder")
+    assert "missing version 2" in description
+
+
+def test_gap_without_a_delivery_count_is_dead_lettered_at_the_fifth_delivery(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    body = event_body(order_id, 3, ORDER_SHIPPED)
+    actions = [send(deliver_event, body)[:2] for _ in range(5)]
+    assert actions == [("abandon", None)] * 4 + [("deadletter", "OutOfOrder")]
+
+
+def test_event_for_an_unknown_order_is_abandoned(app_on_cosmos: CosmosTarget, deliver_event: Deliverer) -> None:
+    assert send(deliver_event, event_body(f"ord-{uuid.uuid4()}", 2))[0] == "abandon"
+
+
+def test_events_out_of_order_end_applied_in_order_after_redelivery(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    third = event_body(order_id, 3, ORDER_SHIPPED)
+    second = event_body(order_id, 2, PAYMENT_CAPTURED)
+    assert send(deliver_event, third)[0] == "abandon"
+    assert send(deliver_event, second)[0] == "complete"
+    assert send(deliver_event, third)[0] == "complete"
+    final = order(app_on_cosmos, order_id)
+    assert (final["version"], final["status"]) == (3, "shipped")
+    assert final["payment"]["paymentId"] == "pay-1" and final["shipment"]["shipmentId"] == "shp-1"
+
+
+@pytest.mark.parametrize(("first", "second"), [(ORDER_CANCELLED, ORDER_SHIPPED), (ORDER_CANCELLED, PAYMENT_CAPTURED),
+                                               (ORDER_SHIPPED, ORDER_CANCELLED)])
+def test_forbidden_transition_is_dead_lettered(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str, first: str, second: str
+) -> None:
+    send(deliver_event, event_body(order_id, 2, first))
+    action, reason, description = send(deliver_event, event_body(order_id, 3, second))
+    assert (action, reason) == ("deadletter", "InvalidTransition")
+    assert second in description
+    assert order(app_on_cosmos, order_id)["version"] == 2
+
+
+def test_invalid_event_is_dead_lettered_with_the_rule(deliver_event: Deliverer, order_id: str) -> None:
+    body = {**event_body(order_id, 2), "type": "com.example.orders.Refunded"}
+    action, reason, description = send(deliver_event, body)
+    assert (action, reason) == ("deadletter", "InvalidMessage")
+    assert description.startswith("type must be one of")
+
+
+def test_unavailable_cosmos_abandons(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
+        runtime.reset()
+        proxy.fail("POST", DOCS, 503, count=None)
+        assert send(deliver_event, event_body(order_id, 2))[0] == "abandon"
+    assert order(app_on_cosmos, order_id)["version"] == 1
+
+
+def test_happy_path_is_one_cosmos_request(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
+        runtime.reset()
+        send(deliver_event, event_body(order_id, 2))  # warms the client
+        proxy.requests.clear()
+        send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))
+        assert [method for method, _ in proxy.requests] == ["POST"], proxy.requests
+
+
+def test_batch_failing_at_its_last_operation_writes_nothing(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    body = event_body(order_id, 2, PAYMENT_CAPTURED)
+    event = parse_event(InboundMessage(message_id=body["id"], body=encode_event(body)))
+    app_on_cosmos.container.create_item(event.business_document())  # the third operation will get 409
+    assert send(deliver_event, body)[0] == "abandon"
+    assert order(app_on_cosmos, order_id)["version"] == 1
+    assert docs_of(app_on_cosmos, order_id, "inbox") == []
+
+
+def test_two_consumers_share_the_container_and_each_applies_once(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    store = CosmosStore(app_on_cosmos.container)
+    audit = audit_handler(store, ttl_seconds=3600)
+    body = event_body(order_id, 2)
+
+    def to_audit() -> str:
+        msg = deliver_event.message(encode_event(body), message_id=body["id"], session_id=order_id)
+        run_delivery("audit_trail", msg, deliver_event.host.message_actions(), audit)
+        [settlement] = deliver_event.host.recorder.settlements_for(msg.lock_token)
+        return settlement.action
+
+    before = outcome_counts()
+    assert send(deliver_event, body)[0] == "complete"
+    assert to_audit() == "complete"
+    assert send(deliver_event, body)[0] == "complete"
+    assert to_audit() == "complete"
+    after = outcome_counts()
+    for function in ("process_order_event", "audit_trail"):
+        assert after[(function, "applied")] - before[(function, "applied")] == 1
+        assert after[(function, "duplicate")] - before[(function, "duplicate")] == 1
+    assert len(docs_of(app_on_cosmos, order_id, "audit")) == 1
+    assert len(docs_of(app_on_cosmos, order_id, "payment")) == 1
+    assert {m["consumer"] for m in docs_of(app_on_cosmos, order_id, "inbox")} == {"order-projection", "audit-trail"}
+
+
+def test_sixteen_concurrent_deliveries_of_one_event_apply_it_once(
+    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    body = event_body(order_id, 2)
+    messages = [deliver_event.message(encode_event(body), message_id=body["id"], session_id=order_id)
+                for _ in range(16)]
+    actions = deliver_event.host.message_actions()
+    start = threading.Barrier(16)
+
+    def run(msg: object) -> None:
+        start.wait()
+        deliver_event.function(msg, actions)
+
+    before = outcome_counts()
+    with ThreadPoolExecutor(16) as pool:
+        for future in [pool.submit(run, m) for m in messages]:
+            future.result()
+    settled = [deliver_event.host.recorder.settlements_for(m.lock_token) for m in messages]
+    assert Counter(s[0].action for s in settled if len(s) == 1) == {"complete": 16}
+    after = outcome_counts()
+    assert after[("process_order_event", "applied")] - before[("process_order_event", "applied")] == 1
+    assert order(app_on_cosmos, order_id)["version"] == 2
+    assert len(docs_of(app_on_cosmos, order_id, "payment")) == 1
+
+
+def test_marker_expires_after_its_ttl_and_business_documents_remain(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+) -> None:
+    for name, value in {"SERVICEBUS_LOCK_DURATION_SECONDS": "1", "SERVICEBUS_MAX_DELIVERY_COUNT": "1",
+                        "SERVICEBUS_MESSAGE_TTL_SECONDS": "1", "DLQ_RESUBMIT_GRACE_SECONDS": "0",
+                        "DEDUP_TTL_SECONDS": "2"}.items():
+        monkeypatch.setenv(name, value)
+    runtime.reset()
+    body = event_body(order_id, 2)
+    send(deliver_event, body)
+    assert len(docs_of(app_on_cosmos, order_id, "inbox")) == 1
+    deadline = time.monotonic() + 15
+    while docs_of(app_on_cosmos, order_id, "inbox"):
+        assert time.monotonic() < deadline, "the marker should expire after its ttl"
+        time.sleep(0.5)
+    assert len(docs_of(app_on_cosmos, order_id, "payment")) == 1
+    assert order(app_on_cosmos, order_id)["version"] == 2
+    assert send(deliver_event, body)[:2] == ("complete", None)  # redelivered after expiry: stale, not re-applied
+    assert len(docs_of(app_on_cosmos, order_id, "payment")) == 1
