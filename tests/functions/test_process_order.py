@@ -261,20 +261,28 @@ def test_importing_the_app_connects_to_nothing() -> None:
     assert "process_order" in out.stdout
 
 
-def test_binding_is_peeklock_with_explicit_settlement() -> None:
+def function_bindings(env: dict[str, str]) -> dict[str, dict]:
     code = (
         "import json, function_app; "
-        "[f] = [f for f in function_app.app.get_functions() if f.get_function_name() == 'process_order']; "
-        "print(f.get_function_json())"
+        "print(json.dumps({f.get_function_name(): json.loads(f.get_function_json())['bindings'][0] "
+        "for f in function_app.app.get_functions()}))"
     )
-    env = {"PATH": "/usr/bin:/bin", "ORDERS_QUEUE": "orders-blue"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                         check=True, timeout=60)
-    [binding] = json.loads(out.stdout.strip().splitlines()[-1])["bindings"]
-    assert binding["type"] == "serviceBusTrigger"
-    assert binding["queueName"] == "orders-blue"
-    assert binding["connection"] == "ServiceBusConnection"
-    assert binding["autoCompleteMessages"] is False
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **env},
+                         capture_output=True, text=True, check=True, timeout=60)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_bindings_are_peeklock_with_explicit_settlement_on_the_configured_queues() -> None:
+    bindings = function_bindings({"ORDERS_QUEUE": "orders-blue", "ORDER_EVENTS_QUEUE": "events-blue"})
+    orders, events = bindings["process_order"], bindings["process_order_event"]
+    for binding in (orders, events):
+        assert binding["type"] == "serviceBusTrigger"
+        assert binding["connection"] == "ServiceBusConnection"
+        assert binding["autoCompleteMessages"] is False
+    assert orders["queueName"] == "orders-blue"
+    assert "isSessionsEnabled" not in orders
+    assert events["queueName"] == "events-blue"
+    assert events["isSessionsEnabled"] is True
 
 
 def test_throttling_retries_are_bounded_inside_the_lock(
