@@ -5,8 +5,9 @@ Every SDK error is translated in ``translate_errors``; nothing else catches azur
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from itertools import islice
 from typing import Any
 
 from azure.core.exceptions import AzureError, ServiceRequestError, ServiceResponseError
@@ -22,7 +23,7 @@ from shared.errors import (
     TransientStoreError,
 )
 from shared.settings import CosmosSettings
-from shared.store import BatchOperation, Create, Document, Patch, check_batch, filter_predicate
+from shared.store import BatchOperation, Create, Document, Patch, check_batch, filter_predicate, query_text
 
 # Statuses worth retrying later: timeout, throttled, retry-with, server error, unavailable. A 408 on a
 # write leaves the outcome unknown; abandoning is safe because the redelivery's create is the dedup check.
@@ -152,6 +153,17 @@ class CosmosStore:
         """Point-read a document; a missing one raises NotFound."""
         with translate_errors(f"read {doc_id}"):
             return dict(self._container.read_item(item=doc_id, partition_key=partition_key))
+
+    def query(
+        self, conditions: Mapping[str, Any], *, before: tuple[str, Any] | None = None, limit: int = 100
+    ) -> list[Document]:
+        """A cross-partition query with parameters, reading at most ``limit`` documents."""
+        sql, parameters = query_text(conditions, before)
+        with translate_errors("query"):
+            items = self._container.query_items(
+                sql, parameters=parameters, enable_cross_partition_query=True, max_item_count=limit
+            )
+            return [dict(item) for item in islice(items, limit)]
 
     def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """One transactional batch in one partition: all operations or none."""

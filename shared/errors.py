@@ -3,6 +3,8 @@
     ConsumerError
     ├── ConfigurationError        a setting is missing or malformed
     ├── InvalidMessage            a delivery breaks a validation rule (``rule`` says which)
+    ├── DownstreamUnavailable     an outgoing call timed out or could not connect: retry later
+    ├── PublishError              an outgoing message could not be sent
     └── StoreError                the document store failed in a way the core must act on
         ├── AlreadyExists         a create found the id taken (409)
         ├── NotFound              a read found nothing (404)
@@ -34,6 +36,14 @@ class InvalidMessage(ConsumerError):
     def __init__(self, rule: str) -> None:
         super().__init__(rule)
         self.rule = rule
+
+
+class DownstreamUnavailable(ConsumerError):
+    """An outgoing HTTP call timed out or could not connect; its outcome is unknown."""
+
+
+class PublishError(ConsumerError):
+    """An outgoing message could not be sent to its destination."""
 
 
 class StoreError(ConsumerError):

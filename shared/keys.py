@@ -33,3 +33,12 @@ def derive_id(kind: str, *parts: str, label: str = "") -> str:
     readable = _UNSAFE.sub("_", label)[:MAX_LABEL_CHARS]
     prefix = f"{_UNSAFE.sub('_', kind)[:16]}.{readable}." if readable else f"{_UNSAFE.sub('_', kind)[:16]}."
     return prefix + digest(kind, *parts)
+
+
+def idempotency_key(consumer: str, effect: str, *dedup_key: str) -> str:
+    """The key an effect of one incoming message carries downstream (HTTP header, outgoing MessageId).
+
+    Deterministic, so a redelivery sends the same key and the next layer can drop the repeat; distinct
+    across consumers and effect names, so two effects of one message never share a key.
+    """
+    return derive_id("effect", consumer, effect, *dedup_key, label=effect)

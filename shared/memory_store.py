@@ -6,10 +6,11 @@ import copy
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, StoreError
-from shared.store import BatchOperation, Create, Document, Patch, check_batch, condition_holds
+from shared.store import BatchOperation, Create, Document, Patch, check_batch, condition_holds, query_text
 
 _Key = tuple[str, str]
 
@@ -51,6 +52,22 @@ class InMemoryStore:
         with self._lock:
             self.requests += 1
             return copy.deepcopy(self._get(self._documents, partition_key, doc_id))
+
+    def query(
+        self, conditions: Mapping[str, Any], *, before: tuple[str, Any] | None = None, limit: int = 100
+    ) -> list[Document]:
+        """Live documents matching every condition (and below ``before``), across partitions."""
+        query_text(conditions, before)  # the same field-name rules as the Cosmos adapter
+        with self._lock:
+            self.requests += 1
+            found = [
+                copy.deepcopy(d)
+                for d in self._documents.values()
+                if not self._expired(d)
+                and all(d.get(k) == v for k, v in conditions.items())
+                and (before is None or _less(d.get(before[0]), before[1]))
+            ]
+        return found[:limit]
 
     def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """Apply all operations to a copy, and keep the copy only if every one succeeded."""
@@ -128,3 +145,10 @@ class InMemoryStore:
         document["_etag"] = f'"{uuid.uuid4()}"'
         document["_ts"] = int(self._clock())
         return document
+
+
+def _less(value: Any, bound: Any) -> bool:
+    try:
+        return bool(value is not None and value < bound)
+    except TypeError:  # Cosmos compares across types without error and finds no match
+        return False

@@ -59,6 +59,43 @@ DLQ_RESUBMIT_GRACE_SECONDS = SettingSpec(
     "DLQ_RESUBMIT_GRACE_SECONDS", "604800", "How long after dead-lettering an operator may still resubmit."
 )
 
+FULFILLMENT_URL = SettingSpec(
+    "FULFILLMENT_URL", None, "Fulfilment service base URL; process_order POSTs {url}/reservations.", required=True
+)
+FULFILLMENT_CONNECT_TIMEOUT_SECONDS = SettingSpec(
+    "FULFILLMENT_CONNECT_TIMEOUT_SECONDS", "3", "Connect timeout of the fulfilment call."
+)
+FULFILLMENT_READ_TIMEOUT_SECONDS = SettingSpec(
+    "FULFILLMENT_READ_TIMEOUT_SECONDS", "10", "Read timeout of the fulfilment call."
+)
+SIDE_EFFECT_LEASE_SECONDS = SettingSpec(
+    "SIDE_EFFECT_LEASE_SECONDS", "60", "Longest lease of an in-progress side effect; also capped by the message lock."
+)
+OUTBOX_DESTINATION = SettingSpec(
+    "OUTBOX_DESTINATION", "order-accepted", "Queue or topic that OrderAccepted messages are published to."
+)
+OUTBOX_REQUIRES_SESSION = SettingSpec(
+    "OUTBOX_REQUIRES_SESSION", "false", "Set SessionId = orderId on outgoing messages (session-enabled destination)."
+)
+OUTBOX_DISPATCHED_TTL_SECONDS = SettingSpec(
+    "OUTBOX_DISPATCHED_TTL_SECONDS", "604800", "Lifetime of an outbox document after it was dispatched."
+)
+OUTBOX_STUCK_AFTER_SECONDS = SettingSpec(
+    "OUTBOX_STUCK_AFTER_SECONDS", "300", "Age at which sweep_outbox publishes a still-pending outbox document."
+)
+OUTBOX_SWEEP_SCHEDULE = SettingSpec(
+    "OUTBOX_SWEEP_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of sweep_outbox."
+)
+COSMOS_LEASES_CONTAINER = SettingSpec(
+    "COSMOS_LEASES_CONTAINER", "leases", "Lease container of publish_outbox's change-feed trigger."
+)
+SERVICEBUS_CONNECTION = SettingSpec(
+    "ServiceBusConnection", None, "Service Bus connection string, for local emulators only."
+)
+SERVICEBUS_NAMESPACE = SettingSpec(
+    "ServiceBusConnection__fullyQualifiedNamespace", None, "Service Bus namespace host; managed identity is used."
+)
+
 SETTINGS: tuple[SettingSpec, ...] = (
     ORDERS_QUEUE,
     COSMOS_ENDPOINT,
@@ -74,6 +111,18 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SERVICEBUS_MAX_DELIVERY_COUNT,
     SERVICEBUS_MESSAGE_TTL_SECONDS,
     DLQ_RESUBMIT_GRACE_SECONDS,
+    FULFILLMENT_URL,
+    FULFILLMENT_CONNECT_TIMEOUT_SECONDS,
+    FULFILLMENT_READ_TIMEOUT_SECONDS,
+    SIDE_EFFECT_LEASE_SECONDS,
+    OUTBOX_DESTINATION,
+    OUTBOX_REQUIRES_SESSION,
+    OUTBOX_DISPATCHED_TTL_SECONDS,
+    OUTBOX_STUCK_AFTER_SECONDS,
+    OUTBOX_SWEEP_SCHEDULE,
+    COSMOS_LEASES_CONTAINER,
+    SERVICEBUS_CONNECTION,
+    SERVICEBUS_NAMESPACE,
 )
 
 _TRUE = frozenset({"true", "1", "yes"})
@@ -222,3 +271,70 @@ class EventSettings:
             out_of_order_max_deliveries=_read_int(OUT_OF_ORDER_MAX_DELIVERIES, env, 1),
             retention=Retention.from_env(env).check(),
         )
+
+
+@dataclass(frozen=True)
+class OrderSettings:
+    """What process_order needs beyond the Cosmos settings: its name, the fulfilment call, the outbox."""
+
+    consumer_name: str
+    fulfillment_url: str
+    connect_timeout_seconds: float
+    read_timeout_seconds: float
+    lease_seconds: int
+    outbox_destination: str
+    outbox_requires_session: bool
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OrderSettings:
+        """Read process_order's settings; a missing or malformed one raises ConfigurationError naming it."""
+        url = _read_name(FULFILLMENT_URL, env).rstrip("/")
+        if not url.startswith(("https://", "http://")):
+            raise ConfigurationError(FULFILLMENT_URL.name, "must be an http(s) URL")
+        return cls(
+            consumer_name=_read_name(CONSUMER_NAME, env),
+            fulfillment_url=url,
+            connect_timeout_seconds=_read_int(FULFILLMENT_CONNECT_TIMEOUT_SECONDS, env, 1),
+            read_timeout_seconds=_read_int(FULFILLMENT_READ_TIMEOUT_SECONDS, env, 1),
+            lease_seconds=_read_int(SIDE_EFFECT_LEASE_SECONDS, env, 1),
+            outbox_destination=_read_name(OUTBOX_DESTINATION, env),
+            outbox_requires_session=_read_bool(OUTBOX_REQUIRES_SESSION, env),
+        )
+
+
+@dataclass(frozen=True)
+class OutboxSettings:
+    """What the outbox publisher needs: where to send, how to connect, and when a document is stuck."""
+
+    destination: str
+    connection_string: str | None
+    namespace: str | None
+    dispatched_ttl_seconds: int
+    stuck_after_seconds: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OutboxSettings:
+        """Read the publisher's settings; one of the two Service Bus connection settings is required."""
+        connection_string = read_setting(SERVICEBUS_CONNECTION, env)
+        namespace = read_setting(SERVICEBUS_NAMESPACE, env)
+        if not connection_string and not namespace:
+            raise ConfigurationError(
+                SERVICEBUS_NAMESPACE.name, f"is required (or {SERVICEBUS_CONNECTION.name} for local emulators)"
+            )
+        return cls(
+            destination=_read_name(OUTBOX_DESTINATION, env),
+            connection_string=connection_string,
+            namespace=namespace,
+            dispatched_ttl_seconds=_read_int(OUTBOX_DISPATCHED_TTL_SECONDS, env, 1),
+            stuck_after_seconds=_read_int(OUTBOX_STUCK_AFTER_SECONDS, env, 1),
+        )
+
+
+def trigger_names(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Names the publish_outbox and sweep_outbox triggers bind to, read when the functions are indexed."""
+    return {
+        "database": _read_name(COSMOS_DATABASE, env),
+        "container": _read_name(COSMOS_CONTAINER, env),
+        "leases": _read_name(COSMOS_LEASES_CONTAINER, env),
+        "schedule": _read_name(OUTBOX_SWEEP_SCHEDULE, env),
+    }

@@ -67,14 +67,34 @@ def check_batch(operations: Sequence[BatchOperation]) -> None:
     for op in operations:
         if isinstance(op, Patch):
             for name in (*op.set_fields, *op.condition):
-                if not _FIELD.fullmatch(name):
-                    raise StoreError(f"patch field {name!r} is not a plain top-level name", status=400)
+                _check_field(name)
 
 
 def _payload(op: BatchOperation) -> Any:
     if isinstance(op, Patch):
         return [op.doc_id, dict(op.set_fields), dict(op.condition)]
     return op.document
+
+
+def query_text(conditions: Mapping[str, Any], before: tuple[str, Any] | None) -> tuple[str, list[dict[str, Any]]]:
+    """Render a store query as Cosmos DB SQL with parameters."""
+    clauses, parameters = [], []
+    for n, (name, value) in enumerate(conditions.items()):
+        _check_field(name)
+        clauses.append(f"c.{name} = @p{n}")
+        parameters.append({"name": f"@p{n}", "value": value})
+    if before is not None:
+        _check_field(before[0])
+        clauses.append(f"c.{before[0]} < @before")
+        parameters.append({"name": "@before", "value": before[1]})
+    where = " WHERE " + " AND ".join(clauses) if clauses else ""
+    # Field names are checked against a plain-identifier pattern; values travel as parameters.
+    return "SELECT * FROM c" + where, parameters  # noqa: S608
+
+
+def _check_field(name: str) -> None:
+    if not _FIELD.fullmatch(name):
+        raise StoreError(f"field {name!r} is not a plain top-level name", status=400)
 
 
 def condition_holds(document: Document, condition: Mapping[str, Any]) -> bool:
@@ -119,6 +139,14 @@ class DocumentStore(Protocol):
 
     def read(self, doc_id: str, partition_key: str) -> Document:
         """Return the stored document. Raise NotFound if there is none, TransientStoreError to retry."""
+        ...
+
+    def query(
+        self, conditions: Mapping[str, Any], *, before: tuple[str, Any] | None = None, limit: int = 100
+    ) -> list[Document]:
+        """Up to ``limit`` documents, across partitions, whose fields equal ``conditions`` and, with
+        ``before=(field, value)``, whose ``field`` is less than ``value``. Raise TransientStoreError to retry.
+        """
         ...
 
     def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:

@@ -229,3 +229,15 @@ def test_document_with_ttl_expires_and_others_remain(
         assert time.monotonic() < deadline, "the marker should have expired"
     assert store.read(order_id, order_id)["id"] == order_id
     store.create(doc(f"{order_id}-marker", orderId=order_id))  # an expired id can be created again
+
+
+def test_query_finds_matching_documents_across_partitions(store: DocumentStore) -> None:
+    tag = uuid.uuid4().hex
+    for n, status in enumerate(["pending", "pending", "dispatched", "pending"]):
+        order_id = new_id()
+        store.create({"id": f"{order_id}-outbox", "orderId": order_id, "type": f"outbox-{tag}", "status": status,
+                      "createdAt": 100.0 + n})
+    found = store.query({"type": f"outbox-{tag}", "status": "pending"}, before=("createdAt", 103.0))
+    assert sorted(d["createdAt"] for d in found) == [100.0, 101.0]
+    assert len(store.query({"type": f"outbox-{tag}"}, limit=2)) == 2
+    assert store.query({"type": f"outbox-{tag}", "status": "lost"}) == []
