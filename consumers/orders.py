@@ -9,7 +9,7 @@ from consumers import runtime
 from consumers.delivery import run_delivery
 from shared.messages import InboundMessage
 from shared.outcomes import Result
-from shared.place_order import place_order
+from shared.place_order import OrderServices, place_order
 from shared.settings import orders_queue
 
 FUNCTION_NAME = "process_order"
@@ -19,7 +19,8 @@ blueprint = func.Blueprint()  # type: ignore[no-untyped-call]  # azure-functions
 
 def handle_order(message: InboundMessage) -> Result:
     """Apply one OrderPlaced delivery to the configured store."""
-    return place_order(message, runtime.order_store())
+    services = OrderServices(runtime.order_store(), runtime.fulfilment(), runtime.order_settings())
+    return place_order(message, services)
 
 
 @blueprint.function_name(FUNCTION_NAME)

@@ -17,6 +17,8 @@ class Outcome(StrEnum):
     INVALID = "invalid"
     INVALID_TRANSITION = "invalid_transition"
     GAP = "gap"
+    IN_PROGRESS = "in_progress"
+    DOWNSTREAM_REJECTED = "downstream_rejected"
     OUT_OF_ORDER = "out_of_order"
     TRANSIENT = "transient"
     ERROR = "error"

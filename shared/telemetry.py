@@ -20,7 +20,8 @@ OUTCOME_COUNTER = "consumer.deliveries"
 
 logger = logging.getLogger(LOGGER_NAME)
 QUIET_OUTCOMES = frozenset(
-    {Outcome.CREATED, Outcome.APPLIED, Outcome.DUPLICATE, Outcome.STALE, Outcome.GAP, Outcome.TRANSIENT}
+    {Outcome.CREATED, Outcome.APPLIED, Outcome.DUPLICATE, Outcome.STALE, Outcome.GAP, Outcome.IN_PROGRESS,
+     Outcome.TRANSIENT}
 )
 
 

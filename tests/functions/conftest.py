@@ -14,6 +14,8 @@ from azure.cosmos import ContainerProxy, PartitionKey
 
 import function_app
 from consumers import runtime
+from devservers.fulfilment import FulfilmentServer
+from shared.fulfilment import InMemoryFulfilment
 from shared.memory_store import InMemoryStore
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.fake_host import FakeHost, Settlement, make_received_message
@@ -54,11 +56,30 @@ def cosmos_target(cosmos_endpoint: CosmosEndpoint) -> CosmosTarget:
     return CosmosTarget(cosmos_endpoint, database.id, container)
 
 
+@pytest.fixture(scope="session")
+def fulfilment_server() -> Iterator[FulfilmentServer]:
+    """The fulfilment service on loopback: a real HTTP server that deduplicates by Idempotency-Key."""
+    with FulfilmentServer() as server:
+        yield server
+
+
 @pytest.fixture
-def app_on_cosmos(monkeypatch: pytest.MonkeyPatch, cosmos_target: CosmosTarget) -> Iterator[CosmosTarget]:
-    """Point the app's settings at the test container; the app builds its client lazily as in Azure."""
+def fulfilment(fulfilment_server: FulfilmentServer) -> Iterator[FulfilmentServer]:
+    """The fulfilment server with no faults left over from another test."""
+    fulfilment_server.reset_faults()
+    yield fulfilment_server
+    fulfilment_server.reset_faults()
+
+
+@pytest.fixture
+def app_on_cosmos(
+    monkeypatch: pytest.MonkeyPatch, cosmos_target: CosmosTarget, fulfilment: FulfilmentServer
+) -> Iterator[CosmosTarget]:
+    """Point the app's settings at the test container and the fulfilment server; clients are made lazily."""
     for name, value in cosmos_target.env().items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("FULFILLMENT_URL", fulfilment.url)
+    monkeypatch.setenv("FULFILLMENT_READ_TIMEOUT_SECONDS", "2")
     runtime.reset()
     yield cosmos_target
     runtime.reset()
@@ -66,9 +87,13 @@ def app_on_cosmos(monkeypatch: pytest.MonkeyPatch, cosmos_target: CosmosTarget) 
 
 @pytest.fixture
 def app_in_memory(monkeypatch: pytest.MonkeyPatch) -> InMemoryStore:
-    """Run the app's functions against an in-memory store (for property-based tests)."""
+    """Run the app's functions against an in-memory store and fulfilment (for property-based tests)."""
     store = InMemoryStore()
+    service = InMemoryFulfilment()
+    monkeypatch.setenv("FULFILLMENT_URL", "http://fulfilment.invalid")
+    runtime.reset()
     monkeypatch.setattr(runtime, "order_store", lambda: store)
+    monkeypatch.setattr(runtime, "fulfilment", lambda: service)
     return store
 
 

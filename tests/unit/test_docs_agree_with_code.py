@@ -12,7 +12,7 @@ from shared.settings import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
-HOST_SETTINGS = {"ServiceBusConnection"}  # read by the Functions host, not by our code
+HOST_SETTINGS = {"CosmosDBConnection"}  # read by the Functions host only, not by our code
 
 
 def table_after(heading: str) -> list[list[str]]:

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from shared.errors import NotFound, StoreError, TransientStoreError
+from shared.fulfilment import InMemoryFulfilment
 from shared.memory_store import InMemoryStore
-from shared.outcomes import Outcome
-from shared.place_order import place_order
-from shared.store import Document
+from shared.outcomes import Outcome, Result
+from shared.place_order import OrderServices
+from shared.place_order import place_order as place
+from shared.settings import OrderSettings
+from shared.store import BatchOperation, Document
 from tests.support.orders import inbound, order_body
+
+SETTINGS = OrderSettings("order-intake", "http://fulfilment.invalid", 3, 10, 60, "order-accepted", False)
+
+
+def place_order(message, store: InMemoryStore) -> Result:
+    return place(message, OrderServices(store, InMemoryFulfilment(), SETTINGS))
+
+
+def orders(store: InMemoryStore) -> list[Document]:
+    return [d for d in store.documents() if d.get("type") == "order"]
 
 
 class FailingStore(InMemoryStore):
@@ -20,10 +35,10 @@ class FailingStore(InMemoryStore):
         self.create_error = create_error
         self.read_error = read_error
 
-    def create(self, document: Document) -> Document:
+    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         if self.create_error:
             raise self.create_error
-        return super().create(document)
+        return super().execute_batch(partition_key, operations)
 
     def read(self, doc_id: str, partition_key: str) -> Document:
         if self.read_error:
@@ -31,12 +46,12 @@ class FailingStore(InMemoryStore):
         return super().read(doc_id, partition_key)
 
 
-def test_new_order_is_created_with_one_store_request() -> None:
+def test_new_order_is_created_in_one_batch_and_its_reservation_finished_in_one_more() -> None:
     store = InMemoryStore()
     result = place_order(inbound(order_body("ord-1"), delivery_count=3), store)
     assert result.outcome is Outcome.CREATED
-    assert store.requests == 1
-    [doc] = store.documents()
+    assert store.requests == 2
+    [doc] = orders(store)
     assert doc["id"] == doc["orderId"] == doc["messageId"] == "ord-1"
     assert (doc["type"], doc["status"], doc["version"]) == ("order", "placed", 1)
     assert doc["requestHash"] == result.request_hash
@@ -49,10 +64,10 @@ def test_new_order_is_created_with_one_store_request() -> None:
 def test_redelivered_order_is_a_duplicate_and_changes_nothing() -> None:
     store = InMemoryStore()
     place_order(inbound(order_body("ord-1")), store)
-    before = store.documents()
+    before = orders(store)
     result = place_order(inbound(order_body("ord-1"), delivery_count=1, correlation_id="other"), store)
     assert result.outcome is Outcome.DUPLICATE
-    assert store.documents() == before
+    assert orders(store) == before
 
 
 def test_redelivery_with_other_spelling_of_same_content_is_a_duplicate() -> None:

@@ -1,0 +1,71 @@
+"""The azure-servicebus adapter of the sender port. Clients are made lazily, once per process."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from azure.core.exceptions import AzureError
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.exceptions import ServiceBusError
+
+from shared.errors import PublishError
+from shared.messaging import OutgoingMessage
+from shared.settings import OutboxSettings
+
+
+def make_client(settings: OutboxSettings) -> ServiceBusClient:
+    """A client from the local connection string, or for the namespace with managed identity."""
+    if settings.connection_string:
+        return ServiceBusClient.from_connection_string(settings.connection_string)
+    from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
+
+    return ServiceBusClient(fully_qualified_namespace=str(settings.namespace), credential=DefaultAzureCredential())
+
+
+def to_sdk(message: OutgoingMessage) -> ServiceBusMessage:
+    """The SDK message: MessageId, CorrelationId, SessionId, subject and properties carried over."""
+    properties: dict[str | bytes, Any] = {k: v for k, v in message.application_properties.items()}
+    return ServiceBusMessage(
+        message.body,
+        message_id=message.message_id,
+        correlation_id=message.correlation_id,
+        session_id=message.session_id,
+        subject=message.subject,
+        content_type=message.content_type,
+        application_properties=properties,
+    )
+
+
+class ServiceBusSender:
+    """Sends through one ServiceBusClient; a sender link per destination, opened on first use."""
+
+    def __init__(self, client: ServiceBusClient) -> None:
+        self._client = client
+        self._senders: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+        """Send the messages as one batch call; SDK errors become PublishError."""
+        if not messages:
+            return
+        try:
+            with self._lock:
+                sender = self._senders.get(destination)
+                if sender is None:
+                    sender = self._client.get_queue_sender(queue_name=destination)
+                    self._senders[destination] = sender
+                sender.send_messages([to_sdk(m) for m in messages])
+        except (ServiceBusError, AzureError) as exc:
+            with self._lock:
+                self._senders.pop(destination, None)
+            raise PublishError(f"send to {destination} failed: {type(exc).__name__}") from exc
+
+    def close(self) -> None:
+        """Close the links and the client."""
+        with self._lock:
+            for sender in self._senders.values():
+                sender.close()
+            self._senders.clear()
+        self._client.close()

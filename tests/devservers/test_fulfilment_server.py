@@ -1,0 +1,256 @@
+"""The local fulfilment service (devservers.fulfilment): idempotent reservations and fault injection."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import select
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from devservers.fulfilment import FulfilmentServer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def server() -> Iterator[FulfilmentServer]:
+    with FulfilmentServer() as running:
+        yield running
+
+
+def _order(order_id: str = "order-1", quantity: int = 2) -> dict[str, Any]:
+    return {"orderId": order_id, "items": [{"sku": "SKU-1", "quantity": quantity}], "correlationId": "corr-1"}
+
+
+def _reserve(
+    server: FulfilmentServer, key: str | None, body: Any = None, timeout: float | tuple[float, float] = 5.0
+) -> requests.Response:
+    headers = {} if key is None else {"Idempotency-Key": key}
+    return requests.post(
+        f"{server.url}/reservations", json=_order() if body is None else body, headers=headers, timeout=timeout
+    )
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_first_request_reserves_once(server: FulfilmentServer) -> None:
+    response = _reserve(server, "k1")
+
+    assert response.status_code == 201
+    payload = response.json()
+    assert payload["orderId"] == "order-1"
+    assert payload["reservationId"].startswith("res-")
+    uuid.UUID(payload["reservationId"].removeprefix("res-"))
+    assert server.reservation_count() == 1
+    assert server.reservations() == {"k1": payload}
+    assert server.keys() == ["k1"]
+    [call] = server.calls("k1")
+    assert (call.key, call.status, call.body) == ("k1", 201, _order())
+
+
+def test_repeat_key_returns_the_stored_response(server: FulfilmentServer) -> None:
+    first = _reserve(server, "k1")
+    second = _reserve(server, "k1")
+
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert second.json() == first.json()
+    assert server.reservation_count() == 1
+    assert [c.status for c in server.calls("k1")] == [201, 200]
+
+
+def test_concurrent_first_requests_make_one_reservation(server: FulfilmentServer) -> None:
+    statuses: list[int] = []
+    threads = [threading.Thread(target=lambda: statuses.append(_reserve(server, "k1").status_code)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=5)
+
+    assert sorted(statuses) == [200] * 7 + [201]
+    assert server.reservation_count() == 1
+
+
+def test_missing_or_empty_key_is_rejected(server: FulfilmentServer) -> None:
+    for key in (None, ""):
+        response = _reserve(server, key)
+        assert response.status_code == 400
+        assert response.json() == {"reason": "Idempotency-Key header is required"}
+    assert server.reservation_count() == 0
+    assert [c.status for c in server.calls("")] == [400, 400]
+
+
+def test_body_must_be_a_json_object(server: FulfilmentServer) -> None:
+    assert _reserve(server, "k1", body=[1, 2]).status_code == 400
+    raw = requests.post(f"{server.url}/reservations", data=b"not json", headers={"Idempotency-Key": "k1"}, timeout=5)
+    assert raw.status_code == 400
+    assert server.reservation_count() == 0
+
+
+def test_same_key_different_body_is_422(server: FulfilmentServer) -> None:
+    first = _reserve(server, "k1")
+    other = _reserve(server, "k1", body=_order(quantity=3))
+
+    assert other.status_code == 422
+    assert other.json() == {"reason": "Idempotency-Key reused with a different request"}
+    assert server.reservations() == {"k1": first.json()}
+    assert [c.status for c in server.calls("k1")] == [201, 422]
+
+
+def test_fail_next_answers_the_status_then_recovers(server: FulfilmentServer) -> None:
+    server.fail_next(503, count=2, reason="warehouse busy")
+
+    statuses = [_reserve(server, "k1") for _ in range(3)]
+
+    assert [r.status_code for r in statuses] == [503, 503, 201]
+    assert statuses[0].json() == {"reason": "warehouse busy"}
+    assert server.reservation_count() == 1
+    assert [c.status for c in server.calls("k1")] == [503, 503, 201]
+
+
+def test_faults_are_a_fifo_queue_and_reset_drops_them(server: FulfilmentServer) -> None:
+    server.fail_next(429)
+    server.fail_next(500)
+    assert _reserve(server, "a").status_code == 429
+    assert _reserve(server, "a").status_code == 500
+    server.fail_next(409, count=5)
+    server.reset_faults()
+    assert _reserve(server, "a").status_code == 201
+
+
+def test_stall_makes_the_client_time_out_but_the_reservation_is_made(server: FulfilmentServer) -> None:
+    server.stall_next(1.0)
+
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        _reserve(server, "k1", timeout=(2.0, 0.3))
+
+    assert server.reservation_count() == 0  # still stalling
+    assert _wait_for(lambda: server.reservation_count() == 1)
+    assert [c.status for c in server.calls("k1")] == [201]
+    # The caller's retry with the same key gets the reservation it never saw.
+    retry = _reserve(server, "k1")
+    assert retry.status_code == 200
+    assert retry.json() == server.reservations()["k1"]
+
+
+def test_stop_interrupts_a_stall() -> None:
+    server = FulfilmentServer().start()
+    server.stall_next(30)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            _reserve(server, "k1", timeout=10)
+        except requests.RequestException as err:
+            errors.append(err)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    assert _wait_for(lambda: not server._state.faults)  # the request has taken the stall
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < 2
+    caller.join(timeout=5)
+    assert not caller.is_alive()
+    assert errors  # the connection was closed without an answer
+    assert server.reservation_count() == 0
+
+
+def test_keep_alive_on_one_connection(server: FulfilmentServer) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", int(server.url.rsplit(":", 1)[1]), timeout=5)
+    try:
+        for expected in (201, 200):
+            connection.request(
+                "POST",
+                "/reservations",
+                body=json.dumps(_order()),
+                headers={"Idempotency-Key": "k1", "Content-Type": "application/json"},
+            )
+            response = connection.getresponse()
+            assert response.status == expected
+            assert response.getheader("Connection") is None
+            assert json.loads(response.read())["orderId"] == "order-1"
+    finally:
+        connection.close()
+
+
+def test_control_and_calls_endpoints(server: FulfilmentServer) -> None:
+    control = f"{server.url}/_control"
+    assert requests.post(control, json={"fail": {"status": 500, "count": 1, "reason": "boom"}}, timeout=5).ok
+    first = _reserve(server, "k1")
+    assert (first.status_code, first.json()) == (500, {"reason": "boom"})
+
+    assert requests.post(control, json={"fail": {"status": 503, "count": 3}}, timeout=5).ok
+    assert requests.post(control, json={"reset": True}, timeout=5).ok
+    assert _reserve(server, "k1").status_code == 201
+
+    assert requests.post(control, json={"stall": {"seconds": 0.2, "count": 1}}, timeout=5).ok
+    started = time.monotonic()
+    assert _reserve(server, "k2").status_code == 201
+    assert time.monotonic() - started >= 0.2
+
+    assert requests.post(control, json={"bogus": 1}, timeout=5).status_code == 400
+    assert requests.post(control, json={"fail": {"status": "x"}}, timeout=5).status_code == 400
+
+    calls = requests.get(f"{server.url}/_calls", timeout=5).json()
+    assert [c["status"] for c in calls["k1"]] == [500, 201]
+    assert calls["k2"][0]["body"] == _order()
+
+    assert requests.post(control, json={"clear": True}, timeout=5).ok
+    assert requests.get(f"{server.url}/_calls", timeout=5).json() == {}
+    assert server.reservation_count() == 0
+
+
+def test_unknown_route_is_404(server: FulfilmentServer) -> None:
+    assert requests.get(f"{server.url}/nope", timeout=5).status_code == 404
+    assert requests.post(f"{server.url}/nope", json={}, timeout=5).status_code == 404
+
+
+def test_rejects_non_loopback_host() -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        FulfilmentServer(host="0.0.0.0")
+
+
+def test_cli_prints_ready_line_and_serves_until_sigterm() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devservers.fulfilment", "--port", "0"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 10)
+        assert ready, "no ready line within 10 s"
+        line = process.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:")
+        url = line.removeprefix("listening on ").strip()
+
+        response = requests.post(f"{url}/reservations", json=_order(), headers={"Idempotency-Key": "cli"}, timeout=5)
+        assert response.status_code == 201
+        assert requests.get(f"{url}/_calls", timeout=5).json()["cli"][0]["status"] == 201
+
+        process.terminate()
+        assert process.wait(timeout=5) == 0
+        assert process.stdout.read() == ""  # exactly one line
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
