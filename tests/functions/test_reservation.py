@@ -1,0 +1,168 @@
+"""process_order's stock reservation: the two-phase record around a real HTTP call, on real Cosmos."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from consumers import runtime
+from devservers.fulfilment import FulfilmentServer
+from shared.fulfilment import Reply
+from shared.http_fulfilment import HttpFulfilment
+from shared.keys import idempotency_key
+from tests.functions.conftest import CosmosTarget, Deliverer
+from tests.support.orders import encode, order_body
+
+
+def new_order() -> tuple[str, bytes]:
+    order_id = f"ord-{uuid.uuid4()}"
+    return order_id, encode(order_body(order_id))
+
+
+def record(target: CosmosTarget, order_id: str) -> dict:
+    docs = target.container.query_items("SELECT * FROM c WHERE c.type = 'side-effect'", partition_key=order_id)
+    [found] = list(docs)
+    return found
+
+
+def key_of(order_id: str) -> str:
+    return idempotency_key("order-projection", "reserve-stock", order_id)
+
+
+class CrashAfterCall:
+    """The real HTTP adapter, then a crash before the record can be finished."""
+
+    def __init__(self, inner: HttpFulfilment) -> None:
+        self.inner = inner
+
+    def reserve(self, key: str, request: Mapping[str, Any]) -> Reply:
+        self.inner.reserve(key, request)
+        raise RuntimeError("worker crashed after the call")
+
+
+def test_created_order_reserves_once_with_the_derived_key(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer
+) -> None:
+    order_id, body = new_order()
+    assert deliver_order(body, message_id=order_id)[0].action == "complete"
+    stored = record(app_on_cosmos, order_id)
+    assert (stored["status"], stored["attempt"], stored["responseStatus"]) == ("completed", 1, 201)
+    assert stored["idempotencyKey"] == key_of(order_id)
+    assert stored["reservationId"] == fulfilment.reservations()[key_of(order_id)]["reservationId"]
+    [call] = fulfilment.calls(key_of(order_id))
+    assert call.body == {"orderId": order_id, "items": [{"sku": "SKU-1", "quantity": 2}, {"sku": "SKU-2", "quantity": 1}]}
+
+
+def test_duplicate_after_completion_does_not_call_again(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    order_id, body = new_order()
+    deliver_order(body, message_id=order_id)
+    with caplog.at_level("INFO"):
+        assert deliver_order(body, message_id=order_id)[0].action == "complete"
+    assert len(fulfilment.calls(key_of(order_id))) == 1
+    [logged] = [r for r in caplog.records if r.name == "idempotent_consumer"]
+    assert logged.outcome == "duplicate"
+    assert "reserve-stock completed" in logged.getMessage() and "reservation res-" in logged.getMessage()
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 503])
+def test_transient_answer_abandons_and_the_redelivery_reserves_once(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
+) -> None:
+    order_id, body = new_order()
+    fulfilment.fail_next(status)
+    assert deliver_order(body, message_id=order_id)[0].action == "abandon"
+    released = record(app_on_cosmos, order_id)
+    assert released["status"] == "in_progress" and released["leaseUntil"] <= time.time()
+    assert deliver_order(body, message_id=order_id)[0].action == "complete"
+    assert record(app_on_cosmos, order_id)["attempt"] == 2
+    assert [c.status for c in fulfilment.calls(key_of(order_id))] == [status, 201]
+    assert fulfilment.reservation_count() == len(fulfilment.reservations())
+
+
+def test_timeout_abandons_and_the_repeat_call_is_absorbed_by_the_service(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer
+) -> None:
+    order_id, body = new_order()
+    fulfilment.stall_next(3)  # read timeout is 2 s: the call times out, the service still reserves
+    assert deliver_order(body, message_id=order_id)[0].action == "abandon"
+    deadline = time.monotonic() + 5
+    while key_of(order_id) not in fulfilment.reservations():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert deliver_order(body, message_id=order_id)[0].action == "complete"
+    statuses = [c.status for c in fulfilment.calls(key_of(order_id))]
+    assert statuses == [201, 200]  # one reservation; the repeat got the stored answer
+    assert record(app_on_cosmos, order_id)["reservationId"] == fulfilment.reservations()[key_of(order_id)][
+        "reservationId"]
+
+
+def test_unreachable_service_abandons(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+) -> None:
+    with FulfilmentServer() as closing:
+        url = closing.url
+    monkeypatch.setenv("FULFILLMENT_URL", url)
+    runtime.reset()
+    order_id, body = new_order()
+    assert deliver_order(body, message_id=order_id)[0].action == "abandon"
+
+
+@pytest.mark.parametrize("status", [400, 404, 409, 422])
+def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
+) -> None:
+    order_id, body = new_order()
+    fulfilment.fail_next(status, reason="SKU-2 is discontinued")
+    [settlement] = deliver_order(body, message_id=order_id)
+    assert (settlement.action, settlement.reason) == ("deadletter", "DownstreamRejected")
+    assert f"HTTP {status}" in settlement.description and "SKU-2 is discontinued" in settlement.description
+    assert record(app_on_cosmos, order_id)["status"] == "failed"
+    [again] = deliver_order(body, message_id=order_id)
+    assert (again.action, again.reason) == ("deadletter", "DownstreamRejected")
+    assert len(fulfilment.calls(key_of(order_id))) == 1
+
+
+def test_crash_after_the_call_then_live_lease_then_takeover_reserves_once(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
+    fulfilment: FulfilmentServer,
+) -> None:
+    order_id, body = new_order()
+    real = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
+    monkeypatch.setattr(runtime, "fulfilment", lambda: CrashAfterCall(real))
+    lock_ends = datetime.now(UTC) + timedelta(seconds=2)
+    assert deliver_order(body, message_id=order_id, locked_until=lock_ends)[0].action == "abandon"
+    claimed = record(app_on_cosmos, order_id)
+    assert claimed["status"] == "in_progress" and claimed["leaseUntil"] == pytest.approx(lock_ends.timestamp(), 1)
+    monkeypatch.setattr(runtime, "fulfilment", lambda: real)
+    # Another copy while the lease is live: someone is working on it.
+    assert deliver_order(body, message_id=order_id)[0].action == "abandon"
+    assert len(fulfilment.calls(key_of(order_id))) == 1
+    time.sleep(max(0.0, lock_ends.timestamp() - time.time()) + 0.2)
+    # The lease has expired: take over with attempt 2, call again with the same key.
+    assert deliver_order(body, message_id=order_id)[0].action == "complete"
+    finished = record(app_on_cosmos, order_id)
+    assert (finished["status"], finished["attempt"]) == ("completed", 2)
+    assert fulfilment.keys().count(key_of(order_id)) == 1
+    assert [c.status for c in fulfilment.calls(key_of(order_id))] == [201, 200]
+
+
+def test_lease_is_capped_by_the_setting(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
+    fulfilment: FulfilmentServer,
+) -> None:
+    monkeypatch.setenv("SIDE_EFFECT_LEASE_SECONDS", "5")
+    runtime.reset()
+    real = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
+    monkeypatch.setattr(runtime, "fulfilment", lambda: CrashAfterCall(real))
+    order_id, body = new_order()
+    before = time.time()
+    deliver_order(body, message_id=order_id, locked_until=datetime.now(UTC) + timedelta(minutes=5))
+    assert record(app_on_cosmos, order_id)["leaseUntil"] <= before + 6
