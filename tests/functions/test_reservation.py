@@ -55,7 +55,8 @@ def test_created_order_reserves_once_with_the_derived_key(
     assert stored["idempotencyKey"] == key_of(order_id)
     assert stored["reservationId"] == fulfilment.reservations()[key_of(order_id)]["reservationId"]
     [call] = fulfilment.calls(key_of(order_id))
-    assert call.body == {"orderId": order_id, "items": [{"sku": "SKU-1", "quantity": 2}, {"sku": "SKU-2", "quantity": 1}]}
+    items = [{"sku": "SKU-1", "quantity": 2}, {"sku": "SKU-2", "quantity": 1}]
+    assert call.body == {"orderId": order_id, "items": items}
 
 
 def test_duplicate_after_completion_does_not_call_again(
