@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.keys import derive_id, digest
+from shared.keys import derive_id, digest, idempotency_key
 
 LEGAL_ID = re.compile(r"[A-Za-z0-9_.-]{1,255}")
 
@@ -44,3 +44,15 @@ def test_any_parts_derive_a_legal_cosmos_id(parts: list[str], label: str) -> Non
 def test_different_parts_never_share_a_digest(a: list[str], b: list[str]) -> None:
     if a != b:
         assert digest(*a) != digest(*b)
+
+
+def test_idempotency_keys_are_deterministic_and_distinct_across_consumers_and_effects() -> None:
+    assert idempotency_key("intake", "reserve-stock", "ord-1") == idempotency_key("intake", "reserve-stock", "ord-1")
+    keys = {
+        idempotency_key(consumer, effect, order)
+        for consumer in ("intake", "billing")
+        for effect in ("reserve-stock", "OrderAccepted")
+        for order in ("ord-1", "ord-2")
+    }
+    assert len(keys) == 8
+    assert all(LEGAL_ID.fullmatch(k) and len(k) <= 128 for k in keys)

@@ -1,0 +1,41 @@
+"""The Service Bus sender: client choice, message mapping, and settings that name what is missing."""
+
+from __future__ import annotations
+
+import pytest
+from azure.identity import DefaultAzureCredential
+
+from shared.errors import ConfigurationError
+from shared.messaging import OutgoingMessage
+from shared.servicebus_sender import make_client, to_sdk
+from shared.settings import OutboxSettings
+
+
+def test_connection_string_is_used_locally_without_connecting() -> None:
+    settings = OutboxSettings.from_env(
+        {"ServiceBusConnection": "Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=v;"
+                                 "UseDevelopmentEmulator=true"}
+    )
+    client = make_client(settings)
+    assert client.fully_qualified_namespace == "127.0.0.1:5672"
+    client.close()
+
+
+def test_namespace_uses_managed_identity() -> None:
+    settings = OutboxSettings.from_env({"ServiceBusConnection__fullyQualifiedNamespace": "ns.servicebus.windows.net"})
+    client = make_client(settings)
+    assert isinstance(client._credential, DefaultAzureCredential)
+    client.close()
+
+
+def test_missing_connection_names_both_settings() -> None:
+    with pytest.raises(ConfigurationError, match="ServiceBusConnection__fullyQualifiedNamespace"):
+        OutboxSettings.from_env({})
+
+
+def test_outgoing_message_maps_ids_and_properties() -> None:
+    sdk = to_sdk(OutgoingMessage("m-1", b"{}", correlation_id="c-1", session_id="s-1", subject="OrderAccepted",
+                                 application_properties={"type": "OrderAccepted"}))
+    assert (sdk.message_id, sdk.correlation_id, sdk.session_id, sdk.subject) == ("m-1", "c-1", "s-1", "OrderAccepted")
+    assert sdk.application_properties == {"type": "OrderAccepted"}
+    assert sdk.content_type == "application/json"
