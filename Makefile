@@ -3,17 +3,23 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+CHECKOV_VENV := .venv-checkov
 COSMOS_DIR := devservers/cosmos
 
-.PHONY: test setup lint typecheck pytest cosmos-server clean
+.PHONY: test setup lint typecheck pytest cosmos-server checkov clean
 
 test: setup lint typecheck pytest
 
-setup: $(VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
+setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
 $(COSMOS_DIR)/node_modules/.installed: $(COSMOS_DIR)/package.json $(COSMOS_DIR)/package-lock.json
@@ -33,5 +39,9 @@ pytest: setup
 cosmos-server: setup
 	$(BIN)/python -m devservers.cosmos --port 8081
 
+# Checkov over infra/ on its own (the test command runs it too, in tests/infra/test_checkov.py).
+checkov: setup
+	$(CHECKOV_VENV)/bin/checkov -d infra --skip-download --compact
+
 clean:
-	rm -rf $(VENV) $(COSMOS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(CHECKOV_VENV) $(COSMOS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -21,46 +21,62 @@ class SettingSpec:
     default: str | None
     description: str
     required: bool = False
+    in_azure: bool = False  # the deployment (infra/) must set it: required, or it must agree with the infra
 
 
-ORDERS_QUEUE = SettingSpec("ORDERS_QUEUE", "orders", "Queue that process_order listens on.")
-COSMOS_ENDPOINT = SettingSpec("COSMOS_ENDPOINT", None, "Cosmos DB account endpoint URL.", required=True)
+ORDERS_QUEUE = SettingSpec("ORDERS_QUEUE", "orders", "Queue that process_order listens on.", in_azure=True)
+COSMOS_ENDPOINT = SettingSpec("COSMOS_ENDPOINT", None, "Cosmos DB account endpoint URL.", required=True, in_azure=True)
 COSMOS_KEY = SettingSpec(
     "COSMOS_KEY", None, "Account key, for local emulators only. Unset: DefaultAzureCredential (managed identity)."
 )
 COSMOS_VERIFY_TLS = SettingSpec(
     "COSMOS_VERIFY_TLS", "true", "Verify the Cosmos endpoint's TLS certificate; false only for local emulators."
 )
-COSMOS_DATABASE = SettingSpec("COSMOS_DATABASE", "sales", "Cosmos DB database name.")
-COSMOS_CONTAINER = SettingSpec("COSMOS_CONTAINER", "orders", "Container of orders, partitioned by /orderId.")
+COSMOS_DATABASE = SettingSpec("COSMOS_DATABASE", "sales", "Cosmos DB database name.", in_azure=True)
+COSMOS_CONTAINER = SettingSpec(
+    "COSMOS_CONTAINER", "orders", "Container of orders, partitioned by /orderId.", in_azure=True
+)
 
 ORDER_EVENTS_QUEUE = SettingSpec(
-    "ORDER_EVENTS_QUEUE", "order-events", "Session-enabled queue that process_order_event listens on."
+    "ORDER_EVENTS_QUEUE", "order-events", "Session-enabled queue that process_order_event listens on.", in_azure=True
 )
 CONSUMER_NAME = SettingSpec(
-    "CONSUMER_NAME", "order-projection", "This consumer's name; inbox markers are keyed on it and the event."
+    "CONSUMER_NAME",
+    "order-projection",
+    "This consumer's name; inbox markers are keyed on it and the event.",
+    in_azure=True,
 )
 DEDUP_TTL_SECONDS = SettingSpec(
-    "DEDUP_TTL_SECONDS", "777600", "Lifetime of inbox markers; must cover the retention window (see README)."
+    "DEDUP_TTL_SECONDS",
+    "777600",
+    "Lifetime of inbox markers; must cover the retention window (see README).",
+    in_azure=True,
 )
 OUT_OF_ORDER_MAX_DELIVERIES = SettingSpec(
     "OUT_OF_ORDER_MAX_DELIVERIES", "5", "Attempt at which an event still missing its predecessor is dead-lettered."
 )
 SERVICEBUS_LOCK_DURATION_SECONDS = SettingSpec(
-    "SERVICEBUS_LOCK_DURATION_SECONDS", "60", "The queues' lock duration, as configured on Service Bus."
+    "SERVICEBUS_LOCK_DURATION_SECONDS", "60", "The queues' lock duration, as configured on Service Bus.", in_azure=True
 )
 SERVICEBUS_MAX_DELIVERY_COUNT = SettingSpec(
-    "SERVICEBUS_MAX_DELIVERY_COUNT", "10", "The queues' MaxDeliveryCount, as configured on Service Bus."
+    "SERVICEBUS_MAX_DELIVERY_COUNT", "10", "The queues' MaxDeliveryCount, as configured on Service Bus.", in_azure=True
 )
 SERVICEBUS_MESSAGE_TTL_SECONDS = SettingSpec(
-    "SERVICEBUS_MESSAGE_TTL_SECONDS", "86400", "The queues' default message time to live, as configured."
+    "SERVICEBUS_MESSAGE_TTL_SECONDS", "86400", "The queues' default message time to live, as configured.", in_azure=True
 )
 DLQ_RESUBMIT_GRACE_SECONDS = SettingSpec(
-    "DLQ_RESUBMIT_GRACE_SECONDS", "604800", "How long after dead-lettering an operator may still resubmit."
+    "DLQ_RESUBMIT_GRACE_SECONDS",
+    "604800",
+    "How long after dead-lettering an operator may still resubmit.",
+    in_azure=True,
 )
 
 FULFILLMENT_URL = SettingSpec(
-    "FULFILLMENT_URL", None, "Fulfilment service base URL; process_order POSTs {url}/reservations.", required=True
+    "FULFILLMENT_URL",
+    None,
+    "Fulfilment service base URL; process_order POSTs {url}/reservations.",
+    required=True,
+    in_azure=True,
 )
 FULFILLMENT_CONNECT_TIMEOUT_SECONDS = SettingSpec(
     "FULFILLMENT_CONNECT_TIMEOUT_SECONDS", "3", "Connect timeout of the fulfilment call."
@@ -72,7 +88,10 @@ SIDE_EFFECT_LEASE_SECONDS = SettingSpec(
     "SIDE_EFFECT_LEASE_SECONDS", "60", "Longest lease of an in-progress side effect; also capped by the message lock."
 )
 OUTBOX_DESTINATION = SettingSpec(
-    "OUTBOX_DESTINATION", "order-accepted", "Queue or topic that OrderAccepted messages are published to."
+    "OUTBOX_DESTINATION",
+    "order-accepted",
+    "Queue or topic that OrderAccepted messages are published to.",
+    in_azure=True,
 )
 OUTBOX_REQUIRES_SESSION = SettingSpec(
     "OUTBOX_REQUIRES_SESSION", "false", "Set SessionId = orderId on outgoing messages (session-enabled destination)."
@@ -83,17 +102,18 @@ OUTBOX_DISPATCHED_TTL_SECONDS = SettingSpec(
 OUTBOX_STUCK_AFTER_SECONDS = SettingSpec(
     "OUTBOX_STUCK_AFTER_SECONDS", "300", "Age at which sweep_outbox publishes a still-pending outbox document."
 )
-OUTBOX_SWEEP_SCHEDULE = SettingSpec(
-    "OUTBOX_SWEEP_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of sweep_outbox."
-)
+OUTBOX_SWEEP_SCHEDULE = SettingSpec("OUTBOX_SWEEP_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of sweep_outbox.")
 COSMOS_LEASES_CONTAINER = SettingSpec(
-    "COSMOS_LEASES_CONTAINER", "leases", "Lease container of publish_outbox's change-feed trigger."
+    "COSMOS_LEASES_CONTAINER", "leases", "Lease container of publish_outbox's change-feed trigger.", in_azure=True
 )
 SERVICEBUS_CONNECTION = SettingSpec(
     "ServiceBusConnection", None, "Service Bus connection string, for local emulators only."
 )
 SERVICEBUS_NAMESPACE = SettingSpec(
-    "ServiceBusConnection__fullyQualifiedNamespace", None, "Service Bus namespace host; managed identity is used."
+    "ServiceBusConnection__fullyQualifiedNamespace",
+    None,
+    "Service Bus namespace host; managed identity is used.",
+    in_azure=True,
 )
 
 SETTINGS: tuple[SettingSpec, ...] = (

@@ -1,0 +1,196 @@
+// Idempotent consumer: everything it needs in Azure, in one resource group.
+// Names derive from one resource token; connections use the function app's managed identity, and
+// every data plane has local (key) authentication turned off.
+targetScope = 'subscription'
+
+@minLength(1)
+@maxLength(48)
+@description('Name of the environment (azd env name); part of the resource group and resource names.')
+param environmentName string
+
+@minLength(1)
+@description('Azure region of every resource.')
+param location string
+
+@allowed([
+  'Standard'
+  'Premium'
+])
+@description('Service Bus tier. Basic has no duplicate detection and no sessions, so it is not offered.')
+param serviceBusSku string = 'Standard'
+
+@description('Duplicate-detection history window of every queue (ISO 8601 duration, 20 s to 7 days).')
+param duplicateDetectionWindow string = 'PT10M'
+
+@minValue(5)
+@maxValue(300)
+@description('Queue lock duration in seconds (Service Bus allows 5 s to 5 min).')
+param lockDurationSeconds int = 60
+
+@minValue(1)
+@maxValue(2000)
+@description('MaxDeliveryCount of the input queues.')
+param maxDeliveryCount int = 10
+
+@minValue(60)
+@description('Default message time to live of the queues, in seconds.')
+param messageTtlSeconds int = 86400
+
+@minValue(0)
+@description('How long after dead-lettering an operator may still resubmit a message, in seconds.')
+param dlqResubmitGraceSeconds int = 604800
+
+@minValue(1)
+@description('Inbox marker TTL in seconds; must be at least lock x deliveries + message TTL + resubmit grace.')
+param dedupTtlSeconds int = 777600
+
+@allowed([
+  'serverless'
+  'autoscale'
+])
+@description('Cosmos DB capacity: serverless (pay per request) or provisioned autoscale throughput.')
+param cosmosCapacityMode string = 'serverless'
+
+@minValue(1000)
+@description('Autoscale maximum RU/s of the database when cosmosCapacityMode is autoscale.')
+param cosmosAutoscaleMaxThroughput int = 1000
+
+@description('Base URL of the fulfilment service that process_order calls.')
+param fulfillmentUrl string
+
+@description('Name of this consumer; part of every inbox marker and downstream idempotency key.')
+param consumerName string = 'order-projection'
+
+@allowed([
+  '3.11'
+  '3.12'
+])
+@description('Python version of the function app.')
+param pythonVersion string = '3.11'
+
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = {
+  'azd-env-name': environmentName
+}
+var databaseName = 'sales'
+var ordersContainerName = 'orders'
+var leasesContainerName = 'leases'
+var ordersQueueName = 'orders'
+var eventsQueueName = 'order-events'
+var outboxDestinationName = 'order-accepted'
+
+resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: 'rg-${environmentName}'
+  location: location
+  tags: tags
+}
+
+module monitoring 'modules/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    resourceToken: resourceToken
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    resourceToken: resourceToken
+  }
+}
+
+module serviceBus 'modules/servicebus.bicep' = {
+  name: 'servicebus'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    resourceToken: resourceToken
+    sku: serviceBusSku
+    duplicateDetectionWindow: duplicateDetectionWindow
+    lockDurationSeconds: lockDurationSeconds
+    maxDeliveryCount: maxDeliveryCount
+    messageTtlSeconds: messageTtlSeconds
+    ordersQueueName: ordersQueueName
+    eventsQueueName: eventsQueueName
+    outboxDestinationName: outboxDestinationName
+  }
+}
+
+module cosmos 'modules/cosmos.bicep' = {
+  name: 'cosmos'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    resourceToken: resourceToken
+    capacityMode: cosmosCapacityMode
+    autoscaleMaxThroughput: cosmosAutoscaleMaxThroughput
+    databaseName: databaseName
+    ordersContainerName: ordersContainerName
+    leasesContainerName: leasesContainerName
+  }
+}
+
+module functionApp 'modules/functionapp.bicep' = {
+  name: 'functionapp'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    resourceToken: resourceToken
+    pythonVersion: pythonVersion
+    storageAccountName: storage.outputs.name
+    deploymentContainerUrl: storage.outputs.deploymentContainerUrl
+    applicationInsightsConnectionString: monitoring.outputs.applicationInsightsConnectionString
+    appSettings: {
+      ServiceBusConnection__fullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
+      CosmosDBConnection__accountEndpoint: cosmos.outputs.endpoint
+      COSMOS_ENDPOINT: cosmos.outputs.endpoint
+      COSMOS_DATABASE: databaseName
+      COSMOS_CONTAINER: ordersContainerName
+      COSMOS_LEASES_CONTAINER: leasesContainerName
+      ORDERS_QUEUE: ordersQueueName
+      ORDER_EVENTS_QUEUE: eventsQueueName
+      OUTBOX_DESTINATION: outboxDestinationName
+      CONSUMER_NAME: consumerName
+      FULFILLMENT_URL: fulfillmentUrl
+      // Derived from the parameters that configure the queues, so app and queues cannot disagree.
+      SERVICEBUS_LOCK_DURATION_SECONDS: string(lockDurationSeconds)
+      SERVICEBUS_MAX_DELIVERY_COUNT: string(maxDeliveryCount)
+      SERVICEBUS_MESSAGE_TTL_SECONDS: string(messageTtlSeconds)
+      DLQ_RESUBMIT_GRACE_SECONDS: string(dlqResubmitGraceSeconds)
+      DEDUP_TTL_SECONDS: string(dedupTtlSeconds)
+    }
+  }
+}
+
+module roles 'modules/roles.bicep' = {
+  name: 'roles'
+  scope: rg
+  params: {
+    principalId: functionApp.outputs.principalId
+    serviceBusNamespaceName: serviceBus.outputs.name
+    receiveQueueNames: [
+      ordersQueueName
+      eventsQueueName
+    ]
+    sendQueueName: outboxDestinationName
+    cosmosAccountName: cosmos.outputs.name
+    databaseName: databaseName
+    storageAccountName: storage.outputs.name
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+  }
+}
+
+output AZURE_LOCATION string = location
+output AZURE_RESOURCE_GROUP string = rg.name
+output FUNCTION_APP_NAME string = functionApp.outputs.name
+output SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
+output COSMOS_ENDPOINT string = cosmos.outputs.endpoint

@@ -1,0 +1,96 @@
+// Cosmos DB (NoSQL): Entra ID only, session consistency, serverless or autoscale.
+param location string
+param tags object
+param resourceToken string
+param capacityMode string
+param autoscaleMaxThroughput int
+param databaseName string
+param ordersContainerName string
+param leasesContainerName string
+
+var serverless = capacityMode == 'serverless'
+
+resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
+  // checkov:skip=CKV_AZURE_101: no VNet or private endpoint in this template; the data plane accepts Entra ID tokens only (disableLocalAuth)
+  // checkov:skip=CKV_AZURE_99: as above; add ipRules or a private endpoint when the app is VNet-integrated
+  name: 'cosmos-${resourceToken}'
+  location: location
+  tags: tags
+  kind: 'GlobalDocumentDB'
+  properties: {
+    databaseAccountOfferType: 'Standard'
+    disableLocalAuth: true
+    disableKeyBasedMetadataWriteAccess: true
+    minimalTlsVersion: 'Tls12'
+    publicNetworkAccess: 'Enabled'
+    consistencyPolicy: {
+      defaultConsistencyLevel: 'Session'
+    }
+    locations: [
+      {
+        locationName: location
+        failoverPriority: 0
+        isZoneRedundant: false
+      }
+    ]
+    capabilities: serverless ? [
+      {
+        name: 'EnableServerless'
+      }
+    ] : []
+  }
+}
+
+resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2024-05-15' = {
+  parent: account
+  name: databaseName
+  properties: {
+    resource: {
+      id: databaseName
+    }
+    options: serverless ? {} : {
+      autoscaleSettings: {
+        maxThroughput: autoscaleMaxThroughput
+      }
+    }
+  }
+}
+
+// Orders, their events' records, inbox markers, side-effect records and outbox documents, all
+// partitioned by order. TTL on without a default (-1): only documents carrying a ttl expire.
+resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-05-15' = {
+  parent: database
+  name: ordersContainerName
+  properties: {
+    resource: {
+      id: ordersContainerName
+      partitionKey: {
+        paths: [
+          '/orderId'
+        ]
+        kind: 'Hash'
+      }
+      defaultTtl: -1
+    }
+  }
+}
+
+// Change-feed leases of publish_outbox.
+resource leases 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-05-15' = {
+  parent: database
+  name: leasesContainerName
+  properties: {
+    resource: {
+      id: leasesContainerName
+      partitionKey: {
+        paths: [
+          '/id'
+        ]
+        kind: 'Hash'
+      }
+    }
+  }
+}
+
+output name string = account.name
+output endpoint string = account.properties.documentEndpoint

@@ -1,0 +1,105 @@
+// Least-privilege role assignments for the function app's managed identity.
+param principalId string
+param serviceBusNamespaceName string
+param receiveQueueNames array
+param sendQueueName string
+param cosmosAccountName string
+param databaseName string
+param storageAccountName string
+param applicationInsightsName string
+
+var roles = {
+  serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
+  serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
+  storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
+  storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
+  monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
+}
+// Cosmos DB Built-in Data Contributor (a data-plane SQL role, not an Azure RBAC role).
+var cosmosDataContributor = '00000000-0000-0000-0000-000000000002'
+
+resource namespace 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' existing = {
+  name: serviceBusNamespaceName
+}
+
+resource receiveQueues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' existing = [for name in receiveQueueNames: {
+  parent: namespace
+  name: name
+}]
+
+resource sendQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' existing = {
+  parent: namespace
+  name: sendQueueName
+}
+
+// Receiver on the two input queues only.
+resource receiverAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in receiveQueueNames: {
+  name: guid(receiveQueues[i].id, principalId, roles.serviceBusDataReceiver)
+  scope: receiveQueues[i]
+  properties: {
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+  }
+}]
+
+// Sender on the outbox destination only.
+resource senderAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(sendQueue.id, principalId, roles.serviceBusDataSender)
+  scope: sendQueue
+  properties: {
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataSender)
+  }
+}
+
+resource cosmos 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' existing = {
+  name: cosmosAccountName
+}
+
+// Data Contributor scoped to the database, not the account.
+resource cosmosAssignment 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-05-15' = {
+  parent: cosmos
+  name: guid(cosmos.id, databaseName, principalId, cosmosDataContributor)
+  properties: {
+    principalId: principalId
+    roleDefinitionId: '${cosmos.id}/sqlRoleDefinitions/${cosmosDataContributor}'
+    scope: '${cosmos.id}/dbs/${databaseName}'
+  }
+}
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: storageAccountName
+}
+
+// The host keeps blobs (deployment package, timers' and triggers' state), queues and tables.
+resource storageAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for role in [
+  roles.storageBlobDataOwner
+  roles.storageQueueDataContributor
+  roles.storageTableDataContributor
+]: {
+  name: guid(storage.id, principalId, role)
+  scope: storage
+  properties: {
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', role)
+  }
+}]
+
+resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: applicationInsightsName
+}
+
+// Telemetry ingestion with Entra ID (local auth is off on Application Insights).
+resource telemetryAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(applicationInsights.id, principalId, roles.monitoringMetricsPublisher)
+  scope: applicationInsights
+  properties: {
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.monitoringMetricsPublisher)
+  }
+}

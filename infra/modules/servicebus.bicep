@@ -1,0 +1,69 @@
+// Service Bus: Standard tier or above (duplicate detection, sessions), Entra ID only, TLS 1.2.
+param location string
+param tags object
+param resourceToken string
+param sku string
+param duplicateDetectionWindow string
+param lockDurationSeconds int
+param maxDeliveryCount int
+param messageTtlSeconds int
+param ordersQueueName string
+param eventsQueueName string
+param outboxDestinationName string
+
+var inputQueue = {
+  requiresDuplicateDetection: true
+  duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+  lockDuration: 'PT${lockDurationSeconds}S'
+  maxDeliveryCount: maxDeliveryCount
+  deadLetteringOnMessageExpiration: true
+  defaultMessageTimeToLive: 'PT${messageTtlSeconds}S'
+}
+
+resource namespace 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' = {
+  name: 'sb-${resourceToken}'
+  location: location
+  tags: tags
+  sku: {
+    name: sku
+    tier: sku
+  }
+  properties: {
+    disableLocalAuth: true
+    minimumTlsVersion: '1.2'
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource ordersQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = {
+  parent: namespace
+  name: ordersQueueName
+  properties: union(inputQueue, {
+    requiresSession: false
+  })
+}
+
+resource eventsQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = {
+  parent: namespace
+  name: eventsQueueName
+  properties: union(inputQueue, {
+    requiresSession: true
+  })
+}
+
+resource outboxQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = {
+  parent: namespace
+  name: outboxDestinationName
+  properties: {
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+    lockDuration: 'PT${lockDurationSeconds}S'
+    maxDeliveryCount: maxDeliveryCount
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: 'PT${messageTtlSeconds}S'
+    requiresSession: false
+  }
+}
+
+output name string = namespace.name
+output fullyQualifiedNamespace string = '${namespace.name}.servicebus.windows.net'

@@ -1,0 +1,50 @@
+// Storage for the Functions host and the deployment package: no shared keys, TLS 1.2, no public blobs.
+param location string
+param tags object
+param resourceToken string
+
+var deploymentContainerName = 'app-package'
+
+resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  // checkov:skip=CKV_AZURE_35: no VNet in this template, so the host reaches the account over its public endpoint; access is Entra ID only (allowSharedKeyAccess false)
+  // checkov:skip=CKV_AZURE_59: as above; anonymous blob access is off (allowBlobPublicAccess false) and keys are disabled
+  // checkov:skip=CKV_AZURE_206: the account holds only host state and the deployment package, both recreated by a redeploy; LRS keeps idle cost lowest
+  // checkov:skip=CKV_AZURE_43: the name is 'st' + uniqueString(): 15 lower-case letters and digits, which checkov cannot evaluate
+  name: 'st${resourceToken}'
+  location: location
+  tags: tags
+  kind: 'StorageV2'
+  sku: {
+    name: 'Standard_LRS'
+  }
+  properties: {
+    allowSharedKeyAccess: false
+    allowBlobPublicAccess: false
+    defaultToOAuthAuthentication: true
+    minimumTlsVersion: 'TLS1_2'
+    supportsHttpsTrafficOnly: true
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = {
+  parent: account
+  name: 'default'
+  properties: {
+    deleteRetentionPolicy: {
+      enabled: true
+      days: 7
+    }
+  }
+}
+
+resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: deploymentContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+output name string = account.name
+output deploymentContainerUrl string = '${account.properties.primaryEndpoints.blob}${deploymentContainerName}'

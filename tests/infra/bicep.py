@@ -1,0 +1,173 @@
+"""Read the Bicep templates with pycep-parser and evaluate the simple expressions they use.
+
+Enough of Bicep to check what matters statically: parameters with their defaults, variables,
+module parameters, string interpolation, ``union`` and ``string``. Anything else (resource
+properties known only at deployment, such as endpoints) evaluates to an ``Unresolved`` marker.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pycep import BicepParser
+
+INFRA = Path(__file__).resolve().parents[2] / "infra"
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A value only Azure knows (an output, a resource property), or an expression we don't evaluate."""
+
+    expression: str
+
+
+@cache
+def parse(relative: str) -> dict[str, Any]:
+    """The pycep parse of one Bicep file under infra/."""
+    return BicepParser().parse(text=(INFRA / relative).read_text())
+
+
+def bicep_files() -> list[str]:
+    """Every Bicep file under infra/, relative to it."""
+    return sorted(str(p.relative_to(INFRA)) for p in INFRA.rglob("*.bicep"))
+
+
+@dataclass
+class Scope:
+    """The names visible in one template: parameter values and variable expressions."""
+
+    template: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    resolving: frozenset[str] = frozenset()  # variables being evaluated: a name inside its own value is a literal
+
+    @classmethod
+    def with_defaults(cls, relative: str, given: dict[str, Any] | None = None) -> Scope:
+        """A template's scope with each parameter's default unless ``given`` overrides it."""
+        template = parse(relative)
+        params = {name: spec.get("default") for name, spec in template.get("parameters", {}).items()}
+        params.update(given or {})
+        return cls(template, params)
+
+    def evaluate(self, node: Any) -> Any:
+        """Evaluate a parsed expression in this scope."""
+        if isinstance(node, str):
+            return self._name_or_text(node)
+        if isinstance(node, list):
+            return [self.evaluate(item) for item in node]
+        if isinstance(node, dict):
+            if "function" in node:
+                return self._function(node["function"])
+            if "operator" in node:
+                return self._operator(node["operator"])
+            return {key: self.evaluate(value) for key, value in node.items()}
+        return node
+
+    def _name_or_text(self, text: str) -> Any:
+        if text in self.params:
+            return self.params[text]
+        variables = self.template.get("variables", {})
+        if text in variables and text not in self.resolving:
+            inner = Scope(self.template, self.params, self.resolving | {text})
+            return inner.evaluate(variables[text]["value"])
+        if "${" in text:
+
+            def substitute(match: re.Match[str]) -> str:
+                value = self._name_or_text(match.group(1))
+                return f"<{match.group(1)}>" if isinstance(value, Unresolved) else str(value)
+
+            return _INTERPOLATION.sub(substitute, text)
+        if text in self.template.get("resources", {}) or text in self.template.get("modules", {}):
+            return Unresolved(text)
+        return text
+
+    def _function(self, function: dict[str, Any]) -> Any:
+        arguments = [self.evaluate(value) for value in function.get("parameters", {}).values()]
+        if function["type"] == "union" and all(isinstance(a, dict) for a in arguments):
+            merged: dict[str, Any] = {}
+            for argument in arguments:
+                merged.update(argument)
+            return merged
+        if function["type"] == "string" and len(arguments) == 1:
+            return str(arguments[0])
+        return Unresolved(f"{function['type']}(...)")
+
+    def _operator(self, operator: dict[str, Any]) -> Any:
+        operands = operator["operands"]
+        if operator["type"] == "minus" and "integer_value" in operands:
+            return -int(operands["integer_value"])
+        if operator["type"] == "equals":
+            return self.evaluate(operands["operand_1"]) == self.evaluate(operands["operand_2"])
+        if operator["type"] == "conditional":
+            condition = self.evaluate(operands["condition"])
+            if isinstance(condition, bool):
+                return self.evaluate(operands["true_value"] if condition else operands["false_value"])
+        if operator["type"] == "property_accessor":
+            target = self.evaluate(operator["operands"]["operand_1"])
+            key = operator["operands"]["operand_2"]
+            if isinstance(target, dict) and key in target:
+                return target[key]
+        return Unresolved(operator["type"])
+
+    def resources(self) -> dict[str, dict[str, Any]]:
+        """Each resource by symbolic name: type, whether it is ``existing``, and its evaluated config."""
+        found = {}
+        for name, resource in self.template.get("resources", {}).items():
+            config = resource["config"]
+            loop = config.get("loop_type") if isinstance(config, dict) else None
+            found[name] = {
+                "type": resource["type"],
+                "existing": resource.get("existing", False),
+                "loop": loop,
+                "raw": config["config"] if loop else config,
+                "config": self.evaluate(config["config"] if loop else config),
+            }
+        return found
+
+    def module(self, symbolic_name: str) -> Scope:
+        """The scope of a module as this template instantiates it."""
+        module = self.template["modules"][symbolic_name]
+        given = {name: self.evaluate(value) for name, value in module["config"]["params"].items()}
+        return Scope.with_defaults(module["detail"]["path"], given)
+
+
+MAIN_REQUIRED = {"environmentName": "dev", "location": "westeurope", "fulfillmentUrl": "https://fulfilment.example"}
+
+
+def main_scope(**overrides: Any) -> Scope:
+    """main.bicep with its parameter defaults and test values for the required ones."""
+    return Scope.with_defaults("main.bicep", {**MAIN_REQUIRED, **overrides})
+
+
+def expand(scope: Scope, resource: dict[str, Any]) -> list[dict[str, Any]]:
+    """A resource's evaluated config, once per loop iteration (once if it has no loop)."""
+    loop = resource["loop"]
+    if not loop:
+        return [resource["config"]]
+    detail = loop["detail"]
+    items = scope.evaluate(detail["array_name"])
+    copies = []
+    for index, item in enumerate(items):
+        names = {detail["item_name"]: item}
+        if detail.get("index_name"):
+            names[detail["index_name"]] = index
+        copies.append(Scope(scope.template, {**scope.params, **names}).evaluate(resource["raw"]))
+    return copies
+
+
+def role_guid(scope: Scope, resource: dict[str, Any]) -> list[str]:
+    """The role-definition GUIDs a (possibly looped) role-assignment resource assigns."""
+    guids = []
+    raw_role = resource["raw"]["properties"]["roleDefinitionId"]["function"]["parameters"]["resource_name_1"]
+    loop = resource["loop"]
+    items = scope.evaluate(loop["detail"]["array_name"]) if loop else [None]
+    for index, item in enumerate(items):
+        names = {loop["detail"]["item_name"]: item} if loop else {}
+        if loop and loop["detail"].get("index_name"):
+            names[loop["detail"]["index_name"]] = index
+        guids.append(Scope(scope.template, {**scope.params, **names}).evaluate(raw_role))
+    return guids

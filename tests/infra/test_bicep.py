@@ -1,0 +1,192 @@
+"""Static checks of infra/*.bicep, parsed with pycep-parser: the settings idempotency depends on."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.infra.bicep import INFRA, Scope, bicep_files, expand, main_scope, parse, role_guid
+
+SERVICE_BUS_DATA_RECEIVER = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0"
+SERVICE_BUS_DATA_SENDER = "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39"
+COSMOS_DATA_CONTRIBUTOR = "00000000-0000-0000-0000-000000000002"
+
+
+@pytest.fixture(scope="module")
+def main() -> Scope:
+    return main_scope()
+
+
+def resources(scope: Scope) -> dict[str, dict]:
+    return scope.resources()
+
+
+def test_every_bicep_file_parses() -> None:
+    files = bicep_files()
+    assert "main.bicep" in files and len(files) >= 7
+    for relative in files:
+        assert parse(relative)["resources"] or parse(relative).get("modules"), relative
+
+
+def test_main_targets_the_subscription_and_creates_a_resource_group(main: Scope) -> None:
+    assert parse("main.bicep")["globals"]["scope"]["value"] == "subscription"
+    [group] = [r for r in resources(main).values() if r["type"] == "Microsoft.Resources/resourceGroups"]
+    assert group["config"]["name"] == "rg-dev"
+    assert set(parse("main.bicep")["modules"]) == {
+        "monitoring",
+        "storage",
+        "serviceBus",
+        "cosmos",
+        "functionApp",
+        "roles",
+    }
+
+
+def test_names_derive_from_one_resource_token() -> None:
+    text = (INFRA / "main.bicep").read_text()
+    assert text.count("uniqueString(") == 1
+    for relative in bicep_files():
+        if relative.startswith("modules/"):
+            for resource in parse(relative)["resources"].values():
+                name = resource["config"].get("name") if isinstance(resource["config"], dict) else None
+                if isinstance(name, str) and "${" in name and not resource["existing"]:
+                    assert "${resourceToken}" in name, (relative, name)
+
+
+def test_service_bus_tier_has_duplicate_detection_and_basic_is_not_allowed(main: Scope) -> None:
+    allowed = [d for d in parse("main.bicep")["parameters"]["serviceBusSku"]["decorators"] if d["type"] == "allowed"]
+    assert allowed[0]["argument"] == ["Standard", "Premium"]
+    namespace = resources(main.module("serviceBus"))["namespace"]["config"]
+    assert namespace["sku"]["name"] == "Standard"
+    assert namespace["properties"]["disableLocalAuth"] is True
+    assert namespace["properties"]["minimumTlsVersion"] == "1.2"
+
+
+@pytest.mark.parametrize(("queue", "sessions"), [("ordersQueue", False), ("eventsQueue", True), ("outboxQueue", False)])
+def test_queues_have_duplicate_detection_and_dead_lettering(main: Scope, queue: str, sessions: bool) -> None:
+    properties = resources(main.module("serviceBus"))[queue]["config"]["properties"]
+    assert properties["requiresDuplicateDetection"] is True
+    assert properties["duplicateDetectionHistoryTimeWindow"] == "PT10M"
+    assert properties["lockDuration"] == "PT60S"
+    assert properties["maxDeliveryCount"] == 10
+    assert properties["deadLetteringOnMessageExpiration"] is True
+    assert properties["defaultMessageTimeToLive"] == "PT86400S"
+    assert properties["requiresSession"] is sessions
+
+
+def test_queue_names_match_the_app_defaults(main: Scope) -> None:
+    names = {
+        r["config"]["name"] for r in resources(main.module("serviceBus")).values() if r["type"].endswith("/queues")
+    }
+    assert names == {"orders", "order-events", "order-accepted"}
+
+
+def test_cosmos_is_entra_only_with_session_consistency(main: Scope) -> None:
+    account = resources(main.module("cosmos"))["account"]["config"]["properties"]
+    assert account["disableLocalAuth"] is True
+    assert account["consistencyPolicy"]["defaultConsistencyLevel"] == "Session"
+    assert account["minimalTlsVersion"] == "Tls12"
+    assert account["capabilities"] == [{"name": "EnableServerless"}]
+
+
+def test_containers_partition_keys_and_ttl(main: Scope) -> None:
+    cosmos = resources(main.module("cosmos"))
+    orders = cosmos["orders"]["config"]["properties"]["resource"]
+    leases = cosmos["leases"]["config"]["properties"]["resource"]
+    assert (orders["id"], orders["partitionKey"]["paths"], orders["defaultTtl"]) == ("orders", ["/orderId"], -1)
+    assert (leases["id"], leases["partitionKey"]["paths"]) == ("leases", ["/id"])
+    assert cosmos["database"]["config"]["name"] == "sales"
+
+
+def test_capacity_mode_is_a_parameter() -> None:
+    allowed = [
+        d for d in parse("main.bicep")["parameters"]["cosmosCapacityMode"]["decorators"] if d["type"] == "allowed"
+    ]
+    assert allowed[0]["argument"] == ["serverless", "autoscale"]
+    autoscale = resources(main_scope(cosmosCapacityMode="autoscale").module("cosmos"))
+    assert autoscale["account"]["config"]["properties"]["capabilities"] == []
+    assert autoscale["database"]["config"]["properties"]["options"] == {"autoscaleSettings": {"maxThroughput": 1000}}
+    serverless = resources(main_scope().module("cosmos"))
+    assert serverless["database"]["config"]["properties"]["options"] == {}
+
+
+def test_storage_forbids_shared_keys_and_old_tls(main: Scope) -> None:
+    properties = resources(main.module("storage"))["account"]["config"]["properties"]
+    assert properties["allowSharedKeyAccess"] is False
+    assert properties["allowBlobPublicAccess"] is False
+    assert properties["minimumTlsVersion"] == "TLS1_2"
+    assert properties["supportsHttpsTrafficOnly"] is True
+
+
+def test_function_app_is_flex_consumption_python_with_managed_identity(main: Scope) -> None:
+    app = resources(main.module("functionApp"))
+    assert app["plan"]["config"]["sku"] == {"tier": "FlexConsumption", "name": "FC1"}
+    site = app["site"]["config"]
+    assert site["identity"]["type"] == "SystemAssigned"
+    assert site["properties"]["functionAppConfig"]["runtime"] == {"name": "python", "version": "3.11"}
+    assert site["properties"]["functionAppConfig"]["deployment"]["storage"]["authentication"]["type"] == (
+        "SystemAssignedIdentity"
+    )
+    assert site["properties"]["httpsOnly"] is True
+    assert site["properties"]["siteConfig"]["minTlsVersion"] == "1.2"
+
+
+def test_application_insights_uses_a_workspace_and_entra_ingestion(main: Scope) -> None:
+    monitoring = resources(main.module("monitoring"))
+    assert monitoring["workspace"]["type"] == "Microsoft.OperationalInsights/workspaces"
+    assert monitoring["applicationInsights"]["config"]["properties"]["DisableLocalAuth"] is True
+
+
+def test_receiver_role_only_on_the_two_input_queues(main: Scope) -> None:
+    roles = main.module("roles")
+    found = resources(roles)
+    receiver = found["receiverAssignments"]
+    assert role_guid(roles, receiver) == [SERVICE_BUS_DATA_RECEIVER] * 2
+    scoped_queues = [found["receiveQueues"]["raw"]["name"] for _ in expand(roles, receiver)]
+    assert scoped_queues == ["name", "name"]  # one per item of receiveQueueNames
+    assert roles.params["receiveQueueNames"] == ["orders", "order-events"]
+    assert receiver["raw"]["scope"]["operator"]["operands"]["operand_1"] == "receiveQueues"
+
+
+def test_sender_role_only_on_the_outbox_destination(main: Scope) -> None:
+    roles = main.module("roles")
+    found = resources(roles)
+    sender = found["senderAssignment"]
+    assert role_guid(roles, sender) == [SERVICE_BUS_DATA_SENDER]
+    assert sender["raw"]["scope"] == "sendQueue"
+    assert found["sendQueue"]["config"]["name"] == "order-accepted"
+
+
+def test_no_role_is_granted_on_the_whole_namespace_or_above(main: Scope) -> None:
+    roles = main.module("roles")
+    for name, resource in resources(roles).items():
+        if resource["type"] == "Microsoft.Authorization/roleAssignments":
+            assert resource["raw"].get("scope") not in (None, "namespace"), name
+            assert SERVICE_BUS_DATA_SENDER not in role_guid(roles, resource) or name == "senderAssignment"
+
+
+def test_cosmos_data_contributor_is_scoped_to_the_database(main: Scope) -> None:
+    assignment = resources(main.module("roles"))["cosmosAssignment"]
+    assert assignment["type"] == "Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments"
+    properties = assignment["config"]["properties"]
+    assert properties["roleDefinitionId"].endswith(f"/sqlRoleDefinitions/{COSMOS_DATA_CONTRIBUTOR}")
+    assert properties["scope"] == "${cosmos.id}/dbs/sales"
+
+
+def test_role_assignment_names_are_guids_of_scope_principal_and_role() -> None:
+    text = (INFRA / "modules" / "roles.bicep").read_text()
+    names = re.findall(r"^\s+name: (.+)$", text, re.M)
+    assignments = [n for n in names if n.startswith("guid(")]
+    assert len(assignments) == 5
+    assert all("principalId" in n for n in assignments)
+
+
+def test_host_storage_roles(main: Scope) -> None:
+    roles = main.module("roles")
+    guids = set(role_guid(roles, resources(roles)["storageAssignments"]))
+    assert guids == {
+        "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
+        "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
+        "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
+    }
