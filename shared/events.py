@@ -117,7 +117,7 @@ def parse_event(message: InboundMessage) -> OrderEvent:
     if message.message_id != event_id:
         raise InvalidMessage("MessageId does not equal the event id")
     event_type = body.get("type")
-    if event_type not in KINDS:
+    if not isinstance(event_type, str) or event_type not in KINDS:
         raise InvalidMessage(f"type must be one of {', '.join(sorted(KINDS))}")
     order_id = require_cosmos_id(body, "subject")
     if message.session_id is not None and message.session_id != order_id:

@@ -55,6 +55,8 @@ def test_session_must_be_the_order() -> None:
     [
         ({"specversion": "0.3"}, "specversion"),
         ({"type": "com.example.orders.OrderPlaced"}, "type must be one of"),
+        ({"type": ["com.example.orders.OrderShipped"]}, "type must be one of"),
+        ({"type": {"name": 1}}, "type must be one of"),
         ({"subject": "a/b"}, "subject"),
         ({"time": "tomorrow"}, "time"),
         ({"datacontenttype": "text/xml"}, "datacontenttype"),
