@@ -19,6 +19,7 @@ from shared.fulfilment import InMemoryFulfilment
 from shared.memory_store import InMemoryStore
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.fake_host import FakeHost, Settlement, make_received_message
+from tests.support.fault_proxy import FaultProxy, fault_proxy
 
 
 @pytest.fixture(scope="session")
@@ -83,6 +84,15 @@ def app_on_cosmos(
     runtime.reset()
     yield cosmos_target
     runtime.reset()
+
+
+@pytest.fixture
+def cosmos_proxy(monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget) -> Iterator[FaultProxy]:
+    """The app's Cosmos traffic through a proxy on loopback that can fail chosen requests."""
+    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
+        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
+        runtime.reset()
+        yield proxy
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from consumers import runtime
 from shared.cosmos_store import THROTTLE_RETRIES
 from shared.orders import parse_order
 from tests.functions.conftest import CosmosTarget, Deliverer
-from tests.support.fault_proxy import fault_proxy
+from tests.support.fault_proxy import FaultProxy, fault_proxy
 from tests.support.orders import encode, inbound, order_body
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,31 +118,25 @@ def test_message_without_data_body_is_dead_lettered_invalid(
 
 @pytest.mark.parametrize("status", [429, 503])
 def test_throttled_or_unavailable_create_is_abandoned(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer, status: int
+    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_order: Deliverer, status: int
 ) -> None:
-    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
-        fault = proxy.fail("POST", DOCS, status, count=None)
-        order_id = new_id()
-        [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
-        assert settlement.action == "abandon"
-        assert fault.hits >= 1
+    fault = cosmos_proxy.fail("POST", DOCS, status, count=None)
+    order_id = new_id()
+    [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    assert settlement.action == "abandon"
+    assert fault.hits >= 1
     assert count_orders(app_on_cosmos, order_id) == 0
 
 
 def test_order_is_created_once_cosmos_recovers(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
 ) -> None:
-    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
-        proxy.fail("POST", DOCS, 503, count=None)
-        order_id = new_id()
-        body = encode(order_body(order_id))
-        assert deliver_order(body, message_id=order_id)[0].action == "abandon"
-        proxy.clear()
-        assert deliver_order(body, message_id=order_id)[0].action == "complete"
+    cosmos_proxy.fail("POST", DOCS, 503, count=None)
+    order_id = new_id()
+    body = encode(order_body(order_id))
+    assert deliver_order(body, message_id=order_id)[0].action == "abandon"
+    cosmos_proxy.clear()
+    assert deliver_order(body, message_id=order_id)[0].action == "complete"
     assert count_orders(app_on_cosmos, order_id) == 1
 
 
@@ -157,46 +151,33 @@ def test_unreachable_cosmos_is_abandoned(monkeypatch: pytest.MonkeyPatch, delive
     assert settlement.action == "abandon"
 
 
-def test_failed_read_after_conflict_is_abandoned(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
-) -> None:
+def test_failed_read_after_conflict_is_abandoned(cosmos_proxy: FaultProxy, deliver_order: Deliverer) -> None:
     order_id = new_id()
     deliver_order(encode(order_body(order_id)), message_id=order_id)
-    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
-        fault = proxy.fail("GET", DOC, 503, count=None)
-        [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
-        assert settlement.action == "abandon"
-        assert fault.hits >= 1
+    fault = cosmos_proxy.fail("GET", DOC, 503, count=None)
+    [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    assert settlement.action == "abandon"
+    assert fault.hits >= 1
 
 
-def test_new_order_costs_two_cosmos_requests(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
-) -> None:
-    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
-        first = new_id()
-        deliver_order(encode(order_body(first)), message_id=first)  # warms the client: account, container
-        proxy.requests.clear()
-        order_id = new_id()
-        deliver_order(encode(order_body(order_id)), message_id=order_id)
-        # the batch (order, outbox, reservation claim), then the batch that finishes the reservation record
-        assert [method for method, _ in proxy.requests] == ["POST", "POST"], proxy.requests
+def test_new_order_costs_two_cosmos_requests(cosmos_proxy: FaultProxy, deliver_order: Deliverer) -> None:
+    first = new_id()
+    deliver_order(encode(order_body(first)), message_id=first)  # warms the client: account, container
+    cosmos_proxy.requests.clear()
+    order_id = new_id()
+    deliver_order(encode(order_body(order_id)), message_id=order_id)
+    # the batch (order, outbox, reservation claim), then the batch that finishes the reservation record
+    assert [method for method, _ in cosmos_proxy.requests] == ["POST", "POST"], cosmos_proxy.requests
 
 
 def test_forbidden_by_cosmos_is_an_error_and_abandoned(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
+    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
-        proxy.fail("POST", DOCS, 403, count=None)
-        order_id = new_id()
-        with caplog.at_level(logging.INFO):
-            [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    cosmos_proxy.fail("POST", DOCS, 403, count=None)
+    order_id = new_id()
+    with caplog.at_level(logging.INFO):
+        [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
     assert settlement.action == "abandon"
     [record] = [r for r in caplog.records if r.name == "idempotent_consumer"]
     assert record.outcome == "error"
@@ -287,12 +268,9 @@ def test_bindings_are_peeklock_with_explicit_settlement_on_the_configured_queues
 
 
 def test_throttling_retries_are_bounded_inside_the_lock(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
 ) -> None:
-    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
-        fault = proxy.fail("POST", DOCS, 429, count=None)
-        order_id = new_id()
-        assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "abandon"
+    fault = cosmos_proxy.fail("POST", DOCS, 429, count=None)
+    order_id = new_id()
+    assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "abandon"
     assert fault.hits == THROTTLE_RETRIES + 1

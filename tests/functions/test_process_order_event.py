@@ -18,7 +18,7 @@ from shared.messages import InboundMessage
 from tests.functions.conftest import CosmosTarget, Deliverer
 from tests.support.audit import audit_handler
 from tests.support.events import encode_event, event_body
-from tests.support.fault_proxy import fault_proxy
+from tests.support.fault_proxy import FaultProxy
 from tests.support.metrics import outcome_counts
 from tests.support.orders import encode, order_body
 
@@ -154,26 +154,18 @@ def test_invalid_event_is_dead_lettered_with_the_rule(deliver_event: Deliverer, 
 
 
 def test_unavailable_cosmos_abandons(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
 ) -> None:
-    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
-        proxy.fail("POST", DOCS, 503, count=None)
-        assert send(deliver_event, event_body(order_id, 2))[0] == "abandon"
+    cosmos_proxy.fail("POST", DOCS, 503, count=None)
+    assert send(deliver_event, event_body(order_id, 2))[0] == "abandon"
     assert order(app_on_cosmos, order_id)["version"] == 1
 
 
-def test_happy_path_is_one_cosmos_request(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
-) -> None:
-    with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
-        send(deliver_event, event_body(order_id, 2))  # warms the client
-        proxy.requests.clear()
-        send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))
-        assert [method for method, _ in proxy.requests] == ["POST"], proxy.requests
+def test_happy_path_is_one_cosmos_request(cosmos_proxy: FaultProxy, deliver_event: Deliverer, order_id: str) -> None:
+    send(deliver_event, event_body(order_id, 2))  # warms the client
+    cosmos_proxy.requests.clear()
+    send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))
+    assert [method for method, _ in cosmos_proxy.requests] == ["POST"], cosmos_proxy.requests
 
 
 def test_batch_failing_at_its_last_operation_writes_nothing(
