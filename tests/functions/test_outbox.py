@@ -2,33 +2,90 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import azure.functions as func
 import pytest
 from azure.functions.timer import TimerRequest
+from azure.servicebus import ServiceBusClient
+from azure.servicebus.exceptions import OperationTimeoutError
+from devservers.servicebus import Broker, start_broker
 
 from consumers import runtime
 from shared.cosmos_store import CosmosStore
 from shared.keys import idempotency_key
-from shared.messaging import RecordingSender
+from shared.messaging import OutgoingMessage, RecordingSender
+from shared.outbox import OutboxPublisher
 from shared.side_effects import SideEffect
 from tests.functions.conftest import CosmosTarget, Deliverer
 from tests.support.fault_proxy import fault_proxy
 from tests.support.orders import encode, order_body
 
+BROKER_CONFIG = {"UserConfig": {"Namespaces": [{"Name": "outbox", "Queues": [
+    {"Name": "order-accepted", "Properties": {"RequiresDuplicateDetection": True,
+                                              "DuplicateDetectionHistoryTimeWindow": "PT5M"}},
+    {"Name": "order-accepted-sessions", "Properties": {"RequiresDuplicateDetection": True,
+                                                       "DuplicateDetectionHistoryTimeWindow": "PT5M",
+                                                       "RequiresSession": True}},
+], "Topics": []}]}}
 
-@pytest.fixture
-def sender(monkeypatch: pytest.MonkeyPatch) -> RecordingSender:
-    """The recording sender behind the sender port (issue #6 re-runs these against a broker)."""
-    recording = RecordingSender()
-    monkeypatch.setattr(runtime, "sender", lambda: recording)
-    monkeypatch.setenv("ServiceBusConnection", "Endpoint=sb://127.0.0.1;SharedAccessKeyName=k;SharedAccessKey=v")
-    return recording
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    with start_broker(BROKER_CONFIG) as running:
+        yield running
+
+
+class BrokerTap:
+    """What reached the broker's destination queues, read back with the real SDK receiver."""
+
+    def __init__(self, connection_string: str) -> None:
+        self.connection_string = connection_string
+        self._received: list[tuple[str, OutgoingMessage]] = []
+        _ = self.sent  # drain what earlier tests left in the shared queues
+        self._received.clear()
+
+    @property
+    def sent(self) -> list[tuple[str, OutgoingMessage]]:
+        with ServiceBusClient.from_connection_string(self.connection_string) as client:
+            with client.get_queue_receiver("order-accepted", max_wait_time=1) as receiver:
+                self._collect("order-accepted", receiver)
+            with (
+                contextlib.suppress(OperationTimeoutError),  # no session has messages
+                client.get_queue_receiver("order-accepted-sessions", session_id=None, max_wait_time=1) as session,
+            ):
+                self._collect("order-accepted-sessions", session)
+        return list(self._received)
+
+    def _collect(self, destination: str, receiver: Any) -> None:
+        while batch := receiver.receive_messages(max_message_count=50, max_wait_time=1):
+            for message in batch:
+                receiver.complete_message(message)
+                self._received.append((destination, OutgoingMessage(
+                    message_id=message.message_id, body=b"".join(message.body),
+                    correlation_id=message.correlation_id, session_id=message.session_id, subject=message.subject,
+                )))
+
+
+@pytest.fixture(params=["recording", "broker"])
+def sender(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget
+) -> RecordingSender | BrokerTap:
+    """The recording sender behind the sender port, or the real azure-servicebus sender and the local broker."""
+    if request.param == "recording":
+        recording = RecordingSender()
+        monkeypatch.setattr(runtime, "sender", lambda: recording)
+        monkeypatch.setenv("ServiceBusConnection", "Endpoint=sb://127.0.0.1;SharedAccessKeyName=k;SharedAccessKey=v")
+        return recording
+    broker: Broker = request.getfixturevalue("broker")
+    monkeypatch.setenv("ServiceBusConnection", broker.connection_string)
+    runtime.reset()
+    return BrokerTap(broker.connection_string)
 
 
 def partition(target: CosmosTarget, order_id: str, doc_type: str | None = None) -> list[dict]:
@@ -102,6 +159,7 @@ def test_session_destination_gets_the_order_as_session_id(
     sender: RecordingSender, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     monkeypatch.setenv("OUTBOX_REQUIRES_SESSION", "true")
+    monkeypatch.setenv("OUTBOX_DESTINATION", "order-accepted-sessions")
     runtime.reset()
     order_id = place(deliver_order)
     registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id))
@@ -110,27 +168,40 @@ def test_session_destination_gets_the_order_as_session_id(
 
 def test_crash_before_the_mark_republishes_the_same_message_id(
     monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
-    sender: RecordingSender, registered_functions: dict[str, Callable[..., Any]],
+    sender: RecordingSender | BrokerTap, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order)
     feed = change_feed(app_on_cosmos, order_id)
     with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
         monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
         runtime.reset()
-        monkeypatch.setattr(runtime, "sender", lambda: sender)
         proxy.fail("POST", r"/docs/?$", 503, count=None)  # the mark fails after the send
         registered_functions["publish_outbox"](feed)
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "pending"
     monkeypatch.setenv("COSMOS_ENDPOINT", app_on_cosmos.endpoint.url)
     monkeypatch.setenv("OUTBOX_STUCK_AFTER_SECONDS", "1")
     runtime.reset()
-    monkeypatch.setattr(runtime, "sender", lambda: sender)
     time.sleep(1.1)
-    registered_functions["sweep_outbox"](TimerRequest())
+    registered_functions["sweep_outbox"](TimerRequest())  # the republish, within the detection window
     expected = idempotency_key("order-projection", "OrderAccepted", order_id)
-    ids = [m.message_id for _, m in sender.sent if m.message_id == expected]
-    assert len(ids) == 2  # resent under the same MessageId: a duplicate for the destination to drop
+    arrived = [m.message_id for _, m in sender.sent if m.message_id == expected]
+    if isinstance(sender, RecordingSender):
+        assert len(arrived) == 2  # sent twice under the same MessageId...
+    else:
+        assert len(arrived) == 1  # ...and the destination's duplicate detection lets exactly one through
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "dispatched"
+
+
+def test_republishing_one_outbox_document_twice_delivers_one_message(
+    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, sender: RecordingSender | BrokerTap,
+) -> None:
+    order_id = place(deliver_order)
+    [document] = partition(app_on_cosmos, order_id, "outbox")
+    publisher = OutboxPublisher(CosmosStore(app_on_cosmos.container), runtime.sender(), dispatched_ttl_seconds=60)
+    publisher.publish([document])
+    publisher.publish([document])  # the same pending copy again, as after a crash before the mark
+    arrived = [m for _, m in sender.sent if m.message_id == document["messageId"]]
+    assert len(arrived) == (2 if isinstance(sender, RecordingSender) else 1)
 
 
 def test_sweep_publishes_only_documents_pending_past_the_threshold(
