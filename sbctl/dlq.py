@@ -68,15 +68,19 @@ class DeadLetter:
 def peek_all(client: ServiceBusClient, queue: str, selection: Selection = Selection(),
              limit: int | None = None) -> list[DeadLetter]:
     """Every dead-lettered message that matches, without locking or removing any."""
-    found: list[DeadLetter] = []
     with translated(queue), client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
-        next_sequence = 0
-        while limit is None or len(found) < limit:
-            page = receiver.peek_messages(max_message_count=PAGE, sequence_number=next_sequence)
-            if not page:
-                break
-            found.extend(DeadLetter.of(m) for m in page if selection.matches(m))
-            next_sequence = max(m.sequence_number or 0 for m in page) + 1
+        return _peek(receiver, selection, limit)
+
+
+def _peek(receiver: Any, selection: Selection, limit: int | None) -> list[DeadLetter]:
+    found: list[DeadLetter] = []
+    next_sequence = 0
+    while limit is None or len(found) < limit:
+        page = receiver.peek_messages(max_message_count=PAGE, sequence_number=next_sequence)
+        if not page:
+            break
+        found.extend(DeadLetter.of(m) for m in page if selection.matches(m))
+        next_sequence = max(m.sequence_number or 0 for m in page) + 1
     return found[:limit] if limit is not None else found
 
 
@@ -101,24 +105,29 @@ def _locked(
 ) -> Iterator[tuple[Any, ServiceBusReceivedMessage]]:
     """Receive the DLQ in PeekLock and yield (receiver, message) for each match exactly once.
 
-    Messages that don't match stay locked until the end, so they are not received again, and are
-    then abandoned back to the dead-letter queue unchanged (but for their delivery count).
+    A peek first takes stock of what is there, so the loop ends as soon as all of it was seen rather
+    than after an idle wait. Messages that don't match stay locked until the end, so they are not
+    received again, and are then abandoned back to the dead-letter queue (their delivery count rises).
     """
+    with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as peeker:
+        stock = {d.sequence_number for d in _peek(peeker, Selection(), None)}
+    if not stock:
+        return
     held: list[ServiceBusReceivedMessage] = []
-    seen: set[int] = set()
+    seen: set[int | None] = set()
     with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER,
                                    receive_mode=ServiceBusReceiveMode.PEEK_LOCK) as receiver:
         try:
-            while True:
+            while not stock <= seen:
                 batch = receiver.receive_messages(max_message_count=PAGE, max_wait_time=RECEIVE_WAIT_SECONDS)
                 if not batch:
                     break
                 for message in batch:
                     if message.sequence_number in seen or not selection.matches(message):
                         held.append(message)
-                        continue
-                    seen.add(message.sequence_number or 0)
-                    yield receiver, message
+                    else:
+                        yield receiver, message
+                    seen.add(message.sequence_number)
         finally:
             for message in held:
                 receiver.abandon_message(message)

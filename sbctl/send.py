@@ -118,8 +118,9 @@ def with_faults(envelopes: Iterable[Envelope], duplicates: float, reuse_ids: flo
 
 
 def send(client: ServiceBusClient, queue: str, planned: Iterable[tuple[str, Envelope]], expected: int | None,
-         progress: TextIO = sys.stderr) -> Summary:
+         progress: TextIO | None = None) -> Summary:
     """Send in batches, in order; report progress on stderr every few hundred messages."""
+    progress = progress or sys.stderr  # looked up per call, so a redirected stderr is honoured
     summary = Summary()
     with translated(queue), client.get_queue_sender(queue) as sender:
         batch = sender.create_message_batch()

@@ -12,11 +12,11 @@ from typing import Any
 import azure.functions as func
 import pytest
 from azure.functions.timer import TimerRequest
-from azure.servicebus import ServiceBusClient
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient
 from azure.servicebus.exceptions import OperationTimeoutError
-from devservers.servicebus import Broker, start_broker
 
 from consumers import runtime
+from devservers.servicebus import Broker, start_broker
 from shared.cosmos_store import CosmosStore
 from shared.keys import idempotency_key
 from shared.messaging import OutgoingMessage, RecordingSender
@@ -57,7 +57,9 @@ class BrokerTap:
                 self._collect("order-accepted", receiver)
             with (
                 contextlib.suppress(OperationTimeoutError),  # no session has messages
-                client.get_queue_receiver("order-accepted-sessions", session_id=None, max_wait_time=1) as session,
+                client.get_queue_receiver(
+                    "order-accepted-sessions", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
+                ) as session,
             ):
                 self._collect("order-accepted-sessions", session)
         return list(self._received)

@@ -1,0 +1,217 @@
+"""sbctl against the local broker with the real azure-servicebus SDK: send, dlq list/resubmit/purge."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+
+from devservers.servicebus import start_broker
+from sbctl.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def queue(name: str, **properties: object) -> dict:
+    defaults = {"LockDuration": "PT30S", "MaxDeliveryCount": 10, "RequiresDuplicateDetection": False,
+                "RequiresSession": False, "DefaultMessageTimeToLive": "PT1H",
+                "DuplicateDetectionHistoryTimeWindow": "PT1M", "DeadLetteringOnMessageExpiration": False}
+    return {"Name": name, "Properties": {**defaults, **properties}}
+
+
+CONFIG = {"UserConfig": {"Namespaces": [{"Name": "sbctl", "Queues": [
+    queue("plain"), queue("dedup", RequiresDuplicateDetection=True), queue("events", RequiresSession=True),
+    queue("dlq-list"), queue("dlq-resubmit"), queue("dlq-ids"), queue("dlq-purge"), queue("dlq-confirm"),
+    queue("progress"), queue("reuse"),
+], "Topics": []}]}}
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[object]:
+    with start_broker(CONFIG) as running:
+        yield running
+
+
+@pytest.fixture
+def conn(broker: object) -> str:
+    return broker.connection_string  # type: ignore[attr-defined]
+
+
+def drain(conn: str, name: str, *, session: str | None = None, dead_letter: bool = False) -> list:
+    with ServiceBusClient.from_connection_string(conn) as client:
+        kwargs: dict = {"max_wait_time": 1}
+        if dead_letter:
+            kwargs["sub_queue"] = ServiceBusSubQueue.DEAD_LETTER
+        if session is not None:
+            kwargs["session_id"] = session
+        with client.get_queue_receiver(name, **kwargs) as receiver:
+            received = []
+            while batch := receiver.receive_messages(max_message_count=100, max_wait_time=0.5):
+                for message in batch:
+                    receiver.complete_message(message)
+                received.extend(batch)
+            return received
+
+
+def dead_letter(conn: str, name: str, messages: list[tuple[str, str]]) -> None:
+    """Send (messageId, reason) pairs and dead-letter each with its reason."""
+    with ServiceBusClient.from_connection_string(conn) as client:
+        with client.get_queue_sender(name) as sender:
+            sender.send_messages([ServiceBusMessage(json.dumps({"orderId": mid}), message_id=mid,
+                                                    application_properties={"origin": "test"})
+                                  for mid, _ in messages])
+        reasons = dict(messages)
+        with client.get_queue_receiver(name, max_wait_time=2) as receiver:
+            pending = len(messages)
+            while pending:
+                for message in receiver.receive_messages(max_message_count=pending, max_wait_time=2):
+                    receiver.dead_letter_message(message, reason=reasons[message.message_id],
+                                                 error_description=f"because {message.message_id}")
+                    pending -= 1
+
+
+def test_send_generated_orders_with_business_ids_and_correlation(conn: str) -> None:
+    assert main(["send", "--queue", "plain", "--generate", "12", "--seed", "1", "--connection-string", conn]) == 0
+    received = drain(conn, "plain")
+    assert len(received) == 12
+    for message in received:
+        body = json.loads(b"".join(message.body))
+        assert message.message_id == body["orderId"]
+        assert message.correlation_id.startswith("trace-")
+        assert message.content_type == "application/json"
+
+
+def test_send_events_go_to_the_order_session_in_order(conn: str) -> None:
+    assert main(["send", "--queue", "events", "--generate", "6", "--kind", "events", "--seed", "2",
+                 "--connection-string", conn]) == 0
+    first = drain_first_session(conn)
+    sequences = [json.loads(b"".join(m.body))["data"]["sequence"] for m in first]
+    assert sequences == sorted(sequences) and sequences[0] == 2
+    assert all(m.session_id == json.loads(b"".join(m.body))["subject"] for m in first)
+
+
+def drain_first_session(conn: str) -> list:
+    with (
+        ServiceBusClient.from_connection_string(conn) as client,
+        client.get_queue_receiver("events", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=2) as receiver,
+    ):
+        batch = receiver.receive_messages(max_message_count=10, max_wait_time=2)
+        for message in batch:
+            receiver.complete_message(message)
+        return batch
+
+
+def test_duplicates_are_exact_copies_and_the_queue_drops_them_when_it_detects_duplicates(conn: str,
+                                                                                      tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    assert main(["send", "--queue", "plain", "--generate", "1", "--seed", "3", "--connection-string", conn]) == 0
+    [original] = drain(conn, "plain")
+    path.write_text(b"".join(original.body).decode() + "\n")
+    send = ["send", "--file", str(path), "--duplicates", "1", "--connection-string", conn]
+    assert main([*send, "--queue", "plain"]) == 0
+    copies = drain(conn, "plain")
+    assert [m.message_id for m in copies] == [original.message_id] * 2
+    assert b"".join(copies[0].body) == b"".join(copies[1].body)
+    assert main([*send, "--queue", "dedup"]) == 0
+    assert [m.message_id for m in drain(conn, "dedup")] == [original.message_id]
+
+
+def test_reused_ids_carry_other_content(conn: str) -> None:
+    assert main(["send", "--queue", "reuse", "--generate", "3", "--reuse-ids", "1", "--seed", "4",
+                 "--connection-string", conn]) == 0
+    received = drain(conn, "reuse")
+    assert len(received) == 6
+    by_id: dict[str, set[bytes]] = {}
+    for message in received:
+        by_id.setdefault(message.message_id, set()).add(b"".join(message.body))
+    assert all(len(bodies) == 2 for bodies in by_id.values())
+
+
+def test_long_runs_show_progress(conn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["send", "--queue", "progress", "--generate", "600", "--seed", "5", "--connection-string", conn]) == 0
+    err = capsys.readouterr().err
+    assert "sent 500/600 messages" in err and "sent 600 message(s) to progress" in err
+    assert len(drain(conn, "progress")) == 600
+
+
+def test_dlq_list_as_table_and_json(conn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    dead_letter(conn, "dlq-list", [("m-1", "InvalidMessage"), ("m-2", "PayloadMismatch")])
+    assert main(["dlq", "list", "--queue", "dlq-list", "--connection-string", conn]) == 0
+    table = capsys.readouterr().out
+    assert "messageId" in table and "m-1" in table and "PayloadMismatch" in table
+    assert main(["dlq", "list", "--queue", "dlq-list", "--json", "--connection-string", conn]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [set(r) for r in rows] == [{"messageId", "reason", "description", "deliveryCount", "enqueuedTime"}] * 2
+    assert {(r["messageId"], r["reason"], r["description"]) for r in rows} == {
+        ("m-1", "InvalidMessage", "because m-1"), ("m-2", "PayloadMismatch", "because m-2")}
+
+
+def test_dlq_resubmit_by_reason_sends_back_then_removes(conn: str) -> None:
+    dead_letter(conn, "dlq-resubmit", [("r-1", "OutOfOrder"), ("r-2", "InvalidMessage"), ("r-3", "OutOfOrder")])
+    assert main(["dlq", "resubmit", "--queue", "dlq-resubmit", "--reason", "OutOfOrder", "--dry-run",
+                 "--connection-string", conn]) == 0
+    assert drain(conn, "dlq-resubmit") == []  # dry run: nothing moved
+    assert main(["dlq", "resubmit", "--queue", "dlq-resubmit", "--reason", "OutOfOrder",
+                 "--connection-string", conn]) == 0
+    back = drain(conn, "dlq-resubmit")
+    assert sorted(m.message_id for m in back) == ["r-1", "r-3"]
+    for message in back:
+        assert json.loads(b"".join(message.body)) == {"orderId": message.message_id}
+        assert message.application_properties.get(b"origin") == b"test"
+        assert b"DeadLetterReason" not in (message.application_properties or {})
+    assert [m.message_id for m in drain(conn, "dlq-resubmit", dead_letter=True)] == ["r-2"]
+
+
+def test_dlq_resubmit_by_ids(conn: str) -> None:
+    dead_letter(conn, "dlq-ids", [("i-1", "X"), ("i-2", "X"), ("i-3", "X")])
+    assert main(["dlq", "resubmit", "--queue", "dlq-ids", "--ids", "i-1", "i-3", "--connection-string", conn]) == 0
+    assert sorted(m.message_id for m in drain(conn, "dlq-ids")) == ["i-1", "i-3"]
+
+
+def test_dlq_purge_with_yes_deletes_the_selection(conn: str) -> None:
+    dead_letter(conn, "dlq-purge", [("p-1", "InvalidMessage"), ("p-2", "PayloadMismatch")])
+    assert main(["dlq", "purge", "--queue", "dlq-purge", "--reason", "InvalidMessage", "--yes",
+                 "--connection-string", conn]) == 0
+    assert [m.message_id for m in drain(conn, "dlq-purge", dead_letter=True)] == ["p-2"]
+
+
+def test_dlq_purge_asks_first(conn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    dead_letter(conn, "dlq-confirm", [("c-1", "InvalidMessage")])
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    assert main(["dlq", "purge", "--queue", "dlq-confirm", "--connection-string", conn]) == 1
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    assert main(["dlq", "purge", "--queue", "dlq-confirm", "--connection-string", conn]) == 0
+    assert drain(conn, "dlq-confirm", dead_letter=True) == []
+
+
+def test_missing_entity_is_a_clear_error(conn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dlq", "list", "--queue", "no-such-queue", "--connection-string", conn]) == 1
+    assert "no-such-queue" in capsys.readouterr().err
+
+
+def test_unreachable_broker_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with start_broker(CONFIG) as gone:
+        dead = gone.connection_string  # type: ignore[attr-defined]
+    assert main(["send", "--queue", "plain", "--generate", "1", "--connection-string", dead]) == 1
+    assert "cannot reach Service Bus" in capsys.readouterr().err
+
+
+def test_connection_string_from_the_environment_and_module_entry_point(conn: str) -> None:
+    run = subprocess.run([sys.executable, "-m", "sbctl", "dlq", "list", "--queue", "plain", "--json"], cwd=ROOT,
+                         env={**os.environ, "SERVICEBUS_CONNECTION_STRING": conn}, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == []
+
+
+@pytest.mark.skipif(not os.environ.get("SBCTL_TEST_NAMESPACE"),
+                    reason="needs a real Azure Service Bus namespace: set SBCTL_TEST_NAMESPACE (and sign in)")
+def test_namespace_with_default_azure_credential() -> None:
+    assert main(["dlq", "list", "--queue", "orders", "--namespace", os.environ["SBCTL_TEST_NAMESPACE"]]) == 0
