@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 COSMOS_DIR := devservers/cosmos
 
-.PHONY: test setup lint typecheck pytest cosmos-server checkov clean
+.PHONY: test setup lint typecheck pytest cosmos-server servicebus-server checkov clean
 
 test: setup lint typecheck pytest
 
@@ -33,11 +33,15 @@ typecheck: setup
 	$(BIN)/mypy
 
 pytest: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 4
 
 # A local Cosmos DB NoSQL server on 127.0.0.1:8081 for workstation runs without the emulator.
 cosmos-server: setup
 	$(BIN)/python -m devservers.cosmos --port 8081
+
+# The local Service Bus broker (a test peer, see devservers/servicebus/README.md) on 127.0.0.1:5672.
+servicebus-server: setup
+	$(BIN)/python -m devservers.servicebus --config infra/local/servicebus/Config.json --port 5672
 
 # Checkov over infra/ on its own (the test command runs it too, in tests/infra/test_checkov.py).
 checkov: setup
