@@ -80,7 +80,7 @@ def parse_order(message: InboundMessage) -> Order:
         exact.prec = 80  # wide enough that 18+10-digit prices times 2^53 quantities never round
         computed = sum((Decimal(i.quantity) * Decimal(i.unit_price) for i in items), Decimal(0))
     if computed != total:
-        raise InvalidMessage(f"total {canonical_decimal(total)} does not equal the sum of items")
+        raise InvalidMessage("total does not equal the sum of quantity x unitPrice over the items")
     placed_at_utc = require_timestamp(body, "placedAt").astimezone(UTC)
     return Order(
         order_id=order_id,
