@@ -14,14 +14,13 @@ Data lives in memory and is gone when the server stops.
 
 from __future__ import annotations
 
-import queue
 import shutil
 import subprocess
-import tempfile
-import threading
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
+
+from devservers import _child
 
 __all__ = ["EMULATOR_KEY", "CosmosServer", "CosmosServerError", "start_cosmos_server"]
 
@@ -32,7 +31,6 @@ EMULATOR_KEY = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DXwjiK6Nx8fTkhmE64wWBNYj
 PACKAGE_DIR = Path(__file__).resolve().parent
 LAUNCHER = PACKAGE_DIR / "launcher.js"
 _SERVER_PACKAGE_JSON = PACKAGE_DIR / "node_modules" / "@vercel" / "cosmosdb-server" / "package.json"
-_READY_PREFIX = "listening on "
 _INSTALL_HINT = "run `npm ci --prefix devservers/cosmos` from the repository root"
 
 
@@ -67,10 +65,7 @@ class CosmosServer:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the server (SIGTERM, then SIGKILL after ``timeout`` seconds). Safe to call twice."""
-        _terminate(self._process, timeout)
-        for stream in (self._process.stdin, self._process.stdout):
-            if stream is not None:
-                stream.close()
+        _child.stop(self._process, timeout)
         self._stderr.close()
 
     def __enter__(self) -> Self:
@@ -93,58 +88,23 @@ def start_cosmos_server(host: str = "127.0.0.1", port: int = 0, *, startup_timeo
     stderr, if it does not come up within ``startup_timeout`` seconds.
     """
     command = [*launcher_command(host, port), "--exit-on-stdin-close"]
-    # stderr goes to a file, not a pipe: nobody reads it while the server runs, and a full pipe
-    # would block the server.
-    stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by CosmosServer.stop
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        text=True,
-        cwd=PACKAGE_DIR,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    assert process.stdout is not None
-    stdout = process.stdout
-    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
     try:
-        line = lines.get(timeout=startup_timeout)
-    except queue.Empty:
-        line = ""
-    server = CosmosServer(process, line[len(_READY_PREFIX) :].strip(), stderr)
-    if not line.startswith(_READY_PREFIX):
-        _terminate(process, 5.0)
-        message = _startup_failure(process, command, line, stderr, startup_timeout)
-        server.stop()
-        raise CosmosServerError(message)
-    return server
+        process, endpoint, stderr = _child.start_until_listening(
+            command, startup_timeout=startup_timeout, cwd=PACKAGE_DIR, stdin=subprocess.PIPE
+        )
+    except _child.ChildStartupError as failure:
+        raise CosmosServerError(_startup_failure(failure)) from None
+    return CosmosServer(process, endpoint, stderr)
 
 
-def _terminate(process: subprocess.Popen[str], timeout: float) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _startup_failure(
-    process: subprocess.Popen[str], command: list[str], line: str, stderr: IO[bytes], timeout: float
-) -> str:
-    stderr.seek(0)
-    output = stderr.read().decode(errors="replace").strip()
-    if line:
-        reason = f"printed {line.strip()!r} instead of `listening on ...`"
-    elif process.returncode is not None:
-        reason = f"exited with status {process.returncode}"
+def _startup_failure(failure: _child.ChildStartupError) -> str:
+    if failure.line:
+        reason = f"printed {failure.line.strip()!r} instead of `listening on ...`"
+    elif failure.timed_out:
+        reason = "did not report `listening on` in time"
     else:
-        reason = f"did not report `listening on` within {timeout:g} s"
-    message = f"local Cosmos server ({' '.join(command)}) {reason}"
-    if output:
-        message += f"\nstderr:\n{output}"
-    if "npm ci" not in message and ("Cannot find module" in output or "MODULE_NOT_FOUND" in output):
+        reason = f"exited with status {failure.returncode}"
+    message = failure.with_stderr(f"local Cosmos server ({' '.join(failure.command)}) {reason}")
+    if "npm ci" not in message and ("Cannot find module" in failure.stderr or "MODULE_NOT_FOUND" in failure.stderr):
         message += f"\n{_INSTALL_HINT}"
     return message

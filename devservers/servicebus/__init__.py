@@ -17,16 +17,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
+from devservers import _child
+from devservers._child import READY_PREFIX as READY_PREFIX
 from devservers.servicebus.config import ConfigError, NamespaceConfig, load_config
 from devservers.servicebus.server import ReactorThreadBroker
 from devservers.servicebus.store import Namespace
@@ -41,7 +40,6 @@ __all__ = [
     "start_broker_process",
 ]
 
-READY_PREFIX = "listening on "
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -131,19 +129,11 @@ class BrokerProcess:
 
     def stop(self, timeout: float = 5.0) -> int:
         """SIGTERM, then SIGKILL after ``timeout``; returns the exit status. Safe to call twice."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        status = _child.stop(self.process, timeout)
         if self._config_file is not None:
             self._config_file.unlink(missing_ok=True)
             self._config_file = None
-        return self.process.returncode
+        return status
 
     def __enter__(self) -> Self:
         return self
@@ -178,28 +168,14 @@ def start_broker_process(
     else:
         config_path = str(config)
     command = [python, "-m", "devservers.servicebus", "--config", config_path, "--host", host, "--port", str(port)]
-    stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by BrokerProcess
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")]))
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
-    lines: queue.Queue[str] = queue.Queue()
-    stdout = process.stdout
-    assert stdout is not None
-    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
     try:
-        line = lines.get(timeout=startup_timeout)
-    except queue.Empty:
-        line = ""
-    if not line.startswith(READY_PREFIX):
-        broker = BrokerProcess(process, host, 0, stderr, written)
-        status = broker.stop()
-        output = broker.stderr_text().strip()
-        stderr.close()
-        raise BrokerStartError(
-            f"{' '.join(command)} printed {line.strip()!r} (exit status {status}) instead of 'listening on ...'"
-            + (f"\nstderr:\n{output}" if output else "")
-        )
-    address = line[len(READY_PREFIX) :].strip()
+        process, address, stderr = _child.start_until_listening(command, startup_timeout=startup_timeout, env=env)
+    except _child.ChildStartupError as failure:
+        if written is not None:
+            written.unlink(missing_ok=True)
+        raise BrokerStartError(failure.with_stderr(str(failure))) from None
     bound_host, _, bound_port = address.rpartition(":")
     return BrokerProcess(process, bound_host, int(bound_port), stderr, written)
 
