@@ -95,7 +95,7 @@ def test_redelivered_order_with_other_items_is_dead_lettered_payload_mismatch(
         (encode(order_body("m-3", currency="EURO")), "m-3", "currency must be 3 letters"),
         (encode(order_body("m-4")), None, "MessageId is missing"),
         (encode(order_body("m-5")), "m-6", "MessageId does not equal orderId"),
-        (encode(order_body("m-7", total="1.00")), "m-7", "does not equal the sum of items"),
+        (encode(order_body("m-7", total="1.00")), "m-7", "does not equal the sum of quantity x unitPrice"),
     ],
 )
 def test_invalid_message_is_dead_lettered_with_the_rule(
