@@ -38,5 +38,9 @@ def run_delivery(function: str, msg: Any, actions: MessageActions, handler: Hand
             extra={"messageId": inbound.message_id, "function": function},
         )
         result = Result(Outcome.ERROR, f"unexpected {type(exc).__name__}")
-    record_delivery(function, inbound, result, (time.perf_counter() - started) * 1000)
+    try:
+        record_delivery(function, inbound, result, (time.perf_counter() - started) * 1000)
+    except Exception:
+        # Telemetry must never cost a settlement: the delivery is still settled below.
+        logger.exception("recording delivery %s messageId=%s failed", function, inbound.message_id)
     return settle(msg, actions, result, message_id=inbound.message_id)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import SettlementError
 
-from consumers import runtime
+from consumers import delivery, runtime
 from shared.cosmos_store import THROTTLE_RETRIES
 from shared.orders import parse_order
 from tests.functions.conftest import CosmosTarget, Deliverer
@@ -274,3 +274,16 @@ def test_throttling_retries_are_bounded_inside_the_lock(
     order_id = new_id()
     assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "abandon"
     assert fault.hits == THROTTLE_RETRIES + 1
+
+
+def test_a_failing_telemetry_exporter_does_not_cost_the_settlement(
+    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("exporter down")
+
+    monkeypatch.setattr(delivery, "record_delivery", broken)
+    order_id = new_id()
+    [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    assert settlement.action == "complete"
+    assert count_orders(app_on_cosmos, order_id) == 1
