@@ -583,46 +583,12 @@ def decode_model_binding_data(data: ModelBindingData) -> ServiceBusReceivedMessa
     return message
 
 
-def make_received_message(
-    body: bytes | None = b"",
-    *,
-    message_id: str | None,
-    correlation_id: str | None = None,
-    session_id: str | None = None,
-    delivery_count: int = 0,
-    enqueued_time: datetime | None = None,
-    locked_until: datetime | None = None,
-    sequence_number: int = 1,
-    application_properties: dict[str, Any] | None = None,
-    lock_token: uuid.UUID | None = None,
-    content_type: str | None = "application/json",
-    subject: str | None = None,
-    time_to_live: timedelta | None = None,
-    body_value: Any = _UNSET,
-    layout: Literal["host", "marker_prefix"] = "host",
-) -> ServiceBusReceivedMessage:
+def make_received_message(body: bytes | None = b"", **fields: Any) -> ServiceBusReceivedMessage:
     """A real ``ServiceBusReceivedMessage`` built from host-format bytes through the extension's converter.
 
-    ``message_id=None`` sends no MessageId. ``body_value`` sends an AMQP value body instead of a data body.
-    With the default ``layout="host"`` the pinned extension drops the AMQP header, so ``delivery_count`` and
-    ``time_to_live`` read back as None; ``layout="marker_prefix"`` keeps them (not what the host sends).
+    Takes the keyword arguments of ``make_model_binding_data``: ``message_id=None`` sends no MessageId,
+    ``body_value`` sends an AMQP value body instead of a data body. With the default ``layout="host"`` the
+    pinned extension drops the AMQP header, so ``delivery_count`` and ``time_to_live`` read back as None;
+    ``layout="marker_prefix"`` keeps them (not what the host sends).
     """
-    return decode_model_binding_data(
-        make_model_binding_data(
-            body,
-            message_id=message_id,
-            correlation_id=correlation_id,
-            session_id=session_id,
-            delivery_count=delivery_count,
-            enqueued_time=enqueued_time,
-            locked_until=locked_until,
-            sequence_number=sequence_number,
-            application_properties=application_properties,
-            lock_token=lock_token,
-            content_type=content_type,
-            subject=subject,
-            time_to_live=time_to_live,
-            body_value=body_value,
-            layout=layout,
-        )
-    )
+    return decode_model_binding_data(make_model_binding_data(body, **fields))
