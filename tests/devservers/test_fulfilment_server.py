@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import select
+import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from devservers.fulfilment import FulfilmentServer
+from devservers.fulfilment import FulfilmentServer, _Handler
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,7 +163,7 @@ def test_stop_interrupts_a_stall() -> None:
 
     caller = threading.Thread(target=call, daemon=True)
     caller.start()
-    assert _wait_for(lambda: not server._state.faults)  # the request has taken the stall
+    assert _wait_for(lambda: not server._faults)  # the request has taken the stall
     started = time.monotonic()
     server.stop()
     assert time.monotonic() - started < 2
@@ -172,7 +173,7 @@ def test_stop_interrupts_a_stall() -> None:
     assert server.reservation_count() == 0
 
 
-def test_keep_alive_on_one_connection(server: FulfilmentServer) -> None:
+def test_every_answer_closes_its_connection_and_the_client_reconnects(server: FulfilmentServer) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", int(server.url.rsplit(":", 1)[1]), timeout=5)
     try:
         for expected in (201, 200):
@@ -184,10 +185,25 @@ def test_keep_alive_on_one_connection(server: FulfilmentServer) -> None:
             )
             response = connection.getresponse()
             assert response.status == expected
-            assert response.getheader("Connection") is None
+            assert response.getheader("Connection") == "close"
             assert json.loads(response.read())["orderId"] == "order-1"
     finally:
         connection.close()
+
+
+def test_answers_with_nagle_off(server: FulfilmentServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Headers and body leave in two writes: with Nagle on, the body would wait for the client's delayed ACK."""
+    nodelay: list[int] = []
+    handle = _Handler.handle
+
+    def spy(handler: _Handler) -> None:
+        nodelay.append(handler.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        handle(handler)
+
+    monkeypatch.setattr(_Handler, "handle", spy)
+
+    assert _reserve(server, "k1").status_code == 201
+    assert nodelay and all(nodelay)
 
 
 def test_control_and_calls_endpoints(server: FulfilmentServer) -> None:
