@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from consumers.messages import to_inbound
+from consumers.binding import to_inbound
 from consumers.settlement import MessageActions, Settlement, settle
-from shared.messages import InboundMessage
-from shared.outcomes import Outcome, Result
+from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Outcome, Result
 from shared.telemetry import record_delivery
 
 logger = logging.getLogger("idempotent_consumer.delivery")

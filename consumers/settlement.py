@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from shared.outcomes import Outcome, Result
+from shared.domain.outcomes import Outcome, Result
 
 logger = logging.getLogger("idempotent_consumer.settlement")
 

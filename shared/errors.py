@@ -1,17 +1,20 @@
-"""One exception family for the core. Errors carry ids and hashes, never payloads.
+"""One exception family for the core. Errors carry ids, hashes and rules, never payloads.
 
     ConsumerError
-    ├── ConfigurationError        a setting is missing or malformed
-    ├── InvalidMessage            a delivery breaks a validation rule (``rule`` says which)
+    ├── ConfigurationError        a setting is missing or malformed (``setting`` names it)
+    ├── InvalidMessage            a delivery breaks a validation rule (``rule`` names it with its field path)
     ├── DownstreamUnavailable     an outgoing call timed out or could not connect: retry later
     ├── PublishError              an outgoing message could not be sent
     └── StoreError                the document store failed in a way the core must act on
-        ├── AlreadyExists         a create found the id taken (409)
-        ├── NotFound              a read found nothing (404)
-        ├── PreconditionFailed    an etag or filter condition did not hold (412)
-        ├── TransientStoreError   408/429/449/5xx, connection errors, timeouts: retry later
-        ├── BatchFailed           one operation of a transactional batch failed; nothing was written
+        ├── AlreadyExists         a create found the id taken
+        ├── NotFound              a read or patch found no document
+        ├── PreconditionFailed    an etag or filter condition did not hold
+        ├── TransientStoreError   throttled, timed out, unavailable: retry later
+        ├── BatchFailed           one operation of a transactional batch failed (``index``, ``error``); nothing written
         └── BatchTooLarge         a transactional batch would break Cosmos DB's limits; never sent
+
+Adapters translate their SDK's errors into this family where they occur, chained with ``from``. The
+handlers decide on the error types alone; ``status`` is kept for logs and never compared by the core.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class ConfigurationError(ConsumerError):
 
 
 class InvalidMessage(ConsumerError):
-    """A delivery breaks a validation rule; ``rule`` names the rule for the dead-letter description."""
+    """A delivery breaks a validation rule; ``rule`` names the rule and its field path, never a value."""
 
     def __init__(self, rule: str) -> None:
         super().__init__(rule)
@@ -47,24 +50,23 @@ class PublishError(ConsumerError):
 
 
 class StoreError(ConsumerError):
-    """The document store failed; ``status`` is the HTTP status where one exists."""
+    """The document store failed; ``status`` is the HTTP status where one exists, for logs only."""
 
-    def __init__(self, message: str, *, status: int | None = None, sub_status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-        self.sub_status = sub_status
 
 
 class AlreadyExists(StoreError):
-    """A create found a document with the same id in the partition (409)."""
+    """A create found a document with the same id in the partition."""
 
 
 class NotFound(StoreError):
-    """A point read found no document (404)."""
+    """A point read or a patch found no document."""
 
 
 class PreconditionFailed(StoreError):
-    """An etag or filter-predicate condition did not hold (412)."""
+    """An etag or filter-predicate condition did not hold."""
 
 
 class TransientStoreError(StoreError):
@@ -72,11 +74,16 @@ class TransientStoreError(StoreError):
 
 
 class BatchFailed(StoreError):
-    """One operation of a transactional batch failed (``index``, ``status``); none of the batch was written."""
+    """Operation ``index`` of a transactional batch failed with ``error``; none of the batch was written."""
 
-    def __init__(self, message: str, *, index: int, status: int | None, sub_status: int | None = None) -> None:
-        super().__init__(message, status=status, sub_status=sub_status)
+    def __init__(self, index: int, error: StoreError) -> None:
+        super().__init__(f"batch operation {index} failed: {error}", status=error.status)
         self.index = index
+        self.error = error
+
+    def at(self, index: int, error_type: type[StoreError]) -> bool:
+        """Whether operation ``index`` is the one that failed, with an error of ``error_type``."""
+        return self.index == index and isinstance(self.error, error_type)
 
 
 class BatchTooLarge(StoreError):

@@ -1,225 +1,195 @@
-"""App settings: one frozen object read from the environment, and the list of every setting read.
+"""App settings: each declared once, with its name, default, description and constraints.
 
-``SETTINGS`` is the single source for the names: the README table, ``local.settings.sample.json``
-and the infrastructure checks are tested against it.
+``Settings`` is one frozen msgspec Struct; each field is declared by ``setting(...)``, which also
+lists it in ``SETTINGS``. The README table, ``local.settings.sample.json`` and the infrastructure
+checks are tested against that list. The environment is decoded in lax mode (``"60"`` is 60,
+``"false"`` is False); a malformed value raises one ConfigurationError that names the setting.
+A required setting is checked where it is needed (``Settings.need``), so that a process that never
+touches Cosmos DB, such as the host indexing functions, does not need its endpoint.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated, Any
+
+import msgspec
 
 from shared.errors import ConfigurationError
 
 
 @dataclass(frozen=True)
 class SettingSpec:
-    """One app setting: its name, default (None = required or optional without default) and purpose."""
+    """One app setting as declared: ``in_azure`` means the deployment (infra/) must set it."""
 
     name: str
-    default: str | None
+    default: Any
     description: str
-    required: bool = False
-    in_azure: bool = False  # the deployment (infra/) must set it: required, or it must agree with the infra
+    required: bool
+    in_azure: bool
+
+    @property
+    def default_text(self) -> str:
+        """The default as the README and the app settings spell it: ``required``, ``unset`` or the value."""
+        if self.default is None:
+            return "required" if self.required else "unset"
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        return str(self.default)
 
 
-ORDERS_QUEUE = SettingSpec("ORDERS_QUEUE", "orders", "Queue that process_order listens on.", in_azure=True)
-COSMOS_ENDPOINT = SettingSpec("COSMOS_ENDPOINT", None, "Cosmos DB account endpoint URL.", required=True, in_azure=True)
-COSMOS_KEY = SettingSpec(
-    "COSMOS_KEY", None, "Account key, for local emulators only. Unset: DefaultAzureCredential (managed identity)."
-)
-COSMOS_VERIFY_TLS = SettingSpec(
-    "COSMOS_VERIFY_TLS", "true", "Verify the Cosmos endpoint's TLS certificate; false only for local emulators."
-)
-COSMOS_DATABASE = SettingSpec("COSMOS_DATABASE", "sales", "Cosmos DB database name.", in_azure=True)
-COSMOS_CONTAINER = SettingSpec(
-    "COSMOS_CONTAINER", "orders", "Container of orders, partitioned by /orderId.", in_azure=True
-)
-
-ORDER_EVENTS_QUEUE = SettingSpec(
-    "ORDER_EVENTS_QUEUE", "order-events", "Session-enabled queue that process_order_event listens on.", in_azure=True
-)
-CONSUMER_NAME = SettingSpec(
-    "CONSUMER_NAME",
-    "order-projection",
-    "This consumer's name; inbox markers are keyed on it and the event.",
-    in_azure=True,
-)
-DEDUP_TTL_SECONDS = SettingSpec(
-    "DEDUP_TTL_SECONDS",
-    "777600",
-    "Lifetime of inbox markers; must cover the retention window (see README).",
-    in_azure=True,
-)
-OUT_OF_ORDER_MAX_DELIVERIES = SettingSpec(
-    "OUT_OF_ORDER_MAX_DELIVERIES", "5", "Attempt at which an event still missing its predecessor is dead-lettered."
-)
-SERVICEBUS_LOCK_DURATION_SECONDS = SettingSpec(
-    "SERVICEBUS_LOCK_DURATION_SECONDS", "60", "The queues' lock duration, as configured on Service Bus.", in_azure=True
-)
-SERVICEBUS_MAX_DELIVERY_COUNT = SettingSpec(
-    "SERVICEBUS_MAX_DELIVERY_COUNT", "10", "The queues' MaxDeliveryCount, as configured on Service Bus.", in_azure=True
-)
-SERVICEBUS_MESSAGE_TTL_SECONDS = SettingSpec(
-    "SERVICEBUS_MESSAGE_TTL_SECONDS", "86400", "The queues' default message time to live, as configured.", in_azure=True
-)
-DLQ_RESUBMIT_GRACE_SECONDS = SettingSpec(
-    "DLQ_RESUBMIT_GRACE_SECONDS",
-    "604800",
-    "How long after dead-lettering an operator may still resubmit.",
-    in_azure=True,
-)
-
-FULFILLMENT_URL = SettingSpec(
-    "FULFILLMENT_URL",
-    None,
-    "Fulfilment service base URL; process_order POSTs {url}/reservations.",
-    required=True,
-    in_azure=True,
-)
-FULFILLMENT_CONNECT_TIMEOUT_SECONDS = SettingSpec(
-    "FULFILLMENT_CONNECT_TIMEOUT_SECONDS", "3", "Connect timeout of the fulfilment call."
-)
-FULFILLMENT_READ_TIMEOUT_SECONDS = SettingSpec(
-    "FULFILLMENT_READ_TIMEOUT_SECONDS", "10", "Read timeout of the fulfilment call."
-)
-SIDE_EFFECT_LEASE_SECONDS = SettingSpec(
-    "SIDE_EFFECT_LEASE_SECONDS", "60", "Longest lease of an in-progress side effect; also capped by the message lock."
-)
-OUTBOX_DESTINATION = SettingSpec(
-    "OUTBOX_DESTINATION",
-    "order-accepted",
-    "Queue or topic that OrderAccepted messages are published to.",
-    in_azure=True,
-)
-OUTBOX_REQUIRES_SESSION = SettingSpec(
-    "OUTBOX_REQUIRES_SESSION", "false", "Set SessionId = orderId on outgoing messages (session-enabled destination)."
-)
-OUTBOX_DISPATCHED_TTL_SECONDS = SettingSpec(
-    "OUTBOX_DISPATCHED_TTL_SECONDS", "604800", "Lifetime of an outbox document after it was dispatched."
-)
-OUTBOX_STUCK_AFTER_SECONDS = SettingSpec(
-    "OUTBOX_STUCK_AFTER_SECONDS", "300", "Age at which sweep_outbox publishes a still-pending outbox document."
-)
-OUTBOX_SWEEP_SCHEDULE = SettingSpec("OUTBOX_SWEEP_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of sweep_outbox.")
-COSMOS_LEASES_CONTAINER = SettingSpec(
-    "COSMOS_LEASES_CONTAINER", "leases", "Lease container of publish_outbox's change-feed trigger.", in_azure=True
-)
-SERVICEBUS_CONNECTION = SettingSpec(
-    "ServiceBusConnection", None, "Service Bus connection string, for local emulators only."
-)
-SERVICEBUS_NAMESPACE = SettingSpec(
-    "ServiceBusConnection__fullyQualifiedNamespace",
-    None,
-    "Service Bus namespace host; managed identity is used.",
-    in_azure=True,
-)
-
-SETTINGS: tuple[SettingSpec, ...] = (
-    ORDERS_QUEUE,
-    COSMOS_ENDPOINT,
-    COSMOS_KEY,
-    COSMOS_VERIFY_TLS,
-    COSMOS_DATABASE,
-    COSMOS_CONTAINER,
-    ORDER_EVENTS_QUEUE,
-    CONSUMER_NAME,
-    DEDUP_TTL_SECONDS,
-    OUT_OF_ORDER_MAX_DELIVERIES,
-    SERVICEBUS_LOCK_DURATION_SECONDS,
-    SERVICEBUS_MAX_DELIVERY_COUNT,
-    SERVICEBUS_MESSAGE_TTL_SECONDS,
-    DLQ_RESUBMIT_GRACE_SECONDS,
-    FULFILLMENT_URL,
-    FULFILLMENT_CONNECT_TIMEOUT_SECONDS,
-    FULFILLMENT_READ_TIMEOUT_SECONDS,
-    SIDE_EFFECT_LEASE_SECONDS,
-    OUTBOX_DESTINATION,
-    OUTBOX_REQUIRES_SESSION,
-    OUTBOX_DISPATCHED_TTL_SECONDS,
-    OUTBOX_STUCK_AFTER_SECONDS,
-    OUTBOX_SWEEP_SCHEDULE,
-    COSMOS_LEASES_CONTAINER,
-    SERVICEBUS_CONNECTION,
-    SERVICEBUS_NAMESPACE,
-)
-
-_TRUE = frozenset({"true", "1", "yes"})
-_FALSE = frozenset({"false", "0", "no"})
+SETTINGS: dict[str, SettingSpec] = {}
 
 
-def read_setting(spec: SettingSpec, env: Mapping[str, str] | None = None) -> str | None:
-    """Return the setting's value, its default, or raise ConfigurationError if it is required."""
-    source = os.environ if env is None else env
-    value = source.get(spec.name, "").strip()
-    if value:
-        return value
-    if spec.required:
-        raise ConfigurationError(spec.name, "is required but not set")
-    return spec.default
+def setting(name: str, default: Any, description: str, *, required: bool = False, in_azure: bool = False) -> Any:
+    """Declare a setting: a Struct field read from the environment variable ``name``."""
+    SETTINGS[name] = SettingSpec(name, default, description, required, in_azure or required)
+    return msgspec.field(default=default, name=name)
 
 
-def _read_bool(spec: SettingSpec, env: Mapping[str, str] | None) -> bool:
-    value = (read_setting(spec, env) or "").lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigurationError(spec.name, f"must be true or false, not {value!r}")
+Name = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]
+Url = Annotated[str, msgspec.Meta(pattern=r"^https?://\S+$")]
+Seconds = Annotated[int, msgspec.Meta(ge=1)]
 
 
-def _read_name(spec: SettingSpec, env: Mapping[str, str] | None) -> str:
-    value = read_setting(spec, env)
-    if value is None:  # pragma: no cover - every name setting has a default
-        raise ConfigurationError(spec.name, "is required but not set")
-    return value
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """Every setting the app reads."""
 
-
-@dataclass(frozen=True)
-class CosmosSettings:
-    """Where and how to reach the orders container."""
-
-    endpoint: str
-    key: str | None
-    verify_tls: bool
-    database: str
-    container: str
+    orders_queue: Name = setting("ORDERS_QUEUE", "orders", "Queue that `process_order` listens on.", in_azure=True)
+    cosmos_endpoint: Url | None = setting(
+        "COSMOS_ENDPOINT", None, "Cosmos DB account endpoint URL.", required=True
+    )
+    cosmos_key: str | None = setting(
+        "COSMOS_KEY", None,
+        "Account key, for local emulators only. Unset: `DefaultAzureCredential` (managed identity).",
+    )
+    cosmos_verify_tls: bool = setting(
+        "COSMOS_VERIFY_TLS", True, "Verify the Cosmos endpoint's TLS certificate; `false` only for local emulators."
+    )
+    cosmos_database: Name = setting("COSMOS_DATABASE", "sales", "Cosmos DB database name.", in_azure=True)
+    cosmos_container: Name = setting(
+        "COSMOS_CONTAINER", "orders", "Container of orders, partitioned by `/orderId`.", in_azure=True
+    )
+    order_events_queue: Name = setting(
+        "ORDER_EVENTS_QUEUE", "order-events", "Session-enabled queue that `process_order_event` listens on.",
+        in_azure=True,
+    )
+    consumer_name: Name = setting(
+        "CONSUMER_NAME", "order-projection", "This consumer's name; inbox markers are keyed on it and the event.",
+        in_azure=True,
+    )
+    dedup_ttl_seconds: Seconds = setting(
+        "DEDUP_TTL_SECONDS", 777600,
+        "Lifetime of inbox markers (9 days); must cover the retention window below.", in_azure=True,
+    )
+    out_of_order_max_deliveries: Seconds = setting(
+        "OUT_OF_ORDER_MAX_DELIVERIES", 5,
+        "Attempt at which an event still missing its predecessor is dead-lettered `OutOfOrder`.",
+    )
+    servicebus_lock_duration_seconds: Seconds = setting(
+        "SERVICEBUS_LOCK_DURATION_SECONDS", 60, "The queues' lock duration, as configured on Service Bus.",
+        in_azure=True,
+    )
+    servicebus_max_delivery_count: Seconds = setting(
+        "SERVICEBUS_MAX_DELIVERY_COUNT", 10, "The queues' MaxDeliveryCount, as configured on Service Bus.",
+        in_azure=True,
+    )
+    servicebus_message_ttl_seconds: Seconds = setting(
+        "SERVICEBUS_MESSAGE_TTL_SECONDS", 86400,
+        "The queues' default message time to live, as configured on Service Bus.", in_azure=True,
+    )
+    dlq_resubmit_grace_seconds: Annotated[int, msgspec.Meta(ge=0)] = setting(
+        "DLQ_RESUBMIT_GRACE_SECONDS", 604800,
+        "How long after dead-lettering an operator may still resubmit a message (7 days).", in_azure=True,
+    )
+    fulfillment_url: Url | None = setting(
+        "FULFILLMENT_URL", None, "Fulfilment service base URL; `process_order` POSTs `{url}/reservations`.",
+        required=True,
+    )
+    fulfillment_connect_timeout_seconds: Seconds = setting(
+        "FULFILLMENT_CONNECT_TIMEOUT_SECONDS", 3, "Connect timeout of the fulfilment call."
+    )
+    fulfillment_read_timeout_seconds: Seconds = setting(
+        "FULFILLMENT_READ_TIMEOUT_SECONDS", 10, "Read timeout of the fulfilment call."
+    )
+    side_effect_lease_seconds: Seconds = setting(
+        "SIDE_EFFECT_LEASE_SECONDS", 60,
+        "Longest lease of an in-progress side effect; also capped by the message lock.",
+    )
+    outbox_destination: Name = setting(
+        "OUTBOX_DESTINATION", "order-accepted", "Queue or topic that OrderAccepted messages are published to.",
+        in_azure=True,
+    )
+    outbox_requires_session: bool = setting(
+        "OUTBOX_REQUIRES_SESSION", False,
+        "Set SessionId = orderId on outgoing messages (session-enabled destination).",
+    )
+    outbox_dispatched_ttl_seconds: Seconds = setting(
+        "OUTBOX_DISPATCHED_TTL_SECONDS", 604800, "Lifetime of an outbox document after it was dispatched."
+    )
+    outbox_stuck_after_seconds: Seconds = setting(
+        "OUTBOX_STUCK_AFTER_SECONDS", 300, "Age at which `sweep_outbox` publishes a still-pending outbox document."
+    )
+    outbox_sweep_schedule: Name = setting(
+        "OUTBOX_SWEEP_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of `sweep_outbox`."
+    )
+    cosmos_leases_container: Name = setting(
+        "COSMOS_LEASES_CONTAINER", "leases", "Lease container of `publish_outbox`'s change-feed trigger.",
+        in_azure=True,
+    )
+    servicebus_connection: str | None = setting(
+        "ServiceBusConnection", None,
+        "Service Bus connection string, for local emulators only. The triggers read it too (through the host).",
+    )
+    servicebus_namespace: str | None = setting(
+        "ServiceBusConnection__fullyQualifiedNamespace", None,
+        "Service Bus namespace host; managed identity is used (triggers and the outbox sender)."
+        " One of the two is required.",
+        in_azure=True,
+    )
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> CosmosSettings:
-        """Read the Cosmos settings; a missing required one raises ConfigurationError naming it."""
-        endpoint = _read_name(COSMOS_ENDPOINT, env)
-        if not endpoint.startswith(("https://", "http://")):
-            raise ConfigurationError(COSMOS_ENDPOINT.name, "must be an http(s) URL")
-        return cls(
-            endpoint=endpoint,
-            key=read_setting(COSMOS_KEY, env),
-            verify_tls=_read_bool(COSMOS_VERIFY_TLS, env),
-            database=_read_name(COSMOS_DATABASE, env),
-            container=_read_name(COSMOS_CONTAINER, env),
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Decode the settings from the environment (or ``env``); empty values count as unset."""
+        source = os.environ if env is None else env
+        values = {name: source[name].strip() for name in SETTINGS if source.get(name, "").strip()}
+        try:
+            return msgspec.convert(values, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            raise _configuration_error(exc) from None
+
+    def need(self, attribute: str) -> Any:
+        """The value of a setting the caller cannot work without; ConfigurationError naming it when unset."""
+        value = getattr(self, attribute)
+        if value is None:
+            name = msgspec.structs.fields(self)[_ATTRIBUTES.index(attribute)].encode_name
+            raise ConfigurationError(name, "is required but not set")
+        return value
+
+    @property
+    def retention(self) -> Retention:
+        """The retention rule over these settings."""
+        return Retention(
+            lock_duration_seconds=self.servicebus_lock_duration_seconds,
+            max_delivery_count=self.servicebus_max_delivery_count,
+            message_ttl_seconds=self.servicebus_message_ttl_seconds,
+            resubmit_grace_seconds=self.dlq_resubmit_grace_seconds,
+            dedup_ttl_seconds=self.dedup_ttl_seconds,
         )
 
 
-def _read_int(spec: SettingSpec, env: Mapping[str, str] | None, minimum: int) -> int:
-    value = _read_name(spec, env)
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigurationError(spec.name, f"must be a whole number, not {value!r}") from None
-    if number < minimum:
-        raise ConfigurationError(spec.name, f"must be at least {minimum}, not {number}")
-    return number
+_ATTRIBUTES = tuple(f.name for f in msgspec.structs.fields(Settings))
+_PATH = re.compile(r"^(?P<problem>.*) - at `\$\.(?P<name>[^`]+)`$")
 
 
-def orders_queue(env: Mapping[str, str] | None = None) -> str:
-    """The queue process_order is bound to, read when the function is indexed."""
-    return _read_name(ORDERS_QUEUE, env)
-
-
-def order_events_queue(env: Mapping[str, str] | None = None) -> str:
-    """The session queue process_order_event is bound to, read when the function is indexed."""
-    return _read_name(ORDER_EVENTS_QUEUE, env)
+def _configuration_error(exc: msgspec.ValidationError) -> ConfigurationError:
+    match = _PATH.match(str(exc))
+    if match is None:  # pragma: no cover - every field error of a flat Struct carries its path
+        return ConfigurationError("?", str(exc))
+    return ConfigurationError(match["name"], match["problem"])
 
 
 @dataclass(frozen=True)
@@ -236,17 +206,6 @@ class Retention:
     message_ttl_seconds: int
     resubmit_grace_seconds: int
     dedup_ttl_seconds: int
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Retention:
-        """Read the retention settings; malformed values raise ConfigurationError naming them."""
-        return cls(
-            lock_duration_seconds=_read_int(SERVICEBUS_LOCK_DURATION_SECONDS, env, 1),
-            max_delivery_count=_read_int(SERVICEBUS_MAX_DELIVERY_COUNT, env, 1),
-            message_ttl_seconds=_read_int(SERVICEBUS_MESSAGE_TTL_SECONDS, env, 1),
-            resubmit_grace_seconds=_read_int(DLQ_RESUBMIT_GRACE_SECONDS, env, 0),
-            dedup_ttl_seconds=_read_int(DEDUP_TTL_SECONDS, env, 1),
-        )
 
     @property
     def required_seconds(self) -> int:
@@ -269,92 +228,7 @@ class Retention:
         """Return self if markers live long enough, else raise ConfigurationError showing the computation."""
         if self.dedup_ttl_seconds < self.required_seconds:
             raise ConfigurationError(
-                DEDUP_TTL_SECONDS.name,
+                "DEDUP_TTL_SECONDS",
                 f"{self.dedup_ttl_seconds} s is shorter than the retention window: {self.computation()}",
             )
         return self
-
-
-@dataclass(frozen=True)
-class EventSettings:
-    """What process_order_event needs beyond the Cosmos settings."""
-
-    consumer_name: str
-    out_of_order_max_deliveries: int
-    retention: Retention
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> EventSettings:
-        """Read and check the event consumer's settings."""
-        return cls(
-            consumer_name=_read_name(CONSUMER_NAME, env),
-            out_of_order_max_deliveries=_read_int(OUT_OF_ORDER_MAX_DELIVERIES, env, 1),
-            retention=Retention.from_env(env).check(),
-        )
-
-
-@dataclass(frozen=True)
-class OrderSettings:
-    """What process_order needs beyond the Cosmos settings: its name, the fulfilment call, the outbox."""
-
-    consumer_name: str
-    fulfillment_url: str
-    connect_timeout_seconds: float
-    read_timeout_seconds: float
-    lease_seconds: int
-    outbox_destination: str
-    outbox_requires_session: bool
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> OrderSettings:
-        """Read process_order's settings; a missing or malformed one raises ConfigurationError naming it."""
-        url = _read_name(FULFILLMENT_URL, env).rstrip("/")
-        if not url.startswith(("https://", "http://")):
-            raise ConfigurationError(FULFILLMENT_URL.name, "must be an http(s) URL")
-        return cls(
-            consumer_name=_read_name(CONSUMER_NAME, env),
-            fulfillment_url=url,
-            connect_timeout_seconds=_read_int(FULFILLMENT_CONNECT_TIMEOUT_SECONDS, env, 1),
-            read_timeout_seconds=_read_int(FULFILLMENT_READ_TIMEOUT_SECONDS, env, 1),
-            lease_seconds=_read_int(SIDE_EFFECT_LEASE_SECONDS, env, 1),
-            outbox_destination=_read_name(OUTBOX_DESTINATION, env),
-            outbox_requires_session=_read_bool(OUTBOX_REQUIRES_SESSION, env),
-        )
-
-
-@dataclass(frozen=True)
-class OutboxSettings:
-    """What the outbox publisher needs: where to send, how to connect, and when a document is stuck."""
-
-    destination: str
-    connection_string: str | None
-    namespace: str | None
-    dispatched_ttl_seconds: int
-    stuck_after_seconds: int
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> OutboxSettings:
-        """Read the publisher's settings; one of the two Service Bus connection settings is required."""
-        connection_string = read_setting(SERVICEBUS_CONNECTION, env)
-        namespace = read_setting(SERVICEBUS_NAMESPACE, env)
-        if not connection_string and not namespace:
-            raise ConfigurationError(
-                SERVICEBUS_NAMESPACE.name, f"is required (or {SERVICEBUS_CONNECTION.name} for local emulators)"
-            )
-        return cls(
-            destination=_read_name(OUTBOX_DESTINATION, env),
-            connection_string=connection_string,
-            namespace=namespace,
-            dispatched_ttl_seconds=_read_int(OUTBOX_DISPATCHED_TTL_SECONDS, env, 1),
-            stuck_after_seconds=_read_int(OUTBOX_STUCK_AFTER_SECONDS, env, 1),
-        )
-
-
-def trigger_names(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Names the publish_outbox and sweep_outbox triggers bind to, read when the functions are indexed."""
-    return {
-        "database": _read_name(COSMOS_DATABASE, env),
-        "container": _read_name(COSMOS_CONTAINER, env),
-        "leases": _read_name(COSMOS_LEASES_CONTAINER, env),
-        "schedule": _read_name(OUTBOX_SWEEP_SCHEDULE, env),
-    }

@@ -11,8 +11,8 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from shared.messages import InboundMessage
-from shared.outcomes import Outcome, Result
+from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Outcome, Result
 
 LOGGER_NAME = "idempotent_consumer"
 METER_NAME = "idempotent_consumer"

@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from azure.cosmos import PartitionKey
 
-from shared.cosmos_store import CosmosStore
+from shared.adapters.cosmos import CosmosStore
+from shared.adapters.memory import InMemoryStore
 from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound
-from shared.memory_store import InMemoryStore
-from shared.store import MAX_BATCH_OPERATIONS, Create, DocumentStore, Patch, Replace
+from shared.ports.store import MAX_BATCH_OPERATIONS, Create, DocumentStore, Patch, Replace
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
 

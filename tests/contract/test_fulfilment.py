@@ -8,9 +8,12 @@ from collections.abc import Iterator
 import pytest
 
 from devservers.fulfilment import FulfilmentServer
+from shared.adapters.http import HttpFulfilment
+from shared.adapters.memory import InMemoryFulfilment
 from shared.errors import DownstreamUnavailable
-from shared.fulfilment import FulfilmentService, InMemoryFulfilment
-from shared.http_fulfilment import HttpFulfilment
+from shared.handlers.place_order import effect_reply
+from shared.handlers.side_effects import ReplyKind
+from shared.ports.fulfilment import FulfilmentService
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,7 @@ def request_for(order_id: str) -> dict:
 
 def test_first_reservation_is_created_with_an_id(service: FulfilmentService) -> None:
     reply = service.reserve(f"key-{uuid.uuid4()}", request_for("o-1"))
-    assert reply.status == 201 and reply.succeeded
+    assert reply.status == 201 and effect_reply(reply).kind is ReplyKind.SUCCEEDED
     assert reply.body["reservationId"]
 
 
@@ -41,7 +44,7 @@ def test_repeat_with_the_same_key_returns_the_same_reservation(service: Fulfilme
     key = f"key-{uuid.uuid4()}"
     first = service.reserve(key, request_for("o-1"))
     again = service.reserve(key, request_for("o-1"))
-    assert again.succeeded
+    assert effect_reply(again).kind is ReplyKind.SUCCEEDED
     assert again.body["reservationId"] == first.body["reservationId"]
 
 
@@ -49,7 +52,7 @@ def test_same_key_with_another_request_is_refused_permanently(service: Fulfilmen
     key = f"key-{uuid.uuid4()}"
     service.reserve(key, request_for("o-1"))
     reply = service.reserve(key, request_for("o-2"))
-    assert reply.status == 422 and not reply.succeeded and not reply.transient
+    assert reply.status == 422 and effect_reply(reply).kind is ReplyKind.REJECTED
     assert reply.body["reason"]
 
 

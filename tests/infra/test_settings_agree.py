@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared.settings import SETTINGS, Retention
+from shared.settings import SETTINGS, Settings
 from tests.infra.bicep import main_scope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +48,12 @@ def trigger_connection_settings() -> set[str]:
 
 
 def test_every_setting_azure_must_supply_is_set_by_bicep() -> None:
-    needed = {s.name for s in SETTINGS if s.in_azure} | trigger_connection_settings() | PLATFORM_SETTINGS
+    needed = {s.name for s in SETTINGS.values() if s.in_azure} | trigger_connection_settings() | PLATFORM_SETTINGS
     assert needed - set(bicep_app_settings()) == set()
 
 
 def test_bicep_sets_nothing_the_app_or_host_leaves_unread() -> None:
-    read = {s.name for s in SETTINGS} | trigger_connection_settings() | PLATFORM_SETTINGS
+    read = set(SETTINGS) | trigger_connection_settings() | PLATFORM_SETTINGS
     assert set(bicep_app_settings()) - read == set()
 
 
@@ -76,7 +76,7 @@ def test_servicebus_settings_derive_from_the_queue_parameters() -> None:
 
 def test_retention_rule_holds_with_the_parameter_defaults() -> None:
     settings = bicep_app_settings()
-    retention = Retention.from_env({k: v for k, v in settings.items() if isinstance(v, str)})
+    retention = Settings.from_env({k: v for k, v in settings.items() if isinstance(v, str)}).retention
     assert retention.check() is retention
     assert retention.dedup_ttl_seconds == 777600
 
@@ -84,7 +84,7 @@ def test_retention_rule_holds_with_the_parameter_defaults() -> None:
 def test_retention_rule_catches_a_short_dedup_ttl_in_the_parameters() -> None:
     main = main_scope(dedupTtlSeconds=3600)
     settings = main.module("functionApp").params["appSettings"]
-    retention = Retention.from_env({k: v for k, v in settings.items() if isinstance(v, str)})
+    retention = Settings.from_env({k: v for k, v in settings.items() if isinstance(v, str)}).retention
     try:
         retention.check()
     except Exception as exc:  # ConfigurationError, with the computation

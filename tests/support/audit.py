@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from shared.domain.keys import derive_id
+from shared.domain.lifecycle import parse_event
+from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Outcome, Result
 from shared.errors import InvalidMessage, TransientStoreError
-from shared.events import parse_event
-from shared.inbox import Inbox, InboxStatus
-from shared.keys import derive_id
-from shared.messages import InboundMessage
-from shared.outcomes import Outcome, Result
-from shared.store import Create, DocumentStore
+from shared.handlers.inbox import Inbox, InboxStatus
+from shared.ports.store import Create, DocumentStore
 
 AUDIT_CONSUMER = "audit-trail"
 _OUTCOMES = {

@@ -6,7 +6,7 @@ import json
 import uuid
 from typing import Any
 
-from shared.events import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
+from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 
 SOURCE = "/orders/checkout"
 

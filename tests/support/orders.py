@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.messages import InboundMessage
+from shared.domain.messages import InboundMessage
 
 
 def order_body(order_id: str | None = None, **overrides: Any) -> dict[str, Any]:
@@ -45,3 +46,15 @@ def inbound(body: Any, *, message_id: str | None = "", delivery_count: int = 0, 
         enqueued_time_utc=kw.pop("enqueued_time_utc", datetime(2026, 11, 30, 9, 15, 1, tzinfo=UTC)),
         **kw,
     )
+
+
+_AT = re.compile(r" - at `(?P<path>[^`]+)`$")
+_MISSING = re.compile(r"missing required field `(?P<field>[^`]+)`")
+
+
+def rule_path(rule: str) -> str:
+    """The field path an InvalidMessage rule names, such as ``$.items[0].quantity``."""
+    at = _AT.search(rule)
+    base = at["path"] if at else "$"
+    missing = _MISSING.search(rule)
+    return f"{base}.{missing['field']}" if missing else base

@@ -20,7 +20,7 @@ from azure.cosmos.exceptions import (
     CosmosResourceNotFoundError,
 )
 
-from shared.cosmos_store import translate_errors
+from shared.adapters.cosmos import translate_errors
 from shared.errors import (
     AlreadyExists,
     BatchFailed,

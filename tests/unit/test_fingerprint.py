@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from shared.fingerprint import canonical_decimal
-from shared.orders import parse_order
+from shared.domain.keys import canonical_decimal
+from shared.domain.orders import parse_order
 from tests.support.orders import inbound, order_body
 
 

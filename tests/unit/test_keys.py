@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.keys import derive_id, digest, idempotency_key
+from shared.domain.keys import derive_id, digest, idempotency_key
 
 LEGAL_ID = re.compile(r"[A-Za-z0-9_.-]{1,255}")
 

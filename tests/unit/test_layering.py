@@ -1,11 +1,13 @@
-"""The core knows nothing of Azure Functions; only the Cosmos adapter imports azure.cosmos."""
+"""The layout keeps its dependency rule, and no two modules have names a newcomer could confuse."""
 
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ("domain", "ports", "handlers", "adapters")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -19,28 +21,65 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def core_modules() -> list[Path]:
-    modules = sorted((ROOT / "shared").glob("*.py"))
-    assert modules, "the core package should not be empty"
-    return modules
+def modules(package: str) -> list[Path]:
+    found = sorted((ROOT / package).rglob("*.py"))
+    assert found, f"{package} should not be empty"
+    return found
 
 
-def test_core_never_imports_azure_functions_or_the_binding_extension() -> None:
-    for path in core_modules():
+def importers(package: str, prefix: str) -> set[str]:
+    return {str(p.relative_to(ROOT)) for p in modules(package) if any(n.startswith(prefix) for n in imported_modules(p))}
+
+
+def test_core_never_imports_azure_functions_the_binding_extension_consumers_or_devservers() -> None:
+    for path in modules("shared"):
         for name in imported_modules(path):
-            assert not name.startswith(("azure.functions", "azurefunctions")), f"{path.name} imports {name}"
-            assert not name.startswith("consumers"), f"{path.name} imports {name}"
+            assert not name.startswith(("azure.functions", "azurefunctions", "consumers", "devservers")), (path, name)
+
+
+def test_domain_imports_no_port_handler_adapter_or_sdk() -> None:
+    for path in modules("shared/domain"):
+        for name in imported_modules(path):
+            assert not name.startswith(("shared.ports", "shared.handlers", "shared.adapters", "azure")), (path, name)
+
+
+def test_handlers_and_ports_import_no_adapter() -> None:
+    for package in ("shared/handlers", "shared/ports"):
+        assert importers(package, "shared.adapters") == set()
+        assert importers(package, "azure") == set()
 
 
 def test_only_the_cosmos_adapter_imports_azure_cosmos() -> None:
-    importers = {p.name for p in core_modules() if any(n.startswith("azure.cosmos") for n in imported_modules(p))}
-    consumers = {p.name for p in (ROOT / "consumers").glob("*.py")
-                 if any(n.startswith("azure.cosmos") for n in imported_modules(p))}
-    assert importers == {"cosmos_store.py"}
-    assert consumers == set()
+    assert importers("shared", "azure.cosmos") == {"shared/adapters/cosmos.py"}
+    assert importers("consumers", "azure.cosmos") == set()
+
+
+def test_only_the_servicebus_adapter_and_the_binding_translation_import_azure_servicebus() -> None:
+    assert importers("shared", "azure.servicebus") == {"shared/adapters/servicebus.py"}
+    assert importers("consumers", "azure.servicebus") == {"consumers/binding.py"}
 
 
 def test_function_app_only_registers_blueprints() -> None:
     tree = ast.parse((ROOT / "function_app.py").read_text())
-    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
-    assert functions == []
+    assert [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)] == []
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b, strict=True)) == 1
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def test_no_two_module_names_differ_by_a_letter_or_a_suffix() -> None:
+    stems = {p.stem for package in ("shared", "consumers") for p in modules(package)} - {"__init__"}
+    for a, b in itertools.combinations(sorted(stems), 2):
+        assert not _one_edit_apart(a, b), (a, b)
+        assert not (a.startswith(b) or b.startswith(a) or a.endswith(b) or b.endswith(a)), (a, b)
+
+
+def test_the_core_is_grouped_by_role() -> None:
+    packages = {p.name for p in (ROOT / "shared").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(LAYERS)

@@ -6,17 +6,16 @@ from collections.abc import Sequence
 
 import pytest
 
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from shared.domain.outcomes import Outcome, Result
 from shared.errors import NotFound, StoreError, TransientStoreError
-from shared.fulfilment import InMemoryFulfilment
-from shared.memory_store import InMemoryStore
-from shared.outcomes import Outcome, Result
-from shared.place_order import OrderServices
-from shared.place_order import place_order as place
-from shared.settings import OrderSettings
-from shared.store import BatchOperation, Document
-from tests.support.orders import inbound, order_body
+from shared.handlers.place_order import OrderServices
+from shared.handlers.place_order import place_order as place
+from shared.ports.store import BatchOperation, Document
+from shared.settings import Settings
+from tests.support.orders import inbound, order_body, rule_path
 
-SETTINGS = OrderSettings("order-intake", "http://fulfilment.invalid", 3, 10, 60, "order-accepted", False)
+SETTINGS = Settings(consumer_name="order-intake", fulfillment_url="http://fulfilment.invalid")
 
 
 def place_order(message, store: InMemoryStore) -> Result:
@@ -92,7 +91,7 @@ def test_invalid_order_writes_nothing_and_names_the_rule() -> None:
     store = InMemoryStore()
     result = place_order(inbound(order_body("ord-1", currency="EURO")), store)
     assert result.outcome is Outcome.INVALID
-    assert result.description.startswith("currency")
+    assert rule_path(result.description) == "$.currency"
     assert store.requests == 0
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from shared.errors import ConfigurationError
-from shared.settings import EventSettings, Retention
+from shared.settings import Retention, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_satisfy_the_rule() -> None:
-    retention = Retention.from_env({})
+    retention = Settings.from_env({}).retention
     assert retention.check() is retention
     assert retention.required_seconds == 60 * 10 + 86400 + 604800
 
@@ -39,7 +39,7 @@ def test_short_dedup_ttl_is_refused_with_the_computation() -> None:
 @pytest.mark.parametrize("setting", ["SERVICEBUS_MAX_DELIVERY_COUNT", "DEDUP_TTL_SECONDS"])
 def test_malformed_numbers_name_the_setting(setting: str) -> None:
     with pytest.raises(ConfigurationError, match=setting):
-        EventSettings.from_env({setting: "ten"})
+        Settings.from_env({setting: "ten"})
 
 
 def test_app_refuses_to_start_when_markers_would_expire_too_soon() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from azure.identity import DefaultAzureCredential
 
+from shared.adapters.servicebus import credential_for, make_client, to_sdk
 from shared.errors import ConfigurationError
-from shared.messaging import OutgoingMessage
-from shared.servicebus_sender import make_client, to_sdk
-from shared.settings import OutboxSettings
+from shared.ports.sender import OutgoingMessage
+from shared.settings import Settings
 
 
 def test_connection_string_is_used_locally_without_connecting() -> None:
-    settings = OutboxSettings.from_env(
+    settings = Settings.from_env(
         {"ServiceBusConnection": "Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=v;"
                                  "UseDevelopmentEmulator=true"}
     )
@@ -22,15 +22,16 @@ def test_connection_string_is_used_locally_without_connecting() -> None:
 
 
 def test_namespace_uses_managed_identity() -> None:
-    settings = OutboxSettings.from_env({"ServiceBusConnection__fullyQualifiedNamespace": "ns.servicebus.windows.net"})
+    settings = Settings.from_env({"ServiceBusConnection__fullyQualifiedNamespace": "ns.servicebus.windows.net"})
+    assert isinstance(credential_for(settings), DefaultAzureCredential)
     client = make_client(settings)
-    assert isinstance(client._credential, DefaultAzureCredential)
+    assert client.fully_qualified_namespace == "ns.servicebus.windows.net"
     client.close()
 
 
 def test_missing_connection_names_both_settings() -> None:
     with pytest.raises(ConfigurationError, match="ServiceBusConnection__fullyQualifiedNamespace"):
-        OutboxSettings.from_env({})
+        make_client(Settings.from_env({}))
 
 
 def test_outgoing_message_maps_ids_and_properties() -> None:

@@ -1,59 +1,71 @@
-"""Settings are read from the environment; a missing or malformed one names itself."""
+"""Settings are declared once and read from the environment; a missing or malformed one names itself."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from azure.identity import DefaultAzureCredential
 
-from shared.cosmos_store import credential_for
+from shared.adapters.cosmos import credential_for
 from shared.errors import ConfigurationError
-from shared.settings import SETTINGS, CosmosSettings, orders_queue
+from shared.settings import SETTINGS, Settings
 
 
-def test_defaults_apply_when_only_the_endpoint_is_set() -> None:
-    settings = CosmosSettings.from_env({"COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/"})
-    assert settings == CosmosSettings(
-        endpoint="https://acct.documents.azure.com:443/", key=None, verify_tls=True, database="sales",
-        container="orders",
-    )
+def test_defaults_apply_when_nothing_is_set() -> None:
+    settings = Settings.from_env({"COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/"})
+    assert (settings.cosmos_endpoint, settings.cosmos_key, settings.cosmos_verify_tls) == (
+        "https://acct.documents.azure.com:443/", None, True)
+    assert (settings.cosmos_database, settings.cosmos_container, settings.orders_queue) == ("sales", "orders", "orders")
 
 
-def test_missing_endpoint_names_the_setting() -> None:
-    with pytest.raises(ConfigurationError, match="COSMOS_ENDPOINT"):
-        CosmosSettings.from_env({})
+def test_a_required_setting_is_named_where_it_is_needed() -> None:
+    with pytest.raises(ConfigurationError, match="COSMOS_ENDPOINT: is required"):
+        Settings.from_env({}).need("cosmos_endpoint")
 
 
-def test_endpoint_must_be_a_url() -> None:
-    with pytest.raises(ConfigurationError, match="COSMOS_ENDPOINT"):
-        CosmosSettings.from_env({"COSMOS_ENDPOINT": "acct.documents.azure.com"})
+@pytest.mark.parametrize("name", ["COSMOS_ENDPOINT", "FULFILLMENT_URL"])
+def test_endpoints_must_be_urls(name: str) -> None:
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_env({name: "acct.documents.azure.com"})
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("false", False), ("FALSE", False), ("0", False), ("true", True)])
-def test_verify_tls_parses_booleans(raw: str, expected: bool) -> None:
-    env = {"COSMOS_ENDPOINT": "http://127.0.0.1:8081", "COSMOS_VERIFY_TLS": raw}
-    assert CosmosSettings.from_env(env).verify_tls is expected
+def test_booleans_parse_in_lax_mode(raw: str, expected: bool) -> None:
+    assert Settings.from_env({"COSMOS_VERIFY_TLS": raw}).cosmos_verify_tls is expected
 
 
-def test_malformed_boolean_names_the_setting() -> None:
-    with pytest.raises(ConfigurationError, match="COSMOS_VERIFY_TLS"):
-        CosmosSettings.from_env({"COSMOS_ENDPOINT": "http://x", "COSMOS_VERIFY_TLS": "maybe"})
+@pytest.mark.parametrize(("name", "raw"), [("COSMOS_VERIFY_TLS", "maybe"), ("SIDE_EFFECT_LEASE_SECONDS", "0"),
+                                          ("FULFILLMENT_READ_TIMEOUT_SECONDS", "ten")])
+def test_malformed_value_gives_one_error_naming_the_setting(name: str, raw: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({"COSMOS_ENDPOINT": "http://x", name: raw})
+    assert caught.value.setting == name
 
 
-def test_queue_name_has_a_default_and_can_be_overridden() -> None:
-    assert orders_queue({}) == "orders"
-    assert orders_queue({"ORDERS_QUEUE": "orders-blue"}) == "orders-blue"
+def test_an_empty_value_counts_as_unset() -> None:
+    assert Settings.from_env({"ORDERS_QUEUE": "  "}).orders_queue == "orders"
 
 
-def test_setting_names_are_unique() -> None:
-    names = [s.name for s in SETTINGS]
-    assert len(names) == len(set(names))
+def test_queue_name_can_be_overridden() -> None:
+    assert Settings.from_env({"ORDERS_QUEUE": "orders-blue"}).orders_queue == "orders-blue"
+
+
+def test_every_field_is_declared_once_with_a_description() -> None:
+    names = [f.encode_name for f in msgspec.structs.fields(Settings)]
+    assert names == list(SETTINGS)
+    assert all(spec.description for spec in SETTINGS.values())
+
+
+def test_declared_defaults_are_the_fields_defaults() -> None:
+    for field in msgspec.structs.fields(Settings):
+        assert SETTINGS[field.encode_name].default == field.default, field.encode_name
 
 
 def test_without_a_key_the_cosmos_client_uses_managed_identity() -> None:
-    settings = CosmosSettings.from_env({"COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/"})
+    settings = Settings.from_env({"COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/"})
     assert isinstance(credential_for(settings), DefaultAzureCredential)
 
 
 def test_with_a_key_the_cosmos_client_uses_the_key() -> None:
-    settings = CosmosSettings.from_env({"COSMOS_ENDPOINT": "http://127.0.0.1:8081", "COSMOS_KEY": "k=="})
+    settings = Settings.from_env({"COSMOS_ENDPOINT": "http://127.0.0.1:8081", "COSMOS_KEY": "k=="})
     assert credential_for(settings) == "k=="

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from consumers.settlement import SETTLEMENTS, Action, Settlement
-from shared.outcomes import Outcome
+from shared.domain.outcomes import Outcome
 
 
 def test_every_outcome_has_a_settlement() -> None:

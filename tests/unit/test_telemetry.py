@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from shared.outcomes import Outcome, Result
+from shared.domain.outcomes import Outcome, Result
 from shared.telemetry import LOGGER_NAME, record_delivery
 from tests.support.metrics import outcome_counts
 from tests.support.orders import inbound, order_body

@@ -1,10 +1,12 @@
 """The Cosmos DB adapter of the DocumentStore port. The only module that imports azure.cosmos.
 
-Every SDK error is translated in ``translate_errors``; nothing else catches azure exceptions.
+Every SDK error is translated in ``translate_errors``; nothing else catches azure exceptions. The
+port's conditions and queries are rendered as Cosmos DB SQL here, with values as parameters.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import islice
@@ -22,8 +24,8 @@ from shared.errors import (
     StoreError,
     TransientStoreError,
 )
-from shared.settings import CosmosSettings
-from shared.store import BatchOperation, Create, Document, Patch, check_batch, filter_predicate, query_text
+from shared.ports.store import BatchOperation, Create, Document, Patch, check_batch, check_field
+from shared.settings import Settings
 
 # Statuses worth retrying later: timeout, throttled, retry-with, server error, unavailable. A 408 on a
 # write leaves the outcome unknown; abandoning is safe because the redelivery's create is the dedup check.
@@ -57,23 +59,20 @@ def translate_errors(what: str) -> Iterator[None]:
         raise StoreError(f"{what}: {type(exc).__name__}") from exc
 
 
+_BY_STATUS: dict[int, type[StoreError]] = {409: AlreadyExists, 404: NotFound, 412: PreconditionFailed}
+
+
 def _from_status(what: str, status: int | None, sub_status: int | None) -> StoreError:
     detail = f"{what}: HTTP {status}" + (f".{sub_status}" if sub_status else "")
-    if status == 409:
-        return AlreadyExists(detail, status=status, sub_status=sub_status)
-    if status == 404:
-        return NotFound(detail, status=status, sub_status=sub_status)
-    if status == 412:
-        return PreconditionFailed(detail, status=status, sub_status=sub_status)
     if status in TRANSIENT_STATUSES:
-        return TransientStoreError(detail, status=status, sub_status=sub_status)
-    return StoreError(detail, status=status, sub_status=sub_status)
+        return TransientStoreError(detail, status=status)
+    return _BY_STATUS.get(status or 0, StoreError)(detail, status=status)
 
 
-def credential_for(settings: CosmosSettings) -> Any:
+def credential_for(settings: Settings) -> Any:
     """The account key when one is configured (local emulators only), else DefaultAzureCredential."""
-    if settings.key:
-        return settings.key
+    if settings.cosmos_key:
+        return settings.cosmos_key
     from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
 
     return DefaultAzureCredential()
@@ -84,11 +83,11 @@ def _from_batch(what: str, exc: CosmosBatchOperationError) -> StoreError:
     response = exc.operation_responses[index] if 0 <= index < len(exc.operation_responses) else {}
     status = response.get("statusCode")
     sub_status = response.get("subStatusCode")
-    if status in TRANSIENT_STATUSES:
+    error = _from_status(f"{what}: operation {index}", status, sub_status)
+    if isinstance(error, TransientStoreError):
         # The batch as a whole may succeed later: a throttled or timed-out operation is not a verdict.
-        return TransientStoreError(f"{what}: operation {index} got HTTP {status}", status=status)
-    return BatchFailed(f"{what}: operation {index} failed with HTTP {status}", index=index, status=status,
-                       sub_status=sub_status)
+        return error
+    return BatchFailed(index, error)
 
 
 def _batch_operation(op: BatchOperation) -> tuple[Any, ...]:
@@ -102,13 +101,42 @@ def _batch_operation(op: BatchOperation) -> tuple[Any, ...]:
     return ("replace", (op.document["id"], op.document), options)
 
 
-def make_client(settings: CosmosSettings) -> CosmosClient:
+def query_text(conditions: Mapping[str, Any], before: tuple[str, Any] | None) -> tuple[str, list[dict[str, Any]]]:
+    """Render a store query as Cosmos DB SQL with parameters."""
+    clauses, parameters = [], []
+    for n, (name, value) in enumerate(conditions.items()):
+        check_field(name)
+        clauses.append(f"c.{name} = @p{n}")
+        parameters.append({"name": f"@p{n}", "value": value})
+    if before is not None:
+        check_field(before[0])
+        clauses.append(f"c.{before[0]} < @before")
+        parameters.append({"name": "@before", "value": before[1]})
+    where = " WHERE " + " AND ".join(clauses) if clauses else ""
+    # Field names are checked against a plain-identifier pattern; values travel as parameters.
+    return "SELECT * FROM c" + where, parameters  # noqa: S608
+
+
+def filter_predicate(condition: Mapping[str, Any]) -> str:
+    """Render a Patch condition as a Cosmos DB filter predicate, e.g. ``from c where c.version = 2``."""
+    clauses = []
+    for name, expected in condition.items():
+        if isinstance(expected, tuple):
+            values = ", ".join(json.dumps(v) for v in expected)
+            clauses.append(f"c.{name} IN ({values})")
+        else:
+            clauses.append(f"c.{name} = {json.dumps(expected)}")
+    return "from c where " + " AND ".join(clauses)
+
+
+def make_client(settings: Settings) -> CosmosClient:
     """Create a CosmosClient: key auth for local emulators, managed identity otherwise.
 
     The constructor reads the account, so it connects: call it lazily, never at import time.
     """
+    endpoint: str = settings.need("cosmos_endpoint")
     options: dict[str, Any] = {
-        "connection_verify": settings.verify_tls,
+        "connection_verify": settings.cosmos_verify_tls,
         "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
         "read_timeout": READ_TIMEOUT_SECONDS,
         "timeout": OPERATION_TIMEOUT_SECONDS,
@@ -118,11 +146,11 @@ def make_client(settings: CosmosSettings) -> CosmosClient:
         "retry_connect": CONNECTION_RETRIES,
         "retry_read": CONNECTION_RETRIES,
     }
-    if settings.endpoint.startswith("http://"):
+    if endpoint.startswith("http://"):
         # Local servers over plain HTTP have one region; discovery would ask for a TLS endpoint.
         options["enable_endpoint_discovery"] = False
     with translate_errors("connect to Cosmos DB"):
-        return CosmosClient(settings.endpoint, credential=credential_for(settings), **options)
+        return CosmosClient(endpoint, credential=credential_for(settings), **options)
 
 
 class CosmosStore:
@@ -133,10 +161,12 @@ class CosmosStore:
         self._field = partition_key_field
 
     @classmethod
-    def from_settings(cls, settings: CosmosSettings, client: CosmosClient | None = None) -> CosmosStore:
+    def from_settings(cls, settings: Settings, client: CosmosClient | None = None) -> CosmosStore:
         """Bind to the configured container; connects on first use, never at construction."""
         client = client or make_client(settings)
-        container = client.get_database_client(settings.database).get_container_client(settings.container)
+        container = client.get_database_client(settings.cosmos_database).get_container_client(
+            settings.cosmos_container
+        )
         return cls(container)
 
     @property

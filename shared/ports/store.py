@@ -1,7 +1,9 @@
 """The document-store port: the few operations the idempotent core needs from Cosmos DB.
 
-Adapters: ``shared.cosmos_store.CosmosStore`` (the real one) and ``shared.memory_store.InMemoryStore``
-(for unit tests of the core). ``tests/contract`` runs one suite against both, so they cannot drift.
+Adapters: ``shared.adapters.cosmos.CosmosStore`` (the real one) and ``shared.adapters.memory.InMemoryStore``
+(for unit tests and the simulator). ``tests/contract`` runs one suite against both, so they cannot drift.
+Each adapter renders conditions its own way (Cosmos SQL, a Python predicate); failures come back as
+the shared error family, never as HTTP statuses.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def check_batch(operations: Sequence[BatchOperation]) -> None:
     for op in operations:
         if isinstance(op, Patch):
             for name in (*op.set_fields, *op.condition):
-                _check_field(name)
+                check_field(name)
 
 
 def _payload(op: BatchOperation) -> Any:
@@ -76,49 +78,10 @@ def _payload(op: BatchOperation) -> Any:
     return op.document
 
 
-def query_text(conditions: Mapping[str, Any], before: tuple[str, Any] | None) -> tuple[str, list[dict[str, Any]]]:
-    """Render a store query as Cosmos DB SQL with parameters."""
-    clauses, parameters = [], []
-    for n, (name, value) in enumerate(conditions.items()):
-        _check_field(name)
-        clauses.append(f"c.{name} = @p{n}")
-        parameters.append({"name": f"@p{n}", "value": value})
-    if before is not None:
-        _check_field(before[0])
-        clauses.append(f"c.{before[0]} < @before")
-        parameters.append({"name": "@before", "value": before[1]})
-    where = " WHERE " + " AND ".join(clauses) if clauses else ""
-    # Field names are checked against a plain-identifier pattern; values travel as parameters.
-    return "SELECT * FROM c" + where, parameters  # noqa: S608
-
-
-def _check_field(name: str) -> None:
+def check_field(name: str) -> None:
+    """Refuse a field name that is not a plain top-level identifier (conditions, patches, queries)."""
     if not _FIELD.fullmatch(name):
         raise StoreError(f"field {name!r} is not a plain top-level name", status=400)
-
-
-def condition_holds(document: Document, condition: Mapping[str, Any]) -> bool:
-    """Evaluate a Patch condition against a document (the in-memory store's filter predicate)."""
-    for name, expected in condition.items():
-        actual = document.get(name)
-        if isinstance(expected, tuple):
-            if actual not in expected:
-                return False
-        elif actual != expected:
-            return False
-    return True
-
-
-def filter_predicate(condition: Mapping[str, Any]) -> str:
-    """Render a Patch condition as a Cosmos DB filter predicate, e.g. ``from c where c.version = 2``."""
-    clauses = []
-    for name, expected in condition.items():
-        if isinstance(expected, tuple):
-            values = ", ".join(json.dumps(v) for v in expected)
-            clauses.append(f"c.{name} IN ({values})")
-        else:
-            clauses.append(f"c.{name} = {json.dumps(expected)}")
-    return "from c where " + " AND ".join(clauses)
 
 
 class DocumentStore(Protocol):
@@ -153,7 +116,9 @@ class DocumentStore(Protocol):
         """Apply the operations atomically, in order, in one partition; return the written documents.
 
         Raise BatchTooLarge before sending anything when ``check_batch`` refuses the batch. Raise
-        BatchFailed(index, status) when one operation fails (409, 412, 404...): then nothing is written.
-        Raise TransientStoreError when the whole batch may succeed on retry.
+        BatchFailed(index, error) when one operation fails, with ``error`` an AlreadyExists (create),
+        PreconditionFailed (etag or condition), NotFound (patch or replace of a missing document) or
+        StoreError: then nothing is written. Raise TransientStoreError when the whole batch may succeed
+        on retry.
         """
         ...

@@ -8,7 +8,7 @@ from typing import Any
 import requests
 
 from shared.errors import DownstreamUnavailable
-from shared.fulfilment import IDEMPOTENCY_HEADER, RESERVATIONS_PATH, Reply
+from shared.ports.fulfilment import IDEMPOTENCY_HEADER, RESERVATIONS_PATH, Reply
 
 
 class HttpFulfilment:

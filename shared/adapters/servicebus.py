@@ -10,18 +10,30 @@ from azure.core.exceptions import AzureError
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusError
 
-from shared.errors import PublishError
-from shared.messaging import OutgoingMessage
-from shared.settings import OutboxSettings
+from shared.errors import ConfigurationError, PublishError
+from shared.ports.sender import OutgoingMessage
+from shared.settings import Settings
 
 
-def make_client(settings: OutboxSettings) -> ServiceBusClient:
-    """A client from the local connection string, or for the namespace with managed identity."""
-    if settings.connection_string:
-        return ServiceBusClient.from_connection_string(settings.connection_string)
+def credential_for(settings: Settings) -> Any:
+    """None with a connection string (local emulators only), else DefaultAzureCredential for the namespace."""
+    if settings.servicebus_connection:
+        return None
+    if not settings.servicebus_namespace:
+        raise ConfigurationError(
+            "ServiceBusConnection__fullyQualifiedNamespace", "is required (or ServiceBusConnection for local emulators)"
+        )
     from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
 
-    return ServiceBusClient(fully_qualified_namespace=str(settings.namespace), credential=DefaultAzureCredential())
+    return DefaultAzureCredential()
+
+
+def make_client(settings: Settings) -> ServiceBusClient:
+    """A client from the local connection string, or for the namespace with managed identity."""
+    credential = credential_for(settings)
+    if credential is None:
+        return ServiceBusClient.from_connection_string(str(settings.servicebus_connection))
+    return ServiceBusClient(fully_qualified_namespace=str(settings.servicebus_namespace), credential=credential)
 
 
 def to_sdk(message: OutgoingMessage) -> ServiceBusMessage:

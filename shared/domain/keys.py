@@ -1,14 +1,21 @@
-"""Derived keys: deterministic, collision-free ids built from several parts.
+"""Derived keys and request hashes: deterministic, collision-free ids, and fingerprints of content.
 
 Used for inbox-marker ids (consumer + dedup key) and, downstream, idempotency keys and outgoing
 MessageIds (consumer + dedup key + effect name). Each part is length-prefixed before hashing, so
 ("ab", "c") and ("a", "bc") never derive the same key, whatever characters the parts contain.
+
+A request hash is the sha256 of a message's canonical form, so equal content hashes equally however
+it was formatted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 MAX_LABEL_CHARS = 48
@@ -42,3 +49,17 @@ def idempotency_key(consumer: str, effect: str, *dedup_key: str) -> str:
     across consumers and effect names, so two effects of one message never share a key.
     """
     return derive_id("effect", consumer, effect, *dedup_key, label=effect)
+
+
+def canonical_decimal(value: Decimal) -> str:
+    """Spell a decimal one way only: no exponent, no trailing fractional zeros ("39.980" -> "39.98")."""
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+def request_hash(canonical: Mapping[str, Any]) -> str:
+    """The hex sha256 of a canonical mapping: sorted keys, no whitespace, UTF-8."""
+    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(encoded.encode("utf-8")).hexdigest()

@@ -1,12 +1,12 @@
 """The outgoing-message port: send messages to a Service Bus queue or topic.
 
-Adapters: ``shared.servicebus_sender.ServiceBusSender`` (azure-servicebus) and ``RecordingSender``
-below, which keeps what was sent for tests.
+Adapters: ``shared.adapters.servicebus.ServiceBusSender`` (azure-servicebus) and
+``shared.adapters.memory.RecordingSender``, which keeps what was sent and models the destination's
+duplicate detection. ``tests/contract/test_sender.py`` runs one suite against both.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -31,16 +31,3 @@ class MessageSender(Protocol):
     def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
         """Send every message or raise PublishError; a partial send may happen, resends are harmless."""
         ...
-
-
-class RecordingSender:
-    """A sender that records what it was asked to send, for tests without a broker."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.sent: list[tuple[str, OutgoingMessage]] = []
-
-    def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
-        """Record the messages."""
-        with self._lock:
-            self.sent.extend((destination, m) for m in messages)

@@ -1,23 +1,33 @@
-"""The order-event handler: marker, order patch and business document in one transactional batch."""
+"""The order-event handler: marker, order patch and event record in one transactional batch."""
 
 from __future__ import annotations
 
 from contextlib import suppress
 
-from shared.errors import AlreadyExists, BatchFailed, InvalidMessage, NotFound, StoreError, TransientStoreError
-from shared.events import OrderEvent, parse_event
-from shared.inbox import Inbox, InboxResult, InboxStatus
-from shared.keys import derive_id
-from shared.messages import InboundMessage
-from shared.outcomes import Outcome, Result
-from shared.settings import EventSettings
-from shared.store import BatchOperation, Create, DocumentStore, Patch, Replace
+import msgspec
 
-PATCH_INDEX = 0  # the order patch precedes the business document, so a version conflict shows first
-GAP_COUNTER_TYPE = "gap-attempts"
+from shared.domain.documents import EventRecord, GapCounter, OrderDocument
+from shared.domain.keys import derive_id
+from shared.domain.lifecycle import CloudEvent, parse_event
+from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Outcome, Result
+from shared.errors import (
+    AlreadyExists,
+    BatchFailed,
+    InvalidMessage,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    TransientStoreError,
+)
+from shared.handlers.inbox import Inbox, InboxResult, InboxStatus
+from shared.ports.store import BatchOperation, Create, DocumentStore, Patch, Replace
+from shared.settings import Settings
+
+PATCH_INDEX = 0  # the order patch precedes the event record, so a version conflict shows first
 
 
-def apply_order_event(message: InboundMessage, store: DocumentStore, settings: EventSettings) -> Result:
+def apply_order_event(message: InboundMessage, store: DocumentStore, settings: Settings) -> Result:
     """Apply one lifecycle event exactly once for this consumer, in order, or say why not."""
     try:
         event = parse_event(message)
@@ -30,31 +40,31 @@ def apply_order_event(message: InboundMessage, store: DocumentStore, settings: E
         return Result(Outcome.TRANSIENT, f"store unavailable: {exc}", applier.hash)
 
 
-def event_operations(event: OrderEvent) -> list[BatchOperation]:
-    """The event's writes after the marker: the conditional order patch, then the business document."""
-    condition = {"version": event.sequence - 1, "status": event.kind.allowed_from}
-    return [Patch(event.order_id, event.order_changes(), condition), Create(event.business_document())]
+def event_operations(event: CloudEvent) -> list[BatchOperation]:
+    """The event's writes after the marker: the conditional order patch, then the event record."""
+    changes, condition = OrderDocument.transition(event)
+    return [Patch(event.order_id, changes, condition), Create(EventRecord.of(event).to_document())]
 
 
 class _EventApplier:
     """One delivery's application; holds what the outcome branches share."""
 
-    def __init__(self, message: InboundMessage, event: OrderEvent, store: DocumentStore, settings: EventSettings):
+    def __init__(self, message: InboundMessage, event: CloudEvent, store: DocumentStore, settings: Settings):
         self.message = message
         self.event = event
         self.store = store
         self.settings = settings
         self.hash = event.request_hash()
-        self.inbox = Inbox(store, settings.consumer_name, settings.retention.dedup_ttl_seconds)
+        self.inbox = Inbox(store, settings.consumer_name, settings.dedup_ttl_seconds)
 
     def apply(self) -> Result:
         event = self.event
         verdict = self.inbox.apply(
             partition_key=event.order_id,
-            dedup_key=(event.source, event.event_id),
+            dedup_key=(event.source, event.id),
             request_hash=self.hash,
             operations=event_operations(event),
-            marker_fields={"eventType": event.type, "eventTime": event.canonical()["time"], "eventId": event.event_id},
+            event=(event.type, event.time_text, event.id),
         )
         return self._interpret(verdict)
 
@@ -66,23 +76,19 @@ class _EventApplier:
         if verdict.status is InboxStatus.PAYLOAD_MISMATCH:
             return self._result(
                 Outcome.PAYLOAD_MISMATCH,
-                f"event {self.event.source} {self.event.event_id} (messageId {self.message.message_id}) already"
+                f"event {self.event.source} {self.event.id} (messageId {self.message.message_id}) already"
                 f" applied by {self.inbox.consumer_name} with requestHash {verdict.stored_hash};"
                 f" this delivery has {self.hash}",
             )
-        if verdict.failed_operation != PATCH_INDEX or verdict.failed_status not in (404, 412):
-            raise StoreError(
-                f"event {self.event.event_id}: operation {verdict.failed_operation} failed"
-                f" with HTTP {verdict.failed_status}",
-                status=verdict.failed_status,
-            )
+        if verdict.failed_operation != PATCH_INDEX or not isinstance(verdict.error, (NotFound, PreconditionFailed)):
+            raise StoreError(f"event {self.event.id}: operation {verdict.failed_operation} failed: {verdict.error}")
         return self._version_conflict()
 
     def _version_conflict(self) -> Result:
         event = self.event
         try:
-            order = self.store.read(event.order_id, event.order_id)
-            stored_version, status = int(order.get("version", 0)), str(order.get("status"))
+            order = OrderDocument.from_document(self.store.read(event.order_id, event.order_id))
+            stored_version, status = order.version, order.status
         except NotFound:
             stored_version, status = 0, "absent"
         if stored_version >= event.sequence:
@@ -97,7 +103,7 @@ class _EventApplier:
             )
         attempt = self._attempt()
         description = (
-            f"order {event.order_id} is at version {stored_version}; event {event.event_id} has sequence"
+            f"order {event.order_id} is at version {stored_version}; event {event.id} has sequence"
             f" {event.sequence}; missing version {stored_version + 1} (attempt {attempt})"
         )
         if attempt >= self.settings.out_of_order_max_deliveries:
@@ -115,25 +121,21 @@ class _EventApplier:
         if self.message.delivery_count is not None:
             return self.message.delivery_count + 1
         event = self.event
-        counter_id = derive_id(GAP_COUNTER_TYPE, self.inbox.consumer_name, event.source, event.event_id)
-        counter = {
-            "id": counter_id,
-            self.store.partition_key_field: event.order_id,
-            "type": GAP_COUNTER_TYPE,
-            "attempts": 1,
-            "ttl": self.inbox.marker_ttl_seconds,
-        }
+        counter = GapCounter(
+            id=derive_id("gap-attempts", self.inbox.consumer_name, event.source, event.id),
+            order_id=event.order_id,
+            attempts=1,
+            ttl=self.inbox.marker_ttl_seconds,
+        )
         try:
-            self.store.create(counter)
+            self.store.create(counter.to_document())
             return 1
         except AlreadyExists:
-            current = self.store.read(counter_id, event.order_id)
-        attempts = int(current.get("attempts", 0)) + 1
+            current = GapCounter.from_document(self.store.read(counter.id, event.order_id))
+        counted = msgspec.structs.replace(current, attempts=current.attempts + 1)
         with suppress(BatchFailed):  # a concurrent copy counted this round; the count stays advisory
-            self.store.execute_batch(
-                event.order_id, [Replace({**counter, "attempts": attempts}, if_match=current["_etag"])]
-            )
-        return attempts
+            self.store.execute_batch(event.order_id, [Replace(counted.to_document(), if_match=current.etag)])
+        return counted.attempts
 
     def _result(self, outcome: Outcome, description: str) -> Result:
         return Result(outcome, description, self.hash)

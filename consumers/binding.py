@@ -8,7 +8,7 @@ from typing import Any
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
-from shared.messages import InboundMessage
+from shared.domain.messages import InboundMessage
 
 
 def _text(value: Any) -> str | None:

@@ -1,4 +1,8 @@
-"""An in-memory DocumentStore for unit tests of the core; it passes the same contract suite as Cosmos."""
+"""In-memory fakes of the ports, shipped beside the real adapters: store, sender and fulfilment service.
+
+Each passes the same contract suite as its real adapter (``tests/contract``), so a test or the
+simulator that runs on them runs on the real thing's behaviour.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from shared.adapters.reservations import ReservationLedger
 from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, StoreError
-from shared.store import BatchOperation, Create, Document, Patch, check_batch, condition_holds, query_text
+from shared.ports.fulfilment import Reply
+from shared.ports.sender import OutgoingMessage
+from shared.ports.store import BatchOperation, Create, Document, Patch, check_batch, check_field
 
 _Key = tuple[str, str]
 
@@ -57,7 +64,8 @@ class InMemoryStore:
         self, conditions: Mapping[str, Any], *, before: tuple[str, Any] | None = None, limit: int = 100
     ) -> list[Document]:
         """Live documents matching every condition (and below ``before``), across partitions."""
-        query_text(conditions, before)  # the same field-name rules as the Cosmos adapter
+        for name in (*conditions, *([before[0]] if before else [])):
+            check_field(name)
         with self._lock:
             self.requests += 1
             found = [
@@ -80,7 +88,7 @@ class InMemoryStore:
                 try:
                     results.append(self._apply(working, partition_key, op))
                 except StoreError as exc:
-                    raise BatchFailed(f"batch operation {index} failed: {exc}", index=index, status=exc.status) from exc
+                    raise BatchFailed(index, exc) from exc
             self._documents = working
             return copy.deepcopy(results)
 
@@ -95,7 +103,7 @@ class InMemoryStore:
             return self._create(docs, op.document)
         if isinstance(op, Patch):
             current = self._get(docs, partition_key, op.doc_id)
-            if not condition_holds(current, op.condition):
+            if not _condition_holds(current, op.condition):
                 raise PreconditionFailed(f"condition on {op.doc_id} does not hold", status=412)
             patched = self._stamp({**copy.deepcopy(current), **copy.deepcopy(dict(op.set_fields))})
             docs[(partition_key, op.doc_id)] = patched
@@ -147,8 +155,63 @@ class InMemoryStore:
         return document
 
 
+def _condition_holds(document: Document, condition: Mapping[str, Any]) -> bool:
+    """A Patch condition as a predicate: each field equals its value, or is one of a tuple of values."""
+    for name, expected in condition.items():
+        actual = document.get(name)
+        if actual not in expected if isinstance(expected, tuple) else actual != expected:
+            return False
+    return True
+
+
 def _less(value: Any, bound: Any) -> bool:
     try:
         return bool(value is not None and value < bound)
     except TypeError:  # Cosmos compares across types without error and finds no match
         return False
+
+
+class RecordingSender:
+    """A sender that records what it was asked to send and what the destination would keep.
+
+    ``sent`` is every message sent; ``delivered`` drops a MessageId already sent to the same
+    destination within ``detection_window_seconds``, as Service Bus duplicate detection does
+    (the window counts from the first send and does not slide).
+    """
+
+    def __init__(self, *, detection_window_seconds: float = 600, clock: Callable[[], float] = time.time) -> None:
+        self._lock = threading.Lock()
+        self._window = detection_window_seconds
+        self._clock = clock
+        self._first_sent: dict[tuple[str, str], float] = {}
+        self.sent: list[tuple[str, OutgoingMessage]] = []
+        self.delivered: list[tuple[str, OutgoingMessage]] = []
+
+    def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+        """Record the messages; keep as delivered those the destination's duplicate detection would."""
+        with self._lock:
+            now = self._clock()
+            for message in messages:
+                self.sent.append((destination, message))
+                key = (destination, message.message_id)
+                first = self._first_sent.get(key)
+                if first is None or now - first >= self._window:
+                    self._first_sent[key] = now
+                    self.delivered.append((destination, message))
+
+
+class InMemoryFulfilment:
+    """The fulfilment service in memory, deduplicating by idempotency key with the shared reservation rule."""
+
+    def __init__(self) -> None:
+        self.ledger = ReservationLedger()
+        self.calls: list[str] = []
+
+    def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        """Apply the reservation rule: 201 first, 200 for a repeat, 422 for another request under the key."""
+        self.calls.append(idempotency_key)
+        return self.ledger.reserve(idempotency_key, request)
+
+    def reservation_count(self) -> int:
+        """How many distinct reservations were made."""
+        return self.ledger.count()

@@ -1,0 +1,277 @@
+"""Every kind of document the consumer stores, each defined once and used by its writers and readers.
+
+All live in the orders container, in the partition of their order (``orderId``), told apart by
+``type``. A kind is a msgspec Struct: ``to_document`` gives the JSON written to the store and
+``from_document`` reads a stored one back, etag included. Code elsewhere reads attributes, never
+string keys.
+
+    order          OrderDocument       the order; events patch its status and version
+    outbox         OutboxEntry         an OrderAccepted message waiting to be published
+    side-effect    SideEffectRecord    the two-phase record of a call that cannot join a transaction
+    inbox          InboxMarker         one consumer has applied one event
+    gap-attempts   GapCounter          deliveries of an event still missing its predecessor
+    payment, shipment, cancellation    EventRecord   what an applied event recorded
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, Self
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from shared.domain.keys import derive_id, idempotency_key
+from shared.domain.lifecycle import CloudEvent
+from shared.domain.messages import InboundMessage
+from shared.domain.orders import OrderLine, OrderPlaced, utc_text
+
+TYPE_FIELD = "type"
+PARTITION_FIELD = "orderId"
+ORDER_ACCEPTED = "OrderAccepted"
+
+
+class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYPE_FIELD):
+    """Fields every kind has: its id, its order (the partition key) and, once read, its etag."""
+
+    id: str
+    order_id: str
+    etag: str | None = msgspec.field(default=None, name="_etag")
+
+    def to_document(self) -> dict[str, Any]:
+        """The JSON document to write; the etag is the store's and is never written back."""
+        document: dict[str, Any] = msgspec.to_builtins(self)
+        document.pop("_etag", None)
+        return document
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> Self:
+        """Read a stored document of this kind; ``msgspec.ValidationError`` if it is not one."""
+        return msgspec.convert(document, cls, strict=False)
+
+    @classmethod
+    def is_kind(cls, document: Mapping[str, Any]) -> bool:
+        """Whether a raw document (from a query or the change feed) is of this kind."""
+        tag = cls.__struct_config__.tag
+        return bool(document.get(TYPE_FIELD) == tag)
+
+
+class OrderDocument(StoredDocument, kw_only=True, tag="order"):
+    """An order: id = orderId = MessageId, the order's fields, its state, and where it came from."""
+
+    customer_id: str
+    currency: str
+    items: list[OrderLine]
+    total: str
+    placed_at: str
+    status: str
+    version: int
+    request_hash: str
+    message_id: str | None
+    correlation_id: str | None
+    enqueued_time_utc: str | None
+    delivery_count: int | None
+    payment: dict[str, str] | UnsetType = UNSET
+    shipment: dict[str, str] | UnsetType = UNSET
+    cancellation: dict[str, str] | UnsetType = UNSET
+    updated_at: str | UnsetType = UNSET
+
+    @classmethod
+    def placed(cls, order: OrderPlaced, message: InboundMessage, request_hash: str) -> OrderDocument:
+        """A new order at version 1, status placed."""
+        return cls(
+            id=order.order_id,
+            order_id=order.order_id,
+            customer_id=order.customer_id,
+            currency=order.currency_code,
+            items=list(order.items),
+            total=order.total,
+            placed_at=order.placed_at,
+            status="placed",
+            version=1,
+            request_hash=request_hash,
+            message_id=message.message_id,
+            correlation_id=message.correlation_id,
+            enqueued_time_utc=utc_text(message.enqueued_time_utc) if message.enqueued_time_utc else None,
+            delivery_count=message.delivery_count,
+        )
+
+    @classmethod
+    def request_hash_of(cls, document: Mapping[str, Any]) -> str | None:
+        """The stored request hash, or None when the document under the order's id is no order of ours."""
+        try:
+            return cls.from_document(document).request_hash
+        except msgspec.ValidationError:
+            return None
+
+    @staticmethod
+    def transition(event: CloudEvent) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The fields an event sets on its order, and the condition under which it may: (set, condition).
+
+        The condition makes the version and state checks part of the same atomic write.
+        """
+        kind = event.kind
+        changes = {
+            "status": kind.status_after,
+            "version": event.sequence,
+            kind.record_type: event.data.canonical(),
+            "updatedAt": event.time_text,
+        }
+        return changes, {"version": event.sequence - 1, "status": kind.allowed_from}
+
+
+class OutboxStatus(StrEnum):
+    """Where an outbox entry is in its life."""
+
+    PENDING = "pending"
+    DISPATCHED = "dispatched"
+
+
+class OrderAccepted(msgspec.Struct, frozen=True, rename="camel"):
+    """The OrderAccepted message body that the outbox publishes."""
+
+    order_id: str
+    customer_id: str
+    currency: str
+    total: str
+    placed_at: str
+
+
+class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
+    """An outgoing message, written in the same batch as the order and published afterwards."""
+
+    status: OutboxStatus
+    destination: str
+    message_id: str
+    correlation_id: str | None
+    session_id: str | None
+    subject: str
+    payload: OrderAccepted
+    created_at: float
+    dispatched_at: float | UnsetType = UNSET
+    ttl: int | UnsetType = UNSET
+
+    @classmethod
+    def order_accepted(
+        cls, order: OrderPlaced, message: InboundMessage, *, consumer: str, destination: str, requires_session: bool,
+        now: float,
+    ) -> OutboxEntry:
+        """The pending OrderAccepted entry of a new order; its MessageId is derived, so resends are duplicates."""
+        return cls(
+            id=derive_id("outbox", consumer, ORDER_ACCEPTED, order.order_id, label=ORDER_ACCEPTED),
+            order_id=order.order_id,
+            status=OutboxStatus.PENDING,
+            destination=destination,
+            message_id=idempotency_key(consumer, ORDER_ACCEPTED, order.order_id),
+            correlation_id=message.correlation_id,
+            session_id=order.order_id if requires_session else None,
+            subject=ORDER_ACCEPTED,
+            payload=OrderAccepted(order.order_id, order.customer_id, order.currency_code, order.total,
+                                  order.placed_at),
+            created_at=now,
+        )
+
+    def body(self) -> bytes:
+        """The message body: the payload as compact JSON."""
+        return msgspec.json.encode(self.payload)
+
+    @staticmethod
+    def pending_before(cutoff: float) -> tuple[dict[str, Any], tuple[str, Any]]:
+        """Query conditions for entries still pending that were created before ``cutoff``."""
+        return {TYPE_FIELD: "outbox", "status": OutboxStatus.PENDING.value}, ("createdAt", cutoff)
+
+
+class EffectStatus(StrEnum):
+    """Status of a side-effect record."""
+
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
+    """The two-phase record of one named effect of one message: claimed, then completed or failed."""
+
+    consumer: str
+    effect: str
+    idempotency_key: str
+    status: EffectStatus
+    attempt: int
+    lease_until: float
+    response_status: int | None = None
+    reference: str | None = None
+    reason: str | None = None
+    finished_at: float | None = None
+
+
+class InboxMarker(StoredDocument, kw_only=True, tag="inbox"):
+    """One consumer has applied one message; it expires after ``ttl`` seconds."""
+
+    consumer: str
+    request_hash: str
+    ttl: int
+    event_type: str | UnsetType = UNSET
+    event_time: str | UnsetType = UNSET
+    event_id: str | UnsetType = UNSET
+
+
+class GapCounter(StoredDocument, kw_only=True, tag="gap-attempts"):
+    """How often an event arrived before its predecessor, when the binding passes no delivery count."""
+
+    attempts: int
+    ttl: int
+
+
+class EventRecord(StoredDocument, kw_only=True):
+    """What an applied event recorded: its identity, sequence and the type's own fields. It never expires."""
+
+    event_id: str
+    event_source: str
+    event_time: str
+    sequence: int
+
+    @staticmethod
+    def of(event: CloudEvent) -> EventRecord:
+        """The record an event writes when it applies."""
+        record_type: type[EventRecord] = _RECORDS[event.kind.record_type]
+        data = event.data.canonical()
+        label = str(data.get("paymentId") or data.get("shipmentId") or event.order_id)
+        return msgspec.convert(
+            {
+                **data,
+                "id": derive_id(event.kind.record_type, event.source, event.id, label=label),
+                "orderId": event.order_id,
+                "eventId": event.id,
+                "eventSource": event.source,
+                "eventTime": event.time_text,
+                "sequence": event.sequence,
+            },
+            record_type,
+        )
+
+
+class PaymentRecord(EventRecord, kw_only=True, tag="payment"):
+    """A captured payment."""
+
+    payment_id: str
+    amount: str
+    currency: str
+
+
+class ShipmentRecord(EventRecord, kw_only=True, tag="shipment"):
+    """A shipment."""
+
+    shipment_id: str
+    carrier: str
+    tracking_number: str
+
+
+class CancellationRecord(EventRecord, kw_only=True, tag="cancellation"):
+    """A cancellation."""
+
+    reason: str
+
+
+_RECORDS: dict[str, type[EventRecord]] = {"payment": PaymentRecord, "shipment": ShipmentRecord,
+                                          "cancellation": CancellationRecord}

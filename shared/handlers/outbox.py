@@ -1,0 +1,112 @@
+"""The transactional outbox's publisher: OrderAccepted is written with the order and published afterwards.
+
+The outbox entry (``OutboxEntry``) is created in the same transactional batch as the order, in its
+partition, so the order never exists without its message nor the message without its order. The
+publisher sends pending entries (from the change feed, and from the sweep for anything the feed missed) and then
+marks them dispatched with a ttl. A crash between send and mark resends the same MessageId, which the
+destination's duplicate detection and its consumers' idempotency absorb.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from shared.domain.documents import OutboxEntry, OutboxStatus
+from shared.errors import BatchFailed, ConsumerError, PreconditionFailed
+from shared.ports.sender import MessageSender, OutgoingMessage
+from shared.ports.store import DocumentStore, Replace
+
+logger = logging.getLogger("idempotent_consumer.outbox")
+
+
+def outgoing_message(entry: OutboxEntry) -> OutgoingMessage:
+    """The message an outbox entry stands for."""
+    return OutgoingMessage(
+        message_id=entry.message_id,
+        body=entry.body(),
+        correlation_id=entry.correlation_id,
+        session_id=entry.session_id,
+        subject=entry.subject,
+        application_properties={"type": entry.subject},
+    )
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    """What one publisher run did, by outbox document id."""
+
+    dispatched: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    skipped: int = 0
+
+
+class OutboxPublisher:
+    """Sends pending outbox entries and marks them dispatched."""
+
+    def __init__(
+        self,
+        store: DocumentStore,
+        sender: MessageSender,
+        *,
+        dispatched_ttl_seconds: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._sender = sender
+        self._ttl = dispatched_ttl_seconds
+        self._clock = clock
+
+    def publish(self, documents: Iterable[Mapping[str, Any]]) -> PublishReport:
+        """Publish the pending outbox entries among ``documents`` (a change-feed batch holds others too).
+
+        An entry that fails is logged and left pending for the next change or the sweep.
+        """
+        dispatched, failed, skipped = [], [], 0
+        for document in documents:
+            if not OutboxEntry.is_kind(document):
+                skipped += 1
+                continue
+            try:
+                entry = OutboxEntry.from_document(document)
+            except msgspec.ValidationError as exc:
+                logger.warning("outbox document is malformed: %s; left pending", exc)
+                failed.append("?")
+                continue
+            if entry.status is not OutboxStatus.PENDING:
+                skipped += 1
+                continue
+            try:
+                self._publish_one(entry)
+                dispatched.append(entry.id)
+            except ConsumerError as exc:
+                logger.warning("outbox %s not published: %s; left pending", entry.id, exc,
+                               extra={"outboxId": entry.id, "orderId": entry.order_id})
+                failed.append(entry.id)
+        return PublishReport(tuple(dispatched), tuple(failed), skipped)
+
+    def sweep(self, *, stuck_after_seconds: int, limit: int = 100) -> PublishReport:
+        """Find pending outbox entries older than the threshold and publish them."""
+        conditions, before = OutboxEntry.pending_before(self._clock() - stuck_after_seconds)
+        stuck = self._store.query(conditions, before=before, limit=limit)
+        if stuck:
+            logger.warning("sweep found %d stuck outbox documents", len(stuck), extra={"stuck": len(stuck)})
+        return self.publish(stuck)
+
+    def _publish_one(self, entry: OutboxEntry) -> None:
+        self._sender.send(entry.destination, [outgoing_message(entry)])
+        marked = msgspec.structs.replace(entry, status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(),
+                                         ttl=self._ttl)
+        try:
+            self._store.execute_batch(entry.order_id, [Replace(marked.to_document(), if_match=entry.etag)])
+        except BatchFailed as exc:
+            if not isinstance(exc.error, PreconditionFailed):
+                raise
+            # Changed since this copy was read: another publisher dispatched it. Resending was harmless.
+        logger.info("outbox %s dispatched messageId=%s", entry.id, entry.message_id,
+                    extra={"outboxId": entry.id, "messageId": entry.message_id})

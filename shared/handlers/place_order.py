@@ -1,0 +1,133 @@
+"""The idempotent OrderPlaced handler: the create is the duplicate check, then stock is reserved once.
+
+One transactional batch creates the order, its OrderAccepted outbox entry and the claim of the
+stock reservation; the reservation call follows, and its record is finished before the message is
+completed. A duplicate delivery finds the order and finishes a reservation that is not yet confirmed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shared.domain.documents import OrderDocument, OutboxEntry, SideEffectRecord
+from shared.domain.messages import InboundMessage
+from shared.domain.orders import OrderPlaced, parse_order
+from shared.domain.outcomes import Outcome, Result
+from shared.errors import AlreadyExists, BatchFailed, InvalidMessage, NotFound, StoreError, TransientStoreError
+from shared.handlers.side_effects import EffectOutcome, EffectReply, EffectResult, ReplyKind, SideEffect
+from shared.ports.fulfilment import FulfilmentService, Reply
+from shared.ports.store import Create, DocumentStore
+from shared.settings import Settings
+
+RESERVE_STOCK = "reserve-stock"
+_EFFECT_OUTCOMES = {
+    EffectOutcome.BUSY: Outcome.IN_PROGRESS,
+    EffectOutcome.TRANSIENT: Outcome.TRANSIENT,
+    EffectOutcome.REJECTED: Outcome.DOWNSTREAM_REJECTED,
+}
+
+
+@dataclass(frozen=True)
+class OrderServices:
+    """What process_order works with: the store, the fulfilment service, the settings and a clock."""
+
+    store: DocumentStore
+    fulfilment: FulfilmentService
+    settings: Settings
+    clock: Callable[[], float] = field(default=time.time)
+
+
+def place_order(message: InboundMessage, services: OrderServices) -> Result:
+    """Validate; create order, outbox entry and reservation claim in one batch; on conflict compare
+    request hashes; then reserve stock through the two-phase record.
+
+    There is no read before the write: a read-then-write would let two concurrent copies both see
+    "absent". Errors other than those handled here propagate, and the caller abandons the message.
+    """
+    try:
+        order = parse_order(message)
+    except InvalidMessage as exc:
+        return Result(Outcome.INVALID, exc.rule)
+    hash_ = order.request_hash()
+    settings = services.settings
+    effect = SideEffect(services.store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds,
+                        services.clock)
+    try:
+        created, claim = _create(order, message, hash_, services, effect)
+    except TransientStoreError as exc:
+        return Result(Outcome.TRANSIENT, f"create failed: {exc}", hash_)
+    if isinstance(created, Result):
+        return created
+    try:
+        reservation = effect.run(
+            order_id=order.order_id,
+            dedup_key=(order.order_id,),
+            locked_until=message.locked_until_utc,
+            call=lambda key: effect_reply(services.fulfilment.reserve(key, reservation_request(order))),
+            claimed=claim,
+        )
+    except TransientStoreError as exc:
+        return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
+    return _result(created, reservation, order, hash_)
+
+
+def _create(
+    order: OrderPlaced, message: InboundMessage, hash_: str, services: OrderServices, effect: SideEffect
+) -> tuple[Outcome | Result, SideEffectRecord | None]:
+    """CREATED with the written claim, DUPLICATE without one, or a final Result."""
+    settings = services.settings
+    outbox = OutboxEntry.order_accepted(
+        order, message, consumer=settings.consumer_name, destination=settings.outbox_destination,
+        requires_session=settings.outbox_requires_session, now=services.clock(),
+    )
+    documents = [
+        OrderDocument.placed(order, message, hash_),
+        outbox,
+        effect.claim(order.order_id, (order.order_id,), message.locked_until_utc),
+    ]
+    try:
+        written = services.store.execute_batch(order.order_id, [Create(d.to_document()) for d in documents])
+    except BatchFailed as exc:
+        if exc.at(0, AlreadyExists):
+            return _conflict(services.store, order.order_id, hash_), None
+        raise StoreError(f"order {order.order_id}: {exc}") from exc
+    return Outcome.CREATED, SideEffectRecord.from_document(written[2])
+
+
+def _conflict(store: DocumentStore, order_id: str, hash_: str) -> Outcome | Result:
+    try:
+        stored_hash = OrderDocument.request_hash_of(store.read(order_id, order_id))
+    except (TransientStoreError, NotFound) as exc:
+        # NotFound: the document went away between the conflict and the read; the redelivery decides.
+        return Result(Outcome.TRANSIENT, f"read after conflict failed: {exc}", hash_)
+    if stored_hash == hash_:
+        return Outcome.DUPLICATE
+    return Result(
+        Outcome.PAYLOAD_MISMATCH,
+        f"messageId {order_id} already stored with requestHash {stored_hash}; this delivery has {hash_}",
+        hash_,
+    )
+
+
+def reservation_request(order: OrderPlaced) -> dict[str, object]:
+    """The reservation the fulfilment service is asked for: the order id and its lines' quantities."""
+    return {"orderId": order.order_id, "items": [{"sku": i.sku, "quantity": i.quantity} for i in order.items]}
+
+
+def effect_reply(reply: Reply) -> EffectReply:
+    """The fulfilment service's reply as a side-effect reply: 2xx succeeded; 408, 429, 5xx transient."""
+    if 200 <= reply.status < 300:
+        reference = reply.body.get("reservationId")
+        return EffectReply(ReplyKind.SUCCEEDED, reply.status, reference=str(reference) if reference else None)
+    if reply.status in (408, 429) or reply.status >= 500:
+        return EffectReply(ReplyKind.TRANSIENT, reply.status)
+    return EffectReply(ReplyKind.REJECTED, reply.status, reason=str(reply.body.get("reason", "")) or None)
+
+
+def _result(created: Outcome, reservation: EffectResult, order: OrderPlaced, hash_: str) -> Result:
+    if reservation.outcome is EffectOutcome.DONE:
+        return Result(created, reservation.description, hash_)
+    description = f"order {order.order_id}: {reservation.description}"
+    return Result(_EFFECT_OUTCOMES[reservation.outcome], description, hash_)
