@@ -18,11 +18,17 @@ logger = logging.getLogger("idempotent_consumer.delivery")
 Handler = Callable[[InboundMessage], Result]
 
 
-def run_delivery(function: str, msg: Any, actions: MessageActions, handler: Handler) -> Settlement:
+Recorder = Callable[[str, InboundMessage, Result, float], None]
+
+
+def run_delivery(
+    function: str, msg: Any, actions: MessageActions, handler: Handler, *, record: Recorder = record_delivery
+) -> Settlement:
     """Process one PeekLock delivery and settle it exactly once.
 
     Any exception from translation or the handler becomes outcome ``error`` (abandon, logged with
-    its stack, ids only); only a failed settlement call is raised, for the host to log.
+    its stack, ids only); only a failed settlement call is raised, for the host to log. ``record``
+    logs and counts the delivery; if it fails, the delivery is still settled.
     """
     started = time.perf_counter()
     inbound = InboundMessage(message_id=None, body=None)
@@ -39,7 +45,7 @@ def run_delivery(function: str, msg: Any, actions: MessageActions, handler: Hand
         )
         result = Result(Outcome.ERROR, f"unexpected {type(exc).__name__}")
     try:
-        record_delivery(function, inbound, result, (time.perf_counter() - started) * 1000)
+        record(function, inbound, result, (time.perf_counter() - started) * 1000)
     except Exception:
         # Telemetry must never cost a settlement: the delivery is still settled below.
         logger.exception("recording delivery %s messageId=%s failed", function, inbound.message_id)

@@ -63,6 +63,8 @@ def decode(body: bytes | None, model: type[T]) -> T:
         raise InvalidMessage(str(exc)) from None
     except msgspec.DecodeError as exc:
         raise InvalidMessage(f"body is not UTF-8 JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidMessage("body is nested too deeply to parse") from None
 
 
 def timestamp(value: str, path: str) -> datetime:

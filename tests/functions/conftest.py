@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import pytest
 from azure.cosmos import ContainerProxy, PartitionKey
 
 import function_app
-from consumers import runtime
 from devservers.fulfilment import FulfilmentServer
-from shared.fulfilment import InMemoryFulfilment
-from shared.memory_store import InMemoryStore
+from shared import bootstrap
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from shared.bootstrap import Services
+from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.fake_host import FakeHost, Settlement, make_received_message
 from tests.support.fault_proxy import FaultProxy, fault_proxy
@@ -36,14 +39,39 @@ class CosmosTarget:
     database: str
     container: ContainerProxy
 
-    def env(self, endpoint_url: str | None = None) -> dict[str, str]:
-        return {
-            "COSMOS_ENDPOINT": endpoint_url or self.endpoint.url,
-            "COSMOS_KEY": self.endpoint.key,
-            "COSMOS_VERIFY_TLS": "true" if self.endpoint.verify_tls else "false",
-            "COSMOS_DATABASE": self.database,
-            "COSMOS_CONTAINER": self.container.id,
-        }
+    def settings(self, **changes: Any) -> Settings:
+        """Settings that point the app at this container."""
+        return Settings(
+            cosmos_endpoint=self.endpoint.url, cosmos_key=self.endpoint.key,
+            cosmos_verify_tls=self.endpoint.verify_tls, cosmos_database=self.database,
+            cosmos_container=self.container.id, **changes,
+        )
+
+
+@dataclass
+class App:
+    """The process's services as a test set them up; ``reconfigure`` swaps in other settings or fakes."""
+
+    target: CosmosTarget
+    settings: Settings
+    stack: ExitStack
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def container(self) -> ContainerProxy:
+        return self.target.container
+
+    @property
+    def endpoint(self) -> Any:
+        return self.target.endpoint
+
+    def reconfigure(self, **changes: Any) -> Services:
+        """Install new services: ``store``, ``fulfilment``, ``sender`` replace clients, the rest are settings."""
+        for name in ("store", "fulfilment", "sender"):
+            if name in changes:
+                self.overrides[name] = changes.pop(name)
+        self.settings = msgspec.structs.replace(self.settings, **changes)
+        return self.stack.enter_context(bootstrap.use(Services(self.settings, **self.overrides)))
 
 
 @pytest.fixture(scope="session")
@@ -73,38 +101,31 @@ def fulfilment(fulfilment_server: FulfilmentServer) -> Iterator[FulfilmentServer
 
 
 @pytest.fixture
-def app_on_cosmos(
-    monkeypatch: pytest.MonkeyPatch, cosmos_target: CosmosTarget, fulfilment: FulfilmentServer
-) -> Iterator[CosmosTarget]:
-    """Point the app's settings at the test container and the fulfilment server; clients are made lazily."""
-    for name, value in cosmos_target.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("FULFILLMENT_URL", fulfilment.url)
-    monkeypatch.setenv("FULFILLMENT_READ_TIMEOUT_SECONDS", "2")
-    runtime.reset()
-    yield cosmos_target
-    runtime.reset()
+def app_on_cosmos(cosmos_target: CosmosTarget, fulfilment: FulfilmentServer) -> Iterator[App]:
+    """The app's services pointed at the test container and the fulfilment server; clients are made lazily."""
+    settings = cosmos_target.settings(fulfillment_url=fulfilment.url, fulfillment_read_timeout_seconds=2)
+    with ExitStack() as stack:
+        app = App(cosmos_target, settings, stack)
+        app.reconfigure()
+        yield app
 
 
 @pytest.fixture
-def cosmos_proxy(monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget) -> Iterator[FaultProxy]:
+def cosmos_proxy(app_on_cosmos: App) -> Iterator[FaultProxy]:
     """The app's Cosmos traffic through a proxy on loopback that can fail chosen requests."""
     with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
+        app_on_cosmos.reconfigure(cosmos_endpoint=proxy.url)
         yield proxy
 
 
 @pytest.fixture
-def app_in_memory(monkeypatch: pytest.MonkeyPatch) -> InMemoryStore:
+def app_in_memory() -> Iterator[InMemoryStore]:
     """Run the app's functions against an in-memory store and fulfilment (for property-based tests)."""
     store = InMemoryStore()
-    service = InMemoryFulfilment()
-    monkeypatch.setenv("FULFILLMENT_URL", "http://fulfilment.invalid")
-    runtime.reset()
-    monkeypatch.setattr(runtime, "order_store", lambda: store)
-    monkeypatch.setattr(runtime, "fulfilment", lambda: service)
-    return store
+    services = Services(Settings(fulfillment_url="http://fulfilment.invalid"), store=store,
+                        fulfilment=InMemoryFulfilment())
+    with bootstrap.use(services):
+        yield store
 
 
 class Deliverer:

@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.events import KINDS
-from shared.memory_store import InMemoryStore
+from shared.adapters.memory import InMemoryStore
+from shared.domain.lifecycle import KINDS
 from tests.functions.conftest import Deliverer
 from tests.support.events import event_body
 from tests.support.metrics import outcome_counts

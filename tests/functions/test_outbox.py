@@ -6,7 +6,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import azure.functions as func
@@ -15,14 +15,15 @@ from azure.functions.timer import TimerRequest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient
 from azure.servicebus.exceptions import OperationTimeoutError
 
-from consumers import runtime
 from devservers.servicebus import Broker, start_broker
-from shared.cosmos_store import CosmosStore
-from shared.keys import idempotency_key
-from shared.messaging import OutgoingMessage, RecordingSender
-from shared.outbox import OutboxPublisher
-from shared.side_effects import SideEffect
-from tests.functions.conftest import CosmosTarget, Deliverer
+from shared.adapters.cosmos import CosmosStore
+from shared.adapters.memory import RecordingSender
+from shared.adapters.servicebus import ServiceBusSender
+from shared.domain.keys import idempotency_key
+from shared.handlers.outbox import OutboxPublisher
+from shared.handlers.side_effects import SideEffect
+from shared.ports.sender import OutgoingMessage
+from tests.functions.conftest import App, Deliverer
 from tests.support.fault_proxy import fault_proxy
 from tests.support.orders import encode, order_body
 
@@ -42,17 +43,24 @@ def broker() -> Iterator[Broker]:
 
 
 class BrokerTap:
-    """What reached the broker's destination queues, read back with the real SDK receiver."""
+    """The real sender to the local broker: ``sent`` is what the app sent, ``delivered`` what reached the
+    destination queues past their duplicate detection, read back with the real SDK receiver."""
 
     def __init__(self, connection_string: str) -> None:
         self.connection_string = connection_string
         self.sessions = False  # also read the session-enabled destination
+        self.sender = ServiceBusSender(ServiceBusClient.from_connection_string(connection_string))
+        self.sent: list[tuple[str, OutgoingMessage]] = []
         self._received: list[tuple[str, OutgoingMessage]] = []
-        _ = self.sent  # drain what earlier tests left in the shared queues
+        _ = self.delivered  # drain what earlier tests left in the shared queues
         self._received.clear()
 
+    def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+        self.sent.extend((destination, m) for m in messages)
+        self.sender.send(destination, messages)
+
     @property
-    def sent(self) -> list[tuple[str, OutgoingMessage]]:
+    def delivered(self) -> list[tuple[str, OutgoingMessage]]:
         # retry_total=0: with no session to lock, the SDK would otherwise retry its timeout for ~20 s
         with ServiceBusClient.from_connection_string(self.connection_string, retry_total=0) as client:
             with client.get_queue_receiver("order-accepted", max_wait_time=1) as receiver:
@@ -79,27 +87,26 @@ class BrokerTap:
 
 
 @pytest.fixture(params=["recording", "broker"])
-def sender(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget
-) -> RecordingSender | BrokerTap:
+def sender(request: pytest.FixtureRequest, app_on_cosmos: App) -> Iterator[RecordingSender | BrokerTap]:
     """The recording sender behind the sender port, or the real azure-servicebus sender and the local broker."""
     if request.param == "recording":
         recording = RecordingSender()
-        monkeypatch.setattr(runtime, "sender", lambda: recording)
-        monkeypatch.setenv("ServiceBusConnection", "Endpoint=sb://127.0.0.1;SharedAccessKeyName=k;SharedAccessKey=v")
-        return recording
+        app_on_cosmos.reconfigure(sender=recording)
+        yield recording
+        return
     broker: Broker = request.getfixturevalue("broker")
-    monkeypatch.setenv("ServiceBusConnection", broker.connection_string)
-    runtime.reset()
-    return BrokerTap(broker.connection_string)
+    tap = BrokerTap(broker.connection_string)
+    app_on_cosmos.reconfigure(sender=tap)
+    yield tap
+    tap.sender.close()
 
 
-def partition(target: CosmosTarget, order_id: str, doc_type: str | None = None) -> list[dict]:
+def partition(target: App, order_id: str, doc_type: str | None = None) -> list[dict]:
     docs = list(target.container.query_items("SELECT * FROM c", partition_key=order_id))
     return [d for d in docs if doc_type is None or d.get("type") == doc_type]
 
 
-def change_feed(target: CosmosTarget, order_id: str) -> func.DocumentList:
+def change_feed(target: App, order_id: str) -> func.DocumentList:
     """The partition's documents as the host hands a change-feed batch to the function."""
     return func.DocumentList([func.Document.from_dict(d) for d in partition(target, order_id)])
 
@@ -111,7 +118,7 @@ def place(deliver: Deliverer, **message: Any) -> str:
 
 
 def test_each_order_gets_exactly_one_pending_outbox_document(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    app_on_cosmos: App, deliver_order: Deliverer
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
     for _ in range(3):
@@ -123,24 +130,24 @@ def test_each_order_gets_exactly_one_pending_outbox_document(
 
 
 def test_failed_batch_writes_neither_order_nor_outbox(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    app_on_cosmos: App, deliver_order: Deliverer
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
-    claim = SideEffect(_store(app_on_cosmos), "order-projection", "reserve-stock", 60).claim_document(
+    claim = SideEffect(_store(app_on_cosmos), "order-projection", "reserve-stock", 60).claim(
         order_id, (order_id,), None)
-    app_on_cosmos.container.create_item(claim)  # the batch's third create will conflict
+    app_on_cosmos.container.create_item(claim.to_document())  # the batch's third create will conflict
     assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "abandon"
     assert partition(app_on_cosmos, order_id, "order") == []
     assert partition(app_on_cosmos, order_id, "outbox") == []
 
 
 def test_publisher_sends_pending_outbox_from_a_change_feed_batch_and_marks_it_dispatched(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, sender: RecordingSender,
+    app_on_cosmos: App, deliver_order: Deliverer, sender: RecordingSender,
     registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order, correlation_id="corr-8")
     registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id))
-    [(destination, message)] = sender.sent
+    [(destination, message)] = sender.delivered
     assert destination == "order-accepted"
     assert message.message_id == idempotency_key("order-projection", "OrderAccepted", order_id)
     assert (message.correlation_id, message.session_id, message.subject) == ("corr-8", None, "OrderAccepted")
@@ -150,70 +157,64 @@ def test_publisher_sends_pending_outbox_from_a_change_feed_batch_and_marks_it_di
 
 
 def test_dispatched_and_other_documents_in_the_feed_are_skipped(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, sender: RecordingSender,
+    app_on_cosmos: App, deliver_order: Deliverer, sender: RecordingSender,
     registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order)
     publish = registered_functions["publish_outbox"]
     publish(change_feed(app_on_cosmos, order_id))
     publish(change_feed(app_on_cosmos, order_id))  # the feed delivers the dispatched document again
-    assert len(sender.sent) == 1
+    assert len(sender.delivered) == 1
 
 
 def test_session_destination_gets_the_order_as_session_id(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
-    sender: RecordingSender, registered_functions: dict[str, Callable[..., Any]],
+    app_on_cosmos: App, deliver_order: Deliverer,
+    sender: RecordingSender | BrokerTap, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
-    monkeypatch.setenv("OUTBOX_REQUIRES_SESSION", "true")
-    monkeypatch.setenv("OUTBOX_DESTINATION", "order-accepted-sessions")
-    runtime.reset()
+    app_on_cosmos.reconfigure(outbox_requires_session=True, outbox_destination="order-accepted-sessions")
     if isinstance(sender, BrokerTap):
-        sender.sessions = True
+        sender.sessions = True  # the tap reads the session-enabled queue too
     order_id = place(deliver_order)
     registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id))
-    assert sender.sent[0][1].session_id == order_id
+    [(destination, message)] = sender.delivered
+    assert (destination, message.session_id) == ("order-accepted-sessions", order_id)
 
 
 def test_crash_before_the_mark_republishes_the_same_message_id(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
+    app_on_cosmos: App, deliver_order: Deliverer,
     sender: RecordingSender | BrokerTap, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order)
     feed = change_feed(app_on_cosmos, order_id)
     with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
-        monkeypatch.setenv("COSMOS_ENDPOINT", proxy.url)
-        runtime.reset()
+        app_on_cosmos.reconfigure(cosmos_endpoint=proxy.url)
         proxy.fail("POST", r"/docs/?$", 503, count=None)  # the mark fails after the send
         registered_functions["publish_outbox"](feed)
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "pending"
-    monkeypatch.setenv("COSMOS_ENDPOINT", app_on_cosmos.endpoint.url)
-    monkeypatch.setenv("OUTBOX_STUCK_AFTER_SECONDS", "1")
-    runtime.reset()
+    app_on_cosmos.reconfigure(cosmos_endpoint=app_on_cosmos.endpoint.url, outbox_stuck_after_seconds=1)
     time.sleep(1.1)
     registered_functions["sweep_outbox"](TimerRequest())  # the republish, within the detection window
     expected = idempotency_key("order-projection", "OrderAccepted", order_id)
-    arrived = [m.message_id for _, m in sender.sent if m.message_id == expected]
-    if isinstance(sender, RecordingSender):
-        assert len(arrived) == 2  # sent twice under the same MessageId...
-    else:
-        assert len(arrived) == 1  # ...and the destination's duplicate detection lets exactly one through
+    assert [m.message_id for _, m in sender.sent].count(expected) == 2  # sent twice under the same MessageId...
+    # ...and the destination's duplicate detection lets exactly one through
+    assert [m.message_id for _, m in sender.delivered].count(expected) == 1
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "dispatched"
 
 
 def test_republishing_one_outbox_document_twice_delivers_one_message(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, sender: RecordingSender | BrokerTap,
+    app_on_cosmos: App, deliver_order: Deliverer, sender: RecordingSender | BrokerTap,
 ) -> None:
     order_id = place(deliver_order)
     [document] = partition(app_on_cosmos, order_id, "outbox")
-    publisher = OutboxPublisher(CosmosStore(app_on_cosmos.container), runtime.sender(), dispatched_ttl_seconds=60)
+    publisher = OutboxPublisher(CosmosStore(app_on_cosmos.container), sender, dispatched_ttl_seconds=60)
     publisher.publish([document])
     publisher.publish([document])  # the same pending copy again, as after a crash before the mark
-    arrived = [m for _, m in sender.sent if m.message_id == document["messageId"]]
-    assert len(arrived) == (2 if isinstance(sender, RecordingSender) else 1)
+    assert [m.message_id for _, m in sender.sent].count(document["messageId"]) == 2
+    assert [m.message_id for _, m in sender.delivered].count(document["messageId"]) == 1
 
 
 def test_sweep_publishes_only_documents_pending_past_the_threshold(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
+    app_on_cosmos: App, deliver_order: Deliverer,
     sender: RecordingSender, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order)
@@ -226,5 +227,5 @@ def test_sweep_publishes_only_documents_pending_past_the_threshold(
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "dispatched"
 
 
-def _store(target: CosmosTarget) -> CosmosStore:
+def _store(target: App) -> CosmosStore:
     return CosmosStore(target.container)

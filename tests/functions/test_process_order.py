@@ -12,10 +12,15 @@ from pathlib import Path
 import pytest
 from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import SettlementError
 
-from consumers import delivery, runtime
-from shared.cosmos_store import THROTTLE_RETRIES
-from shared.orders import parse_order
-from tests.functions.conftest import CosmosTarget, Deliverer
+from consumers.delivery import run_delivery
+from consumers.triggers import handle_order
+from shared import bootstrap
+from shared.adapters.cosmos import THROTTLE_RETRIES
+from shared.bootstrap import Services
+from shared.domain.orders import parse_order
+from shared.settings import Settings
+from tests.functions.conftest import App, Deliverer
+from tests.support.fake_host import FakeHost
 from tests.support.fault_proxy import FaultProxy, fault_proxy
 from tests.support.orders import encode, inbound, order_body
 
@@ -28,17 +33,17 @@ def new_id() -> str:
     return f"ord-{uuid.uuid4()}"
 
 
-def stored(target: CosmosTarget, order_id: str) -> dict:
+def stored(target: App, order_id: str) -> dict:
     return target.container.read_item(order_id, partition_key=order_id)
 
 
-def count_orders(target: CosmosTarget, order_id: str) -> int:
+def count_orders(target: App, order_id: str) -> int:
     query = "SELECT VALUE COUNT(1) FROM c WHERE c.orderId = @id AND c.type = 'order'"
     params = [{"name": "@id", "value": order_id}]
     return next(iter(target.container.query_items(query, parameters=params, partition_key=order_id)))
 
 
-def test_new_order_is_created_and_completed(app_on_cosmos: CosmosTarget, deliver_order: Deliverer) -> None:
+def test_new_order_is_created_and_completed(app_on_cosmos: App, deliver_order: Deliverer) -> None:
     order_id = new_id()
     [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id, correlation_id="corr-9")
     assert settlement.action == "complete"
@@ -51,7 +56,7 @@ def test_new_order_is_created_and_completed(app_on_cosmos: CosmosTarget, deliver
 
 
 def test_delivery_count_is_stored_when_the_binding_passes_it(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    app_on_cosmos: App, deliver_order: Deliverer
 ) -> None:
     order_id = new_id()
     deliver_order(encode(order_body(order_id)), message_id=order_id, delivery_count=2, layout="marker_prefix")
@@ -59,7 +64,7 @@ def test_delivery_count_is_stored_when_the_binding_passes_it(
 
 
 def test_redelivered_order_is_completed_as_duplicate_and_changes_nothing(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    app_on_cosmos: App, deliver_order: Deliverer
 ) -> None:
     order_id = new_id()
     deliver_order(encode(order_body(order_id)), message_id=order_id)
@@ -72,7 +77,7 @@ def test_redelivered_order_is_completed_as_duplicate_and_changes_nothing(
 
 
 def test_redelivered_order_with_other_items_is_dead_lettered_payload_mismatch(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    app_on_cosmos: App, deliver_order: Deliverer
 ) -> None:
     order_id = new_id()
     deliver_order(encode(order_body(order_id)), message_id=order_id)
@@ -90,16 +95,16 @@ def test_redelivered_order_with_other_items_is_dead_lettered_payload_mismatch(
 @pytest.mark.parametrize(
     ("body", "message_id", "rule"),
     [
-        (b"\xff\xfe", "m-1", "body is not valid UTF-8"),
-        (b"{oops", "m-2", "body is not valid JSON"),
-        (encode(order_body("m-3", currency="EURO")), "m-3", "currency must be 3 letters"),
+        (b"\xff\xfe", "m-1", "body is not UTF-8 JSON"),
+        (b"{oops", "m-2", "body is not UTF-8 JSON"),
+        (encode(order_body("m-3", currency="EURO")), "m-3", "regex '^[A-Za-z]{3}$' - at `$.currency`"),
         (encode(order_body("m-4")), None, "MessageId is missing"),
         (encode(order_body("m-5")), "m-6", "MessageId does not equal orderId"),
-        (encode(order_body("m-7", total="1.00")), "m-7", "does not equal the sum of quantity x unitPrice"),
+        (encode(order_body("m-7", total="1.00")), "m-7", "sum of quantity x unitPrice over the items - at `$.total`"),
     ],
 )
 def test_invalid_message_is_dead_lettered_with_the_rule(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, body: bytes, message_id: str | None, rule: str
+    app_on_cosmos: App, deliver_order: Deliverer, body: bytes, message_id: str | None, rule: str
 ) -> None:
     [settlement] = deliver_order(body, message_id=message_id)
     assert (settlement.action, settlement.reason) == ("deadletter", "InvalidMessage")
@@ -109,7 +114,7 @@ def test_invalid_message_is_dead_lettered_with_the_rule(
 
 
 def test_message_without_data_body_is_dead_lettered_invalid(
-    deliver_order: Deliverer, app_on_cosmos: CosmosTarget
+    deliver_order: Deliverer, app_on_cosmos: App
 ) -> None:
     [settlement] = deliver_order(b"", message_id="m-value", body_value={"orderId": "m-value"})
     assert (settlement.action, settlement.reason) == ("deadletter", "InvalidMessage")
@@ -118,7 +123,7 @@ def test_message_without_data_body_is_dead_lettered_invalid(
 
 @pytest.mark.parametrize("status", [429, 503])
 def test_throttled_or_unavailable_create_is_abandoned(
-    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_order: Deliverer, status: int
+    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_order: Deliverer, status: int
 ) -> None:
     fault = cosmos_proxy.fail("POST", DOCS, status, count=None)
     order_id = new_id()
@@ -129,7 +134,7 @@ def test_throttled_or_unavailable_create_is_abandoned(
 
 
 def test_order_is_created_once_cosmos_recovers(
-    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_order: Deliverer
 ) -> None:
     cosmos_proxy.fail("POST", DOCS, 503, count=None)
     order_id = new_id()
@@ -140,12 +145,10 @@ def test_order_is_created_once_cosmos_recovers(
     assert count_orders(app_on_cosmos, order_id) == 1
 
 
-def test_unreachable_cosmos_is_abandoned(monkeypatch: pytest.MonkeyPatch, deliver_order: Deliverer,
-                                          app_on_cosmos: CosmosTarget) -> None:
+def test_unreachable_cosmos_is_abandoned(deliver_order: Deliverer, app_on_cosmos: App) -> None:
     with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
         closed = proxy.url
-    monkeypatch.setenv("COSMOS_ENDPOINT", closed)
-    runtime.reset()
+    app_on_cosmos.reconfigure(cosmos_endpoint=closed)
     order_id = new_id()
     [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
     assert settlement.action == "abandon"
@@ -171,7 +174,7 @@ def test_new_order_costs_two_cosmos_requests(cosmos_proxy: FaultProxy, deliver_o
 
 
 def test_forbidden_by_cosmos_is_an_error_and_abandoned(
-    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
+    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_order: Deliverer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     cosmos_proxy.fail("POST", DOCS, 403, count=None)
@@ -185,12 +188,10 @@ def test_forbidden_by_cosmos_is_an_error_and_abandoned(
 
 
 def test_missing_setting_is_an_error_that_names_it_and_abandons(
-    monkeypatch: pytest.MonkeyPatch, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
+    deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.delenv("COSMOS_ENDPOINT", raising=False)
-    runtime.reset()
     order_id = new_id()
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO), bootstrap.use(Services(Settings(fulfillment_url="http://127.0.0.1:9"))):
         [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
     assert settlement.action == "abandon"
     errors = [r for r in caplog.records if r.exc_info]
@@ -198,7 +199,7 @@ def test_missing_setting_is_an_error_that_names_it_and_abandons(
 
 
 def test_lost_lock_on_complete_is_logged_and_raised_then_redelivery_is_a_duplicate(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
+    app_on_cosmos: App, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
 ) -> None:
     order_id = new_id()
     body = encode(order_body(order_id))
@@ -215,7 +216,7 @@ def test_lost_lock_on_complete_is_logged_and_raised_then_redelivery_is_a_duplica
 
 
 def test_log_record_per_delivery_has_ids_and_outcome_but_no_payload(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
+    app_on_cosmos: App, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
 ) -> None:
     order_id = new_id()
     body = encode(order_body(order_id, customerId="jane.doe@example.com"))
@@ -233,11 +234,11 @@ def test_log_record_per_delivery_has_ids_and_outcome_but_no_payload(
 
 def test_importing_the_app_connects_to_nothing() -> None:
     code = (
-        "import function_app, consumers.runtime as r; "
-        "assert r._order_store._value is None and r._event_settings._value is None; "
+        "import function_app; "
         "print(sorted(f.get_function_name() for f in function_app.app.get_functions()))"
     )
-    env = {"PATH": "/usr/bin:/bin", "COSMOS_ENDPOINT": "http://127.0.0.1:9"}
+    # An endpoint that refuses connections: a client made at import would fail the import.
+    env = {"PATH": "/usr/bin:/bin", "COSMOS_ENDPOINT": "http://127.0.0.1:9", "FULFILLMENT_URL": "http://127.0.0.1:9"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                          check=True, timeout=60)
     assert "process_order" in out.stdout
@@ -268,7 +269,7 @@ def test_bindings_are_peeklock_with_explicit_settlement_on_the_configured_queues
 
 
 def test_throttling_retries_are_bounded_inside_the_lock(
-    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_order: Deliverer
 ) -> None:
     fault = cosmos_proxy.fail("POST", DOCS, 429, count=None)
     order_id = new_id()
@@ -277,13 +278,14 @@ def test_throttling_retries_are_bounded_inside_the_lock(
 
 
 def test_a_failing_telemetry_exporter_does_not_cost_the_settlement(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
+    app_on_cosmos: App, deliver_order: Deliverer, fake_host: FakeHost
 ) -> None:
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("exporter down")
 
-    monkeypatch.setattr(delivery, "record_delivery", broken)
     order_id = new_id()
-    [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    msg = deliver_order.message(encode(order_body(order_id)), message_id=order_id)
+    run_delivery("process_order", msg, fake_host.message_actions(), handle_order, record=broken)
+    [settlement] = fake_host.recorder.settlements_for(msg.lock_token)
     assert settlement.action == "complete"
     assert count_orders(app_on_cosmos, order_id) == 1

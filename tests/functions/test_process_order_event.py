@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from consumers import runtime
 from consumers.delivery import run_delivery
-from shared.cosmos_store import CosmosStore
-from shared.events import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
-from shared.messages import InboundMessage
-from tests.functions.conftest import CosmosTarget, Deliverer
+from shared.adapters.cosmos import CosmosStore
+from shared.domain.documents import EventRecord
+from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
+from shared.domain.messages import InboundMessage
+from tests.functions.conftest import App, Deliverer
 from tests.support.audit import audit_handler
 from tests.support.events import encode_event, event_body
 from tests.support.fault_proxy import FaultProxy
@@ -26,7 +26,7 @@ DOCS = r"/docs/?$"
 
 
 @pytest.fixture
-def order_id(app_on_cosmos: CosmosTarget, deliver_order: Deliverer) -> str:
+def order_id(app_on_cosmos: App, deliver_order: Deliverer) -> str:
     """An order placed through process_order (version 1)."""
     new = f"ord-{uuid.uuid4()}"
     assert deliver_order(encode(order_body(new)), message_id=new)[0].action == "complete"
@@ -39,17 +39,17 @@ def send(deliver: Deliverer, body: dict, **message: object) -> tuple[str, str | 
     return settlement.action, settlement.reason, settlement.description
 
 
-def docs_of(target: CosmosTarget, order_id: str, doc_type: str | None = None) -> list[dict]:
+def docs_of(target: App, order_id: str, doc_type: str | None = None) -> list[dict]:
     docs = list(target.container.query_items("SELECT * FROM c", partition_key=order_id))
     return [d for d in docs if doc_type is None or d.get("type") == doc_type]
 
 
-def order(target: CosmosTarget, order_id: str) -> dict:
+def order(target: App, order_id: str) -> dict:
     return target.container.read_item(order_id, partition_key=order_id)
 
 
 def test_event_is_applied_with_marker_record_and_patch(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     assert send(deliver_event, event_body(order_id, 2, PAYMENT_CAPTURED))[0] == "complete"
     assert (order(app_on_cosmos, order_id)["status"], order(app_on_cosmos, order_id)["version"]) == ("paid", 2)
@@ -60,7 +60,7 @@ def test_event_is_applied_with_marker_record_and_patch(
 
 
 def test_redelivered_event_is_completed_as_duplicate(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 2)
     send(deliver_event, body)
@@ -71,7 +71,7 @@ def test_redelivered_event_is_completed_as_duplicate(
 
 
 def test_same_event_with_other_content_is_dead_lettered_payload_mismatch(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 2)
     send(deliver_event, body)
@@ -81,7 +81,7 @@ def test_same_event_with_other_content_is_dead_lettered_payload_mismatch(
 
 
 def test_event_already_reflected_is_completed_as_stale_and_counted(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     send(deliver_event, event_body(order_id, 2))
     before = outcome_counts()[("process_order_event", "stale")]
@@ -91,7 +91,7 @@ def test_event_already_reflected_is_completed_as_stale_and_counted(
 
 
 def test_gap_is_abandoned_and_leaves_nothing_written(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     assert send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))[0] == "abandon"
     assert order(app_on_cosmos, order_id)["version"] == 1
@@ -100,7 +100,7 @@ def test_gap_is_abandoned_and_leaves_nothing_written(
 
 
 def test_gap_at_the_configured_delivery_is_dead_lettered_out_of_order(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 3, ORDER_SHIPPED)
     assert send(deliver_event, body, delivery_count=3, layout="marker_prefix")[0] == "abandon"
@@ -110,19 +110,19 @@ def test_gap_at_the_configured_delivery_is_dead_lettered_out_of_order(
 
 
 def test_gap_without_a_delivery_count_is_dead_lettered_at_the_fifth_delivery(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 3, ORDER_SHIPPED)
     actions = [send(deliver_event, body)[:2] for _ in range(5)]
     assert actions == [("abandon", None)] * 4 + [("deadletter", "OutOfOrder")]
 
 
-def test_event_for_an_unknown_order_is_abandoned(app_on_cosmos: CosmosTarget, deliver_event: Deliverer) -> None:
+def test_event_for_an_unknown_order_is_abandoned(app_on_cosmos: App, deliver_event: Deliverer) -> None:
     assert send(deliver_event, event_body(f"ord-{uuid.uuid4()}", 2))[0] == "abandon"
 
 
 def test_events_out_of_order_end_applied_in_order_after_redelivery(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     third = event_body(order_id, 3, ORDER_SHIPPED)
     second = event_body(order_id, 2, PAYMENT_CAPTURED)
@@ -137,7 +137,7 @@ def test_events_out_of_order_end_applied_in_order_after_redelivery(
 @pytest.mark.parametrize(("first", "second"), [(ORDER_CANCELLED, ORDER_SHIPPED), (ORDER_CANCELLED, PAYMENT_CAPTURED),
                                                (ORDER_SHIPPED, ORDER_CANCELLED)])
 def test_forbidden_transition_is_dead_lettered(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str, first: str, second: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str, first: str, second: str
 ) -> None:
     send(deliver_event, event_body(order_id, 2, first))
     action, reason, description = send(deliver_event, event_body(order_id, 3, second))
@@ -150,11 +150,11 @@ def test_invalid_event_is_dead_lettered_with_the_rule(deliver_event: Deliverer, 
     body = {**event_body(order_id, 2), "type": "com.example.orders.Refunded"}
     action, reason, description = send(deliver_event, body)
     assert (action, reason) == ("deadletter", "InvalidMessage")
-    assert description.startswith("type must be one of")
+    assert description.startswith("Expected type to be one of") and description.endswith("- at `$.type`")
 
 
 def test_unavailable_cosmos_abandons(
-    cosmos_proxy: FaultProxy, app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     cosmos_proxy.fail("POST", DOCS, 503, count=None)
     assert send(deliver_event, event_body(order_id, 2))[0] == "abandon"
@@ -169,18 +169,18 @@ def test_happy_path_is_one_cosmos_request(cosmos_proxy: FaultProxy, deliver_even
 
 
 def test_batch_failing_at_its_last_operation_writes_nothing(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 2, PAYMENT_CAPTURED)
     event = parse_event(InboundMessage(message_id=body["id"], body=encode_event(body)))
-    app_on_cosmos.container.create_item(event.business_document())  # the third operation will get 409
+    app_on_cosmos.container.create_item(EventRecord.of(event).to_document())  # the third operation will get 409
     assert send(deliver_event, body)[0] == "abandon"
     assert order(app_on_cosmos, order_id)["version"] == 1
     assert docs_of(app_on_cosmos, order_id, "inbox") == []
 
 
 def test_two_consumers_share_the_container_and_each_applies_once(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     store = CosmosStore(app_on_cosmos.container)
     audit = audit_handler(store, ttl_seconds=3600)
@@ -207,7 +207,7 @@ def test_two_consumers_share_the_container_and_each_applies_once(
 
 
 def test_sixteen_concurrent_deliveries_of_one_event_apply_it_once(
-    app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 2)
     messages = [deliver_event.message(encode_event(body), message_id=body["id"], session_id=order_id)
@@ -232,13 +232,10 @@ def test_sixteen_concurrent_deliveries_of_one_event_apply_it_once(
 
 
 def test_marker_expires_after_its_ttl_and_business_documents_remain(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
-    for name, value in {"SERVICEBUS_LOCK_DURATION_SECONDS": "1", "SERVICEBUS_MAX_DELIVERY_COUNT": "1",
-                        "SERVICEBUS_MESSAGE_TTL_SECONDS": "1", "DLQ_RESUBMIT_GRACE_SECONDS": "0",
-                        "DEDUP_TTL_SECONDS": "2"}.items():
-        monkeypatch.setenv(name, value)
-    runtime.reset()
+    app_on_cosmos.reconfigure(servicebus_lock_duration_seconds=1, servicebus_max_delivery_count=1,
+                              servicebus_message_ttl_seconds=1, dlq_resubmit_grace_seconds=0, dedup_ttl_seconds=2)
     body = event_body(order_id, 2)
     send(deliver_event, body)
     assert len(docs_of(app_on_cosmos, order_id, "inbox")) == 1

@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from consumers import runtime
 from devservers.fulfilment import FulfilmentServer
-from shared.fulfilment import Reply
-from shared.http_fulfilment import HttpFulfilment
-from shared.keys import idempotency_key
-from tests.functions.conftest import CosmosTarget, Deliverer
+from shared.adapters.http import HttpFulfilment
+from shared.domain.keys import idempotency_key
+from shared.ports.fulfilment import Reply
+from tests.functions.conftest import App, Deliverer
 from tests.support.orders import encode, order_body
 
 
@@ -24,7 +23,7 @@ def new_order() -> tuple[str, bytes]:
     return order_id, encode(order_body(order_id))
 
 
-def record(target: CosmosTarget, order_id: str) -> dict:
+def record(target: App, order_id: str) -> dict:
     docs = target.container.query_items("SELECT * FROM c WHERE c.type = 'side-effect'", partition_key=order_id)
     [found] = list(docs)
     return found
@@ -46,21 +45,21 @@ class CrashAfterCall:
 
 
 def test_created_order_reserves_once_with_the_derived_key(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer
 ) -> None:
     order_id, body = new_order()
     assert deliver_order(body, message_id=order_id)[0].action == "complete"
     stored = record(app_on_cosmos, order_id)
     assert (stored["status"], stored["attempt"], stored["responseStatus"]) == ("completed", 1, 201)
     assert stored["idempotencyKey"] == key_of(order_id)
-    assert stored["reservationId"] == fulfilment.reservations()[key_of(order_id)]["reservationId"]
+    assert stored["reference"] == fulfilment.reservations()[key_of(order_id)]["reservationId"]
     [call] = fulfilment.calls(key_of(order_id))
     items = [{"sku": "SKU-1", "quantity": 2}, {"sku": "SKU-2", "quantity": 1}]
     assert call.body == {"orderId": order_id, "items": items}
 
 
 def test_duplicate_after_completion_does_not_call_again(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer,
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     order_id, body = new_order()
@@ -70,12 +69,12 @@ def test_duplicate_after_completion_does_not_call_again(
     assert len(fulfilment.calls(key_of(order_id))) == 1
     [logged] = [r for r in caplog.records if r.name == "idempotent_consumer"]
     assert logged.outcome == "duplicate"
-    assert "reserve-stock completed" in logged.getMessage() and "reservation res-" in logged.getMessage()
+    assert "reserve-stock completed" in logged.getMessage() and "reference res-" in logged.getMessage()
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 503])
 def test_transient_answer_abandons_and_the_redelivery_reserves_once(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
 ) -> None:
     order_id, body = new_order()
     fulfilment.fail_next(status)
@@ -89,7 +88,7 @@ def test_transient_answer_abandons_and_the_redelivery_reserves_once(
 
 
 def test_timeout_abandons_and_the_repeat_call_is_absorbed_by_the_service(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer
 ) -> None:
     order_id, body = new_order()
     fulfilment.stall_next(3)  # read timeout is 2 s: the call times out, the service still reserves
@@ -101,24 +100,21 @@ def test_timeout_abandons_and_the_repeat_call_is_absorbed_by_the_service(
     assert deliver_order(body, message_id=order_id)[0].action == "complete"
     statuses = [c.status for c in fulfilment.calls(key_of(order_id))]
     assert statuses == [201, 200]  # one reservation; the repeat got the stored answer
-    assert record(app_on_cosmos, order_id)["reservationId"] == fulfilment.reservations()[key_of(order_id)][
+    assert record(app_on_cosmos, order_id)["reference"] == fulfilment.reservations()[key_of(order_id)][
         "reservationId"]
 
 
-def test_unreachable_service_abandons(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer
-) -> None:
+def test_unreachable_service_abandons(app_on_cosmos: App, deliver_order: Deliverer) -> None:
     with FulfilmentServer() as closing:
         url = closing.url
-    monkeypatch.setenv("FULFILLMENT_URL", url)
-    runtime.reset()
+    app_on_cosmos.reconfigure(fulfillment_url=url)
     order_id, body = new_order()
     assert deliver_order(body, message_id=order_id)[0].action == "abandon"
 
 
 @pytest.mark.parametrize("status", [400, 404, 409, 422])
 def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
-    app_on_cosmos: CosmosTarget, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
 ) -> None:
     order_id, body = new_order()
     fulfilment.fail_next(status, reason="SKU-2 is discontinued")
@@ -132,17 +128,17 @@ def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
 
 
 def test_crash_after_the_call_then_live_lease_then_takeover_reserves_once(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
+    app_on_cosmos: App, deliver_order: Deliverer,
     fulfilment: FulfilmentServer,
 ) -> None:
     order_id, body = new_order()
     real = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
-    monkeypatch.setattr(runtime, "fulfilment", lambda: CrashAfterCall(real))
+    app_on_cosmos.reconfigure(fulfilment=CrashAfterCall(real))
     lock_ends = datetime.now(UTC) + timedelta(seconds=2)
     assert deliver_order(body, message_id=order_id, locked_until=lock_ends)[0].action == "abandon"
     claimed = record(app_on_cosmos, order_id)
     assert claimed["status"] == "in_progress" and claimed["leaseUntil"] == pytest.approx(lock_ends.timestamp(), 1)
-    monkeypatch.setattr(runtime, "fulfilment", lambda: real)
+    app_on_cosmos.reconfigure(fulfilment=real)
     # Another copy while the lease is live: someone is working on it.
     assert deliver_order(body, message_id=order_id)[0].action == "abandon"
     assert len(fulfilment.calls(key_of(order_id))) == 1
@@ -156,13 +152,10 @@ def test_crash_after_the_call_then_live_lease_then_takeover_reserves_once(
 
 
 def test_lease_is_capped_by_the_setting(
-    monkeypatch: pytest.MonkeyPatch, app_on_cosmos: CosmosTarget, deliver_order: Deliverer,
-    fulfilment: FulfilmentServer,
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer,
 ) -> None:
-    monkeypatch.setenv("SIDE_EFFECT_LEASE_SECONDS", "5")
-    runtime.reset()
     real = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
-    monkeypatch.setattr(runtime, "fulfilment", lambda: CrashAfterCall(real))
+    app_on_cosmos.reconfigure(side_effect_lease_seconds=5, fulfilment=CrashAfterCall(real))
     order_id, body = new_order()
     before = time.time()
     deliver_order(body, message_id=order_id, locked_until=datetime.now(UTC) + timedelta(minutes=5))

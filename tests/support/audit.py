@@ -35,14 +35,14 @@ def audit_handler(store: DocumentStore, ttl_seconds: int) -> Callable[[InboundMe
             return Result(Outcome.INVALID, exc.rule)
         hash_ = event.request_hash()
         record = {
-            "id": derive_id("audit", AUDIT_CONSUMER, event.source, event.event_id),
+            "id": derive_id("audit", AUDIT_CONSUMER, event.source, event.id),
             "orderId": event.order_id,
             "type": "audit",
             "eventType": event.type,
-            "eventId": event.event_id,
+            "eventId": event.id,
         }
         try:
-            verdict = inbox.apply(partition_key=event.order_id, dedup_key=(event.source, event.event_id),
+            verdict = inbox.apply(partition_key=event.order_id, dedup_key=(event.source, event.id),
                                   request_hash=hash_, operations=[Create(record)])
         except TransientStoreError as exc:
             return Result(Outcome.TRANSIENT, str(exc), hash_)

@@ -28,7 +28,8 @@ def modules(package: str) -> list[Path]:
 
 
 def importers(package: str, prefix: str) -> set[str]:
-    return {str(p.relative_to(ROOT)) for p in modules(package) if any(n.startswith(prefix) for n in imported_modules(p))}
+    found = (p for p in modules(package) if any(n.startswith(prefix) for n in imported_modules(p)))
+    return {str(p.relative_to(ROOT)) for p in found}
 
 
 def test_core_never_imports_azure_functions_the_binding_extension_consumers_or_devservers() -> None:
