@@ -11,7 +11,7 @@ from pathlib import Path
 
 from azure.servicebus import ServiceBusClient
 
-from sbctl import dlq
+from sbctl import dlq, schemas
 from sbctl.connection import CONNECTION_ENV, ToolError, open_client
 from sbctl.send import generated, read_jsonl, send, with_faults
 
@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     purge_cmd = dlq_commands.add_parser("purge", parents=[common], help="delete dead-lettered messages")
     _selection_options(purge_cmd)
     purge_cmd.add_argument("--yes", action="store_true", help="don't ask for confirmation")
+    schemas_cmd = commands.add_parser("schemas", help="write the messages' JSON Schemas",
+                                      description="Write the JSON Schema of each message, generated from the "
+                                                  "consumer's models, for producers to validate against.")
+    schemas_cmd.add_argument("--out", type=Path, default=schemas.DEFAULT_DIR, help="directory to write into")
     return parser
 
 
@@ -92,6 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "send":
         return _send(args)
+    if args.command == "schemas":
+        for path in schemas.write(args.out):
+            print(f"wrote {path}")
+        return 0
     selection = dlq.Selection(getattr(args, "reason", None), frozenset(getattr(args, "ids", [])))
     with open_client(args.connection_string, args.namespace) as client:
         if args.dlq_command == "list":

@@ -72,13 +72,13 @@ class OrderCancelledData(EventData, frozen=True, kw_only=True, rename="camel"):
 class CloudEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The structured-mode CloudEvents envelope. Fields outside the model are ignored."""
 
-    specversion: Annotated[str, msgspec.Meta(pattern=r"^1\.0$", description="Must be \"1.0\".")]
+    specversion: Annotated[str, msgspec.Meta(pattern=r"^1\.0\Z", description="Must be \"1.0\".")]
     id: Name
     source: Text
     type: str
     subject: Annotated[CosmosId, msgspec.Meta(description="The orderId; SessionId must equal it.")]
     time: Timestamp
-    datacontenttype: Annotated[str, msgspec.Meta(pattern=r"^application/json$")] = "application/json"
+    datacontenttype: Annotated[str, msgspec.Meta(pattern=r"^application/json\Z")] = "application/json"
     data: EventData
 
     def __post_init__(self) -> None:

@@ -1,9 +1,10 @@
-"""Field rules shared by the message models, declared as annotated types, and the one decode step.
+r"""Field rules shared by the message models, declared as annotated types, and the one decode step.
 
 Decoding is strict (msgspec): a JSON integer is not a string, ``2.0`` is not an integer, a boolean is
 not a number. A broken rule becomes InvalidMessage whose text names the rule and the field path, such
 as ``Expected `int` >= 1 - at `$.items[0].quantity```, and never the value. Decoding stops at the
-first broken rule, so the description names that one.
+first broken rule, so the description names that one. Patterns end in ``\Z`` (Python's ``$`` would
+let a trailing newline through); the JSON Schemas spell it ``$``.
 """
 
 from __future__ import annotations
@@ -29,18 +30,18 @@ CosmosId = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=255,
-        pattern=r"^(?s:(?=.*\S)[^/\\?#]+)$",
+        pattern=r"^(?=[\s\S]*\S)[^/\\?#]+\Z",
         description="A legal Cosmos DB id: 1 to 255 characters, not only spaces, none of / \\ ? #.",
     ),
 ]
 Money = Annotated[
     str,
     msgspec.Meta(
-        pattern=rf"^[0-9]{{1,{MAX_INTEGER_DIGITS}}}(\.[0-9]{{1,{MAX_FRACTION_DIGITS}}})?$",
+        pattern=rf"^[0-9]{{1,{MAX_INTEGER_DIGITS}}}(\.[0-9]{{1,{MAX_FRACTION_DIGITS}}})?\Z",
         description="A decimal string such as \"19.99\": at least 0, at most 18 integer and 10 fraction digits.",
     ),
 ]
-Currency = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z]{3}$", description="Three ASCII letters, such as EUR.")]
+Currency = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z]{3}\Z", description="Three ASCII letters, such as EUR.")]
 Timestamp = Annotated[
     str,
     msgspec.Meta(

@@ -127,7 +127,7 @@ def test_capture_then_ship_then_nothing_else(store: InMemoryStore) -> None:
 def test_invalid_event_names_the_rule(store: InMemoryStore) -> None:
     result = deliver(store, {**event_body("ord-1", 2), "specversion": "2.0"})
     assert result.outcome is Outcome.INVALID
-    assert result.description == "Expected `str` matching regex '^1\\\\.0$' - at `$.specversion`"
+    assert result.description == "Expected `str` matching regex '^1\\\\.0\\\\Z' - at `$.specversion`"
 
 
 def test_inbox_refuses_a_batch_over_the_limit_before_sending(store: InMemoryStore) -> None:

@@ -54,7 +54,7 @@ def test_quantity_must_be_a_positive_integer(quantity: object) -> None:
     assert rule_path(rule_for(inbound(body))) == "$.items[0].quantity"
 
 
-@pytest.mark.parametrize("price", ["-1.00", "abc", "1e3", 1.5, "NaN", "1.", ".5", "1" * 19])
+@pytest.mark.parametrize("price", ["-1.00", "abc", "1e3", 1.5, "NaN", "1.", ".5", "1" * 19, "1.00\n", " 1"])
 def test_unit_price_must_be_a_decimal_string_at_least_zero(price: object) -> None:
     body = order_body("o", items=[{"sku": "S", "quantity": 1, "unitPrice": price}], total="1")
     assert rule_path(rule_for(inbound(body))) == "$.items[0].unitPrice"
