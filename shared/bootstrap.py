@@ -9,10 +9,9 @@ over with ``use(...)``, so no test reaches into a module's globals.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 from shared.adapters.cosmos import CosmosStore
 from shared.adapters.http import HttpFulfilment
@@ -23,21 +22,6 @@ from shared.ports.store import DocumentStore
 from shared.settings import Settings
 
 
-class _Once:
-    """A value built on first use, once, even when many threads ask at once."""
-
-    def __init__(self, build: Callable[[], Any]) -> None:
-        self._build = build
-        self._value: Any = None
-        self._lock = threading.Lock()
-
-    def get(self) -> Any:
-        with self._lock:
-            if self._value is None:
-                self._value = self._build()
-            return self._value
-
-
 @dataclass
 class Services:
     """What the handlers need. Each client is built on first use from ``settings``, or given up front."""
@@ -46,45 +30,29 @@ class Services:
     store: DocumentStore | None = None
     fulfilment: FulfilmentService | None = None
     sender: MessageSender | None = None
-    _lazy: dict[str, _Once] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        self._lazy = {
-            "store": _Once(lambda: self.store or _cosmos_store(self.settings)),
-            "fulfilment": _Once(lambda: self.fulfilment or _http_fulfilment(self.settings)),
-            "sender": _Once(lambda: self.sender or _servicebus_sender(self.settings)),
-        }
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def order_store(self) -> DocumentStore:
         """The orders container's store (orders and their events share it)."""
-        store: DocumentStore = self._lazy["store"].get()
-        return store
+        with self._lock:
+            self.store = self.store or CosmosStore.from_settings(self.settings)
+            return self.store
 
     def fulfilment_service(self) -> FulfilmentService:
         """The fulfilment service's client, one pooled session per process."""
-        service: FulfilmentService = self._lazy["fulfilment"].get()
-        return service
+        with self._lock:
+            settings = self.settings
+            self.fulfilment = self.fulfilment or HttpFulfilment(
+                settings.need("fulfillment_url"), connect_timeout=settings.fulfillment_connect_timeout_seconds,
+                read_timeout=settings.fulfillment_read_timeout_seconds,
+            )
+            return self.fulfilment
 
     def message_sender(self) -> MessageSender:
         """The Service Bus sender, connected on first send."""
-        sender: MessageSender = self._lazy["sender"].get()
-        return sender
-
-
-def _cosmos_store(settings: Settings) -> DocumentStore:
-    return CosmosStore.from_settings(settings)
-
-
-def _http_fulfilment(settings: Settings) -> FulfilmentService:
-    return HttpFulfilment(
-        settings.need("fulfillment_url"),
-        connect_timeout=settings.fulfillment_connect_timeout_seconds,
-        read_timeout=settings.fulfillment_read_timeout_seconds,
-    )
-
-
-def _servicebus_sender(settings: Settings) -> MessageSender:
-    return ServiceBusSender(make_client(settings))
+        with self._lock:
+            self.sender = self.sender or ServiceBusSender(make_client(self.settings))
+            return self.sender
 
 
 _lock = threading.Lock()

@@ -59,97 +59,57 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Every setting the app reads."""
 
     orders_queue: Name = setting("ORDERS_QUEUE", "orders", "Queue that `process_order` listens on.", in_azure=True)
-    cosmos_endpoint: Url | None = setting(
-        "COSMOS_ENDPOINT", None, "Cosmos DB account endpoint URL.", required=True
-    )
-    cosmos_key: str | None = setting(
-        "COSMOS_KEY", None,
-        "Account key, for local emulators only. Unset: `DefaultAzureCredential` (managed identity).",
-    )
-    cosmos_verify_tls: bool = setting(
-        "COSMOS_VERIFY_TLS", True, "Verify the Cosmos endpoint's TLS certificate; `false` only for local emulators."
-    )
+    cosmos_endpoint: Url | None = setting("COSMOS_ENDPOINT", None, "Cosmos DB account endpoint URL.", required=True)
+    cosmos_key: str | None = setting("COSMOS_KEY", None, "Account key, for local emulators only. Unset: "
+                                     "`DefaultAzureCredential` (managed identity).")
+    cosmos_verify_tls: bool = setting("COSMOS_VERIFY_TLS", True, "Verify the Cosmos endpoint's TLS certificate; "
+                                      "`false` only for local emulators.")
     cosmos_database: Name = setting("COSMOS_DATABASE", "sales", "Cosmos DB database name.", in_azure=True)
-    cosmos_container: Name = setting(
-        "COSMOS_CONTAINER", "orders", "Container of orders, partitioned by `/orderId`.", in_azure=True
-    )
-    order_events_queue: Name = setting(
-        "ORDER_EVENTS_QUEUE", "order-events", "Session-enabled queue that `process_order_event` listens on.",
-        in_azure=True,
-    )
-    consumer_name: Name = setting(
-        "CONSUMER_NAME", "order-projection", "This consumer's name; inbox markers are keyed on it and the event.",
-        in_azure=True,
-    )
-    dedup_ttl_seconds: Seconds = setting(
-        "DEDUP_TTL_SECONDS", 777600,
-        "Lifetime of inbox markers (9 days); must cover the retention window below.", in_azure=True,
-    )
-    out_of_order_max_deliveries: Seconds = setting(
-        "OUT_OF_ORDER_MAX_DELIVERIES", 5,
-        "Attempt at which an event still missing its predecessor is dead-lettered `OutOfOrder`.",
-    )
-    servicebus_lock_duration_seconds: Seconds = setting(
-        "SERVICEBUS_LOCK_DURATION_SECONDS", 60, "The queues' lock duration, as configured on Service Bus.",
-        in_azure=True,
-    )
-    servicebus_max_delivery_count: Seconds = setting(
-        "SERVICEBUS_MAX_DELIVERY_COUNT", 10, "The queues' MaxDeliveryCount, as configured on Service Bus.",
-        in_azure=True,
-    )
-    servicebus_message_ttl_seconds: Seconds = setting(
-        "SERVICEBUS_MESSAGE_TTL_SECONDS", 86400,
-        "The queues' default message time to live, as configured on Service Bus.", in_azure=True,
-    )
+    cosmos_container: Name = setting("COSMOS_CONTAINER", "orders", "Container of orders, partitioned by "
+                                     "`/orderId`.", in_azure=True)
+    order_events_queue: Name = setting("ORDER_EVENTS_QUEUE", "order-events", "Session-enabled queue that "
+                                       "`process_order_event` listens on.", in_azure=True)
+    consumer_name: Name = setting("CONSUMER_NAME", "order-projection", "This consumer's name; inbox markers are "
+                                  "keyed on it and the event.", in_azure=True)
+    dedup_ttl_seconds: Seconds = setting("DEDUP_TTL_SECONDS", 777600, "Lifetime of inbox markers (9 days); must "
+                                         "cover the retention window below.", in_azure=True)
+    out_of_order_max_deliveries: Seconds = setting("OUT_OF_ORDER_MAX_DELIVERIES", 5, "Attempt at which an event "
+                                                   "still missing its predecessor is dead-lettered `OutOfOrder`.")
+    servicebus_lock_duration_seconds: Seconds = setting("SERVICEBUS_LOCK_DURATION_SECONDS", 60, "The queues' lock "
+                                                        "duration, as configured on Service Bus.", in_azure=True)
+    servicebus_max_delivery_count: Seconds = setting("SERVICEBUS_MAX_DELIVERY_COUNT", 10, "The queues' "
+                                                     "MaxDeliveryCount, as configured on Service Bus.", in_azure=True)
+    servicebus_message_ttl_seconds: Seconds = setting("SERVICEBUS_MESSAGE_TTL_SECONDS", 86400, "The queues' "
+                                                      "default message time to live, as configured on Service Bus.",
+                                                      in_azure=True)
     dlq_resubmit_grace_seconds: Annotated[int, msgspec.Meta(ge=0)] = setting(
-        "DLQ_RESUBMIT_GRACE_SECONDS", 604800,
-        "How long after dead-lettering an operator may still resubmit a message (7 days).", in_azure=True,
-    )
-    fulfillment_url: Url | None = setting(
-        "FULFILLMENT_URL", None, "Fulfilment service base URL; `process_order` POSTs `{url}/reservations`.",
-        required=True,
-    )
-    fulfillment_connect_timeout_seconds: Seconds = setting(
-        "FULFILLMENT_CONNECT_TIMEOUT_SECONDS", 3, "Connect timeout of the fulfilment call."
-    )
-    fulfillment_read_timeout_seconds: Seconds = setting(
-        "FULFILLMENT_READ_TIMEOUT_SECONDS", 10, "Read timeout of the fulfilment call."
-    )
-    side_effect_lease_seconds: Seconds = setting(
-        "SIDE_EFFECT_LEASE_SECONDS", 60,
-        "Longest lease of an in-progress side effect; also capped by the message lock.",
-    )
-    outbox_destination: Name = setting(
-        "OUTBOX_DESTINATION", "order-accepted", "Queue or topic that OrderAccepted messages are published to.",
-        in_azure=True,
-    )
-    outbox_requires_session: bool = setting(
-        "OUTBOX_REQUIRES_SESSION", False,
-        "Set SessionId = orderId on outgoing messages (session-enabled destination).",
-    )
-    outbox_dispatched_ttl_seconds: Seconds = setting(
-        "OUTBOX_DISPATCHED_TTL_SECONDS", 604800, "Lifetime of an outbox document after it was dispatched."
-    )
-    outbox_stuck_after_seconds: Seconds = setting(
-        "OUTBOX_STUCK_AFTER_SECONDS", 300, "Age at which `sweep_outbox` publishes a still-pending outbox document."
-    )
-    outbox_sweep_schedule: Name = setting(
-        "OUTBOX_SWEEP_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of `sweep_outbox`."
-    )
-    cosmos_leases_container: Name = setting(
-        "COSMOS_LEASES_CONTAINER", "leases", "Lease container of `publish_outbox`'s change-feed trigger.",
-        in_azure=True,
-    )
-    servicebus_connection: str | None = setting(
-        "ServiceBusConnection", None,
-        "Service Bus connection string, for local emulators only. The triggers read it too (through the host).",
-    )
+        "DLQ_RESUBMIT_GRACE_SECONDS", 604800, "How long after dead-lettering an operator may still resubmit a "
+        "message (7 days).", in_azure=True)
+    fulfillment_url: Url | None = setting("FULFILLMENT_URL", None, "Fulfilment service base URL; `process_order` "
+                                          "POSTs `{url}/reservations`.", required=True)
+    fulfillment_connect_timeout_seconds: Seconds = setting("FULFILLMENT_CONNECT_TIMEOUT_SECONDS", 3,
+                                                           "Connect timeout of the fulfilment call.")
+    fulfillment_read_timeout_seconds: Seconds = setting("FULFILLMENT_READ_TIMEOUT_SECONDS", 10,
+                                                        "Read timeout of the fulfilment call.")
+    side_effect_lease_seconds: Seconds = setting("SIDE_EFFECT_LEASE_SECONDS", 60, "Longest lease of an in-progress "
+                                                 "side effect; also capped by the message lock.")
+    outbox_destination: Name = setting("OUTBOX_DESTINATION", "order-accepted", "Queue or topic that OrderAccepted "
+                                       "messages are published to.", in_azure=True)
+    outbox_requires_session: bool = setting("OUTBOX_REQUIRES_SESSION", False, "Set SessionId = orderId on outgoing "
+                                            "messages (session-enabled destination).")
+    outbox_dispatched_ttl_seconds: Seconds = setting("OUTBOX_DISPATCHED_TTL_SECONDS", 604800, "Lifetime of an "
+                                                     "outbox document after it was dispatched.")
+    outbox_stuck_after_seconds: Seconds = setting("OUTBOX_STUCK_AFTER_SECONDS", 300, "Age at which `sweep_outbox` "
+                                                  "publishes a still-pending outbox document.")
+    outbox_sweep_schedule: Name = setting("OUTBOX_SWEEP_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of "
+                                          "`sweep_outbox`.")
+    cosmos_leases_container: Name = setting("COSMOS_LEASES_CONTAINER", "leases", "Lease container of "
+                                            "`publish_outbox`'s change-feed trigger.", in_azure=True)
+    servicebus_connection: str | None = setting("ServiceBusConnection", None, "Service Bus connection string, for "
+                                                "local emulators only. The triggers read it too (through the host).")
     servicebus_namespace: str | None = setting(
-        "ServiceBusConnection__fullyQualifiedNamespace", None,
-        "Service Bus namespace host; managed identity is used (triggers and the outbox sender)."
-        " One of the two is required.",
-        in_azure=True,
-    )
+        "ServiceBusConnection__fullyQualifiedNamespace", None, "Service Bus namespace host; managed identity is "
+        "used (triggers and the outbox sender). One of the two is required.", in_azure=True)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
