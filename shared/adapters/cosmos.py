@@ -135,17 +135,12 @@ def make_client(settings: Settings) -> CosmosClient:
     The constructor reads the account, so it connects: call it lazily, never at import time.
     """
     endpoint: str = settings.need("cosmos_endpoint")
-    options: dict[str, Any] = {
-        "connection_verify": settings.cosmos_verify_tls,
-        "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
-        "read_timeout": READ_TIMEOUT_SECONDS,
-        "timeout": OPERATION_TIMEOUT_SECONDS,
-        "retry_throttle_total": THROTTLE_RETRIES,
-        "retry_throttle_backoff_max": THROTTLE_MAX_WAIT_SECONDS,
-        "retry_total": CONNECTION_RETRIES,
-        "retry_connect": CONNECTION_RETRIES,
-        "retry_read": CONNECTION_RETRIES,
-    }
+    options: dict[str, Any] = dict(
+        connection_verify=settings.cosmos_verify_tls, connection_timeout=CONNECTION_TIMEOUT_SECONDS,
+        read_timeout=READ_TIMEOUT_SECONDS, timeout=OPERATION_TIMEOUT_SECONDS, retry_throttle_total=THROTTLE_RETRIES,
+        retry_throttle_backoff_max=THROTTLE_MAX_WAIT_SECONDS, retry_total=CONNECTION_RETRIES,
+        retry_connect=CONNECTION_RETRIES, retry_read=CONNECTION_RETRIES,
+    )
     if endpoint.startswith("http://"):
         # Local servers over plain HTTP have one region; discovery would ask for a TLS endpoint.
         options["enable_endpoint_discovery"] = False
@@ -156,9 +151,8 @@ def make_client(settings: Settings) -> CosmosClient:
 class CosmosStore:
     """DocumentStore over one Cosmos DB container."""
 
-    def __init__(self, container: ContainerProxy, partition_key_field: str = "orderId") -> None:
+    def __init__(self, container: ContainerProxy) -> None:
         self._container = container
-        self._field = partition_key_field
 
     @classmethod
     def from_settings(cls, settings: Settings, client: CosmosClient | None = None) -> CosmosStore:
@@ -168,11 +162,6 @@ class CosmosStore:
             settings.cosmos_container
         )
         return cls(container)
-
-    @property
-    def partition_key_field(self) -> str:
-        """The top-level field holding the partition key."""
-        return self._field
 
     def create(self, document: Document) -> Document:
         """Create the document; a taken id raises AlreadyExists."""

@@ -29,24 +29,12 @@ class InMemoryStore:
     default, and a document's own ``ttl`` (seconds, -1 = never) then applies.
     """
 
-    def __init__(
-        self,
-        partition_key_field: str = "orderId",
-        *,
-        default_ttl: int | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._field = partition_key_field
+    def __init__(self, *, default_ttl: int | None = None, clock: Callable[[], float] = time.time) -> None:
         self._default_ttl = default_ttl
         self._clock = clock
         self._documents: dict[_Key, Document] = {}
         self._lock = threading.Lock()
         self.requests = 0  # what a Cosmos request would be counted as; tests assert on it
-
-    @property
-    def partition_key_field(self) -> str:
-        """The top-level field holding the partition key."""
-        return self._field
 
     def create(self, document: Document) -> Document:
         """Create a document; raise AlreadyExists if its id is taken in its partition."""
@@ -144,9 +132,9 @@ class InMemoryStore:
             raise StoreError(f"document {document.get('id')} is not in partition {partition_key}", status=400)
 
     def _partition_key_of(self, document: Document) -> str:
-        value = document.get(self._field)
+        value = document.get("orderId")
         if not isinstance(value, str):
-            raise StoreError(f"document {document.get('id')} has no string {self._field}", status=400)
+            raise StoreError(f"document {document.get('id')} has no string orderId", status=400)
         return value
 
     def _stamp(self, document: Document) -> Document:

@@ -28,7 +28,6 @@ from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderLine, OrderPlaced, utc_text
 
 TYPE_FIELD = "type"
-PARTITION_FIELD = "orderId"
 ORDER_ACCEPTED = "OrderAccepted"
 
 
@@ -81,18 +80,9 @@ class OrderDocument(StoredDocument, kw_only=True, tag="order"):
     def placed(cls, order: OrderPlaced, message: InboundMessage, request_hash: str) -> OrderDocument:
         """A new order at version 1, status placed."""
         return cls(
-            id=order.order_id,
-            order_id=order.order_id,
-            customer_id=order.customer_id,
-            currency=order.currency_code,
-            items=list(order.items),
-            total=order.total,
-            placed_at=order.placed_at,
-            status="placed",
-            version=1,
-            request_hash=request_hash,
-            message_id=message.message_id,
-            correlation_id=message.correlation_id,
+            id=order.order_id, order_id=order.order_id, customer_id=order.customer_id, currency=order.currency_code,
+            items=list(order.items), total=order.total, placed_at=order.placed_at, status="placed", version=1,
+            request_hash=request_hash, message_id=message.message_id, correlation_id=message.correlation_id,
             enqueued_time_utc=utc_text(message.enqueued_time_utc) if message.enqueued_time_utc else None,
             delivery_count=message.delivery_count,
         )
@@ -112,12 +102,8 @@ class OrderDocument(StoredDocument, kw_only=True, tag="order"):
         The condition makes the version and state checks part of the same atomic write.
         """
         kind = event.kind
-        changes = {
-            "status": kind.status_after,
-            "version": event.sequence,
-            kind.record_type: event.data.canonical(),
-            "updatedAt": event.time_text,
-        }
+        changes = {"status": kind.status_after, "version": event.sequence, kind.record_type: event.data.canonical(),
+                   "updatedAt": event.time_text}
         return changes, {"version": event.sequence - 1, "status": kind.allowed_from}
 
 
@@ -160,16 +146,11 @@ class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
         """The pending OrderAccepted entry of a new order; its MessageId is derived, so resends are duplicates."""
         return cls(
             id=derive_id("outbox", consumer, ORDER_ACCEPTED, order.order_id, label=ORDER_ACCEPTED),
-            order_id=order.order_id,
-            status=OutboxStatus.PENDING,
-            destination=destination,
+            order_id=order.order_id, status=OutboxStatus.PENDING, destination=destination,
             message_id=idempotency_key(consumer, ORDER_ACCEPTED, order.order_id),
-            correlation_id=message.correlation_id,
-            session_id=order.order_id if requires_session else None,
-            subject=ORDER_ACCEPTED,
-            payload=OrderAccepted(order.order_id, order.customer_id, order.currency_code, order.total,
-                                  order.placed_at),
-            created_at=now,
+            correlation_id=message.correlation_id, session_id=order.order_id if requires_session else None,
+            subject=ORDER_ACCEPTED, created_at=now,
+            payload=OrderAccepted(order.order_id, order.customer_id, order.currency_code, order.total, order.placed_at),
         )
 
     def body(self) -> bytes:
@@ -237,18 +218,10 @@ class EventRecord(StoredDocument, kw_only=True):
         record_type: type[EventRecord] = _RECORDS[event.kind.record_type]
         data = event.data.canonical()
         label = str(data.get("paymentId") or data.get("shipmentId") or event.order_id)
-        return msgspec.convert(
-            {
-                **data,
-                "id": derive_id(event.kind.record_type, event.source, event.id, label=label),
-                "orderId": event.order_id,
-                "eventId": event.id,
-                "eventSource": event.source,
-                "eventTime": event.time_text,
-                "sequence": event.sequence,
-            },
-            record_type,
-        )
+        identity = {"id": derive_id(event.kind.record_type, event.source, event.id, label=label),
+                    "orderId": event.order_id, "eventId": event.id, "eventSource": event.source,
+                    "eventTime": event.time_text, "sequence": event.sequence}
+        return msgspec.convert({**data, **identity}, record_type)
 
 
 class PaymentRecord(EventRecord, kw_only=True, tag="payment"):

@@ -121,12 +121,8 @@ class _EventApplier:
         if self.message.delivery_count is not None:
             return self.message.delivery_count + 1
         event = self.event
-        counter = GapCounter(
-            id=derive_id("gap-attempts", self.inbox.consumer_name, event.source, event.id),
-            order_id=event.order_id,
-            attempts=1,
-            ttl=self.inbox.marker_ttl_seconds,
-        )
+        counter = GapCounter(id=derive_id("gap-attempts", self.inbox.consumer_name, event.source, event.id),
+                             order_id=event.order_id, attempts=1, ttl=self.inbox.marker_ttl_seconds)
         try:
             self.store.create(counter.to_document())
             return 1

@@ -65,13 +65,8 @@ class Inbox:
         mismatch. A failure of one of ``operations`` is returned for the caller to interpret; nothing
         was written. Transient failures raise TransientStoreError.
         """
-        marker = InboxMarker(
-            id=self.marker_id(*dedup_key),
-            order_id=partition_key,
-            consumer=self.consumer_name,
-            request_hash=request_hash,
-            ttl=self.marker_ttl_seconds,
-        )
+        marker = InboxMarker(id=self.marker_id(*dedup_key), order_id=partition_key, consumer=self.consumer_name,
+                             request_hash=request_hash, ttl=self.marker_ttl_seconds)
         if event is not None:
             marker.event_type, marker.event_time, marker.event_id = event
         try:

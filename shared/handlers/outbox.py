@@ -28,12 +28,8 @@ logger = logging.getLogger("idempotent_consumer.outbox")
 def outgoing_message(entry: OutboxEntry) -> OutgoingMessage:
     """The message an outbox entry stands for."""
     return OutgoingMessage(
-        message_id=entry.message_id,
-        body=entry.body(),
-        correlation_id=entry.correlation_id,
-        session_id=entry.session_id,
-        subject=entry.subject,
-        application_properties={"type": entry.subject},
+        message_id=entry.message_id, body=entry.body(), correlation_id=entry.correlation_id,
+        session_id=entry.session_id, subject=entry.subject, application_properties={"type": entry.subject},
     )
 
 

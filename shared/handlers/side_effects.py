@@ -75,15 +75,11 @@ class SideEffect:
 
     def claim(self, order_id: str, dedup_key: tuple[str, ...], locked_until: datetime | None) -> SideEffectRecord:
         """The in_progress record; create it alone, or inside the batch that writes the message's documents."""
+        key = idempotency_key(self.consumer, self.name, *dedup_key)
         return SideEffectRecord(
-            id=derive_id("side-effect", self.consumer, self.name, *dedup_key, label=self.name),
-            order_id=order_id,
-            consumer=self.consumer,
-            effect=self.name,
-            idempotency_key=idempotency_key(self.consumer, self.name, *dedup_key),
-            status=EffectStatus.IN_PROGRESS,
-            attempt=1,
-            lease_until=self._lease_until(locked_until),
+            id=derive_id("side-effect", self.consumer, self.name, *dedup_key, label=self.name), order_id=order_id,
+            consumer=self.consumer, effect=self.name, idempotency_key=key, status=EffectStatus.IN_PROGRESS,
+            attempt=1, lease_until=self._lease_until(locked_until),
         )
 
     def run(

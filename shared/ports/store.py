@@ -85,12 +85,7 @@ def check_field(name: str) -> None:
 
 
 class DocumentStore(Protocol):
-    """A container of JSON documents, partitioned by one top-level field."""
-
-    @property
-    def partition_key_field(self) -> str:
-        """The top-level field whose value is a document's partition key, e.g. ``orderId``."""
-        ...
+    """A container of JSON documents, partitioned by their top-level ``orderId``."""
 
     def create(self, document: Document) -> Document:
         """Create ``document`` and return it as stored (with ``_etag``).

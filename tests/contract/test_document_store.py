@@ -110,8 +110,6 @@ def test_same_id_in_two_partitions_is_two_documents(store: DocumentStore) -> Non
     assert store.read(shared_id, "p-2")["orderId"] == "p-2"
 
 
-def test_partition_key_field_is_order_id(store: DocumentStore) -> None:
-    assert store.partition_key_field == "orderId"
 
 
 def test_sixteen_concurrent_creates_of_one_id_have_exactly_one_winner(store: DocumentStore) -> None:
