@@ -7,22 +7,40 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from sbctl import generate
 from sbctl.cli import main
 from sbctl.connection import ToolError
 from sbctl.send import Envelope, envelope, generated, read_jsonl, with_faults
-from shared.events import parse_event
-from shared.messages import InboundMessage
-from shared.orders import parse_order
+from shared.domain.lifecycle import KINDS, CloudEvent, parse_event
+from shared.domain.messages import InboundMessage
+from shared.domain.orders import OrderPlaced, parse_order
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def inbound(item: Envelope) -> InboundMessage:
     return InboundMessage(message_id=item.message_id, body=json.dumps(item.body).encode(), session_id=item.session_id)
+
+
+def parsed(body: dict[str, Any]) -> OrderPlaced | CloudEvent:
+    """The body as the consumers parse it: events carry a SessionId, orders do not."""
+    item = envelope(body, "test")
+    return parse_event(inbound(item)) if item.session_id else parse_order(inbound(item))
+
+
+def lifecycles(seed: int, orders: int) -> list[dict[str, Any]]:
+    """Generated orders, each followed by its events."""
+    rng = random.Random(seed)
+    bodies: list[dict[str, Any]] = []
+    for _ in range(orders):
+        placed = generate.order(rng)
+        bodies += [placed, *generate.order_events(rng, placed)]
+    return bodies
 
 
 def test_generated_orders_pass_the_consumers_validation() -> None:
@@ -38,26 +56,43 @@ def test_generated_events_are_valid_in_order_per_session() -> None:
     last: dict[str, int] = {}
     for item in items:
         event = parse_event(inbound(item))
-        assert item.message_id == event.event_id and item.session_id == event.order_id
+        assert item.message_id == event.id and item.session_id == event.order_id
         assert event.sequence == last.get(event.order_id, 1) + 1
         last[event.order_id] = event.sequence
 
 
 def test_generation_is_reproducible_by_seed() -> None:
-    first = [i.body for i in generated("orders", 5, random.Random(7))]
-    assert first == [i.body for i in generated("orders", 5, random.Random(7))]
+    for kind in ("orders", "events"):
+        first = [i.body for i in generated(kind, 5, random.Random(7))]
+        assert first == [i.body for i in generated(kind, 5, random.Random(7))]
 
 
-def test_reused_ids_carry_other_content_that_still_validates() -> None:
+def test_every_generated_message_is_exactly_its_model_and_parses() -> None:
+    bodies = lifecycles(8, 100)
+    for body in bodies:
+        message = parsed(body)
+        assert msgspec.json.decode(msgspec.json.encode(message), type=type(message)) == message
+        assert msgspec.to_builtins(message) == body
+    assert {b["type"] for b in bodies if "type" in b} == set(KINDS)
+
+
+def test_reused_ids_keep_the_identity_and_change_the_request_hash() -> None:
     rng = random.Random(3)
-    for body in [generate.order(rng), *generate.order_events(rng, generate.order(rng))]:
+    for body in lifecycles(9, 30):
         changed = generate.altered(rng, body)
-        assert changed != body
-        item = envelope(changed, "test")
-        if "specversion" in changed:
-            parse_event(inbound(item))
-        else:
-            parse_order(inbound(item))
+        before, after = envelope(body, "test"), envelope(changed, "test")
+        assert (after.message_id, after.session_id) == (before.message_id, before.session_id)
+        assert parsed(changed).request_hash() != parsed(body).request_hash()
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [({"orderId": "o"}, "cannot reuse the id of an invalid message: Object missing required field"),
+     ({"specversion": "1.0", "id": "e", "subject": "o", "type": "x"}, "event of unknown type 'x'")],
+)
+def test_reusing_the_id_of_a_message_outside_the_model_is_a_clear_error(body: dict[str, Any], error: str) -> None:
+    with pytest.raises(ToolError, match=error):
+        generate.altered(random.Random(0), body)
 
 
 def test_faults_add_copies_and_reused_ids_at_the_given_rates() -> None:
