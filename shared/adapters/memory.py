@@ -10,11 +10,11 @@ import copy
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from shared.adapters.reservations import ReservationLedger
-from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, StoreError
+from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, PublishError, StoreError
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
 from shared.ports.store import BatchOperation, Create, Document, Patch, check_batch, check_field
@@ -164,10 +164,15 @@ class RecordingSender:
 
     ``sent`` is every message sent; ``delivered`` drops a MessageId already sent to the same
     destination within ``detection_window_seconds``, as Service Bus duplicate detection does
-    (the window counts from the first send and does not slide).
+    (the window counts from the first send and does not slide). With ``destinations``, a send
+    anywhere else raises PublishError, as a missing queue does.
     """
 
-    def __init__(self, *, detection_window_seconds: float = 600, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, *, detection_window_seconds: float = 600, clock: Callable[[], float] = time.time,
+        destinations: Collection[str] | None = None,
+    ) -> None:
+        self._destinations = destinations
         self._lock = threading.Lock()
         self._window = detection_window_seconds
         self._clock = clock
@@ -177,6 +182,8 @@ class RecordingSender:
 
     def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
         """Record the messages; keep as delivered those the destination's duplicate detection would."""
+        if self._destinations is not None and destination not in self._destinations:
+            raise PublishError(f"send to {destination} failed: no such queue or topic")
         with self._lock:
             now = self._clock()
             for message in messages:

@@ -1,0 +1,127 @@
+"""One contract for every MessageSender: the recording fake and the azure-servicebus adapter on the
+local broker. Both model the destination's duplicate detection, so what a test reads back is what a
+consumer of the destination would see.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from azure.servicebus import ServiceBusClient
+
+from devservers.servicebus import start_broker
+from shared.adapters.memory import RecordingSender
+from shared.adapters.servicebus import ServiceBusSender
+from shared.errors import PublishError
+from shared.ports.sender import MessageSender, OutgoingMessage
+
+QUEUE = "contract"
+WINDOW_SECONDS = 1
+CONFIG = {"UserConfig": {"Namespaces": [{"Name": "contract", "Queues": [
+    {"Name": QUEUE, "Properties": {"RequiresDuplicateDetection": True,
+                                   "DuplicateDetectionHistoryTimeWindow": f"PT{WINDOW_SECONDS}S"}},
+], "Topics": []}]}}
+
+
+@dataclass
+class Destination:
+    """A sender, what reached the destination queue, and how to let time pass for its detection window."""
+
+    sender: MessageSender
+    read: Callable[[], list[OutgoingMessage]]
+    wait: Callable[[float], None]
+    seen: list[OutgoingMessage] = field(default_factory=list)
+
+    def delivered(self) -> list[OutgoingMessage]:
+        self.seen.extend(self.read())
+        return list(self.seen)
+
+
+@pytest.fixture(scope="module")
+def broker_client() -> Iterator[ServiceBusClient]:
+    with start_broker(CONFIG) as broker, ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        yield client
+
+
+def _received(client: ServiceBusClient) -> list[OutgoingMessage]:
+    with client.get_queue_receiver(QUEUE, max_wait_time=1) as receiver:
+        found = []
+        while batch := receiver.receive_messages(max_message_count=50, max_wait_time=0.5):
+            for message in batch:
+                receiver.complete_message(message)
+                found.append(OutgoingMessage(
+                    message_id=str(message.message_id), body=b"".join(message.body),
+                    correlation_id=message.correlation_id, session_id=message.session_id, subject=message.subject,
+                    content_type=str(message.content_type),
+                    application_properties={k.decode() if isinstance(k, bytes) else str(k):
+                                            v.decode() if isinstance(v, bytes) else str(v)
+                                            for k, v in (message.application_properties or {}).items()},
+                ))
+        return found
+
+
+@pytest.fixture(params=["recording", "servicebus"])
+def destination(request: pytest.FixtureRequest) -> Iterator[Destination]:
+    if request.param == "recording":
+        now = [time.time()]
+        fake = RecordingSender(detection_window_seconds=WINDOW_SECONDS, clock=lambda: now[0], destinations={QUEUE})
+
+        def advance(seconds: float) -> None:
+            now[0] += seconds
+
+        def read() -> list[OutgoingMessage]:
+            found = [m for d, m in fake.delivered if d == QUEUE]
+            fake.delivered.clear()
+            return found
+
+        yield Destination(fake, read, advance)
+        return
+    client: ServiceBusClient = request.getfixturevalue("broker_client")
+    _received(client)  # drain what an earlier test left
+    sender = ServiceBusSender(client)
+    yield Destination(sender, lambda: _received(client), time.sleep)
+
+
+def message(message_id: str | None = None, **fields: object) -> OutgoingMessage:
+    return OutgoingMessage(message_id=message_id or f"m-{uuid.uuid4()}", body=b'{"orderId":"o-1"}', **fields)
+
+
+def test_a_message_arrives_with_its_ids_subject_and_properties(destination: Destination) -> None:
+    sent = message(correlation_id="c-1", subject="OrderAccepted", application_properties={"type": "OrderAccepted"})
+    destination.sender.send(QUEUE, [sent])
+    assert destination.delivered() == [sent]
+
+
+def test_a_batch_arrives_whole_and_in_order(destination: Destination) -> None:
+    batch = [message() for _ in range(5)]
+    destination.sender.send(QUEUE, batch)
+    assert [m.message_id for m in destination.delivered()] == [m.message_id for m in batch]
+
+
+def test_a_resend_inside_the_detection_window_is_dropped(destination: Destination) -> None:
+    first = message()
+    destination.sender.send(QUEUE, [first])
+    destination.sender.send(QUEUE, [first])
+    assert [m.message_id for m in destination.delivered()] == [first.message_id]
+
+
+def test_a_resend_after_the_window_arrives_again(destination: Destination) -> None:
+    first = message()
+    destination.sender.send(QUEUE, [first])
+    destination.wait(WINDOW_SECONDS + 0.5)
+    destination.sender.send(QUEUE, [first])
+    assert [m.message_id for m in destination.delivered()] == [first.message_id] * 2
+
+
+def test_sending_nothing_sends_nothing(destination: Destination) -> None:
+    destination.sender.send(QUEUE, [])
+    assert destination.delivered() == []
+
+
+def test_a_missing_destination_is_a_publish_error(destination: Destination) -> None:
+    with pytest.raises(PublishError, match="no-such-queue"):
+        destination.sender.send("no-such-queue", [message()])
