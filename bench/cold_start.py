@@ -1,0 +1,64 @@
+"""Cold start: ``import function_app`` against a minimal app with one SDK-type Service Bus trigger.
+
+Each figure is the median wall time of N fresh interpreter processes that import the module and exit,
+measured in one run, alternating between the two so that both see the same machine state.
+
+    python -m bench.cold_start [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MINIMAL_APP = '''
+import azure.functions as func
+import azurefunctions.extensions.bindings.servicebus as servicebus
+
+app = func.FunctionApp()
+
+
+@app.service_bus_queue_trigger(arg_name="msg", queue_name="orders", connection="ServiceBusConnection",
+                               auto_complete_messages=False)
+def handle(msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions) -> None:
+    message_actions.complete(msg)
+'''
+
+
+def _import_seconds(module: str, cwd: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {module}"], cwd=cwd, check=True, capture_output=True,
+                   env={"PATH": "/usr/bin:/bin"})
+    return time.perf_counter() - started
+
+
+def measure(runs: int) -> dict[str, float]:
+    """Median seconds to import the app and the minimal app, and their ratio."""
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "minimal_app.py").write_text(MINIMAL_APP)
+        app, minimal = [], []
+        for _ in range(runs):
+            app.append(_import_seconds("function_app", ROOT))
+            minimal.append(_import_seconds("minimal_app", Path(scratch)))
+    result = {"app_s": statistics.median(app), "minimal_s": statistics.median(minimal)}
+    result["ratio"] = result["app_s"] / result["minimal_s"]
+    return result
+
+
+def main() -> None:
+    """Print the medians and the ratio."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10, help="fresh processes per module (default 10)")
+    figures = measure(parser.parse_args().runs)
+    print(f"python {sys.version.split()[0]}: import function_app {figures['app_s'] * 1000:.0f} ms, "
+          f"minimal SDK-type app {figures['minimal_s'] * 1000:.0f} ms, ratio {figures['ratio']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
