@@ -211,6 +211,11 @@ class FulfilmentServer:
 
     # -- inspection ------------------------------------------------------------------------------
 
+    def pending_faults(self) -> int:
+        """How many queued faults no request has taken yet."""
+        with self._lock:
+            return len(self._faults)
+
     def calls(self, key: str) -> list[Call]:
         """The reservation requests made with ``key``, oldest first."""
         with self._lock:

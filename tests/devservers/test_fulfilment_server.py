@@ -163,7 +163,7 @@ def test_stop_interrupts_a_stall() -> None:
 
     caller = threading.Thread(target=call, daemon=True)
     caller.start()
-    assert _wait_for(lambda: not server._faults)  # the request has taken the stall
+    assert _wait_for(lambda: server.pending_faults() == 0)  # the request has taken the stall
     started = time.monotonic()
     server.stop()
     assert time.monotonic() - started < 2
