@@ -18,15 +18,8 @@ from typing import Any
 from proton import timestamp
 
 from devservers.servicebus import wire
-from devservers.servicebus.store import (
-    ARGUMENT_ERROR,
-    NOT_IMPLEMENTED,
-    BrokerError,
-    Outcome,
-    Queue,
-    ReceivableEntity,
-    Topic,
-)
+from devservers.servicebus.errors import ARGUMENT_ERROR, NOT_IMPLEMENTED, BrokerError
+from devservers.servicebus.store import Outcome, Queue, ReceivableEntity, Topic
 
 __all__ = ["Request", "Response", "handle"]
 
@@ -105,7 +98,7 @@ def _peek(node: ReceivableEntity | Topic, request: Request) -> Response:
     entity = _receivable(node)
     start = int(request.body.get("from-sequence-number", 1))
     count = int(request.body.get("message-count", 1))
-    messages = entity.peek(start, max(count, 0), request.now, session_id=_session_id(request))
+    messages = entity.browser.peek(start, max(count, 0), request.now, session_id=_session_id(request))
     if not messages:
         return _no_content()
     return _ok({"messages": [{"message": wire.encode_delivery(m, delivering=False)} for m in messages]})
@@ -167,18 +160,18 @@ def _update_disposition(node: ReceivableEntity | Topic, request: Request) -> Res
 
 
 def _renew_session_lock(node: ReceivableEntity | Topic, request: Request) -> Response:
-    until = _receivable(node).renew_session_lock(_required_session_id(request), request.owner, request.now)
+    until = _receivable(node).sessions.renew(_required_session_id(request), request.owner, request.now)
     return _ok({"expiration": timestamp(round(until * 1000))})
 
 
 def _get_session_state(node: ReceivableEntity | Topic, request: Request) -> Response:
-    session = _receivable(node).owned_session(_required_session_id(request), request.owner, request.now)
+    session = _receivable(node).sessions.owned(_required_session_id(request), request.owner, request.now)
     return _ok({"session-state": session.state})
 
 
 def _set_session_state(node: ReceivableEntity | Topic, request: Request) -> Response:
     state = request.body.get("session-state")
-    _receivable(node).set_session_state(
+    _receivable(node).sessions.set_state(
         _required_session_id(request), request.owner, None if state is None else bytes(state), request.now
     )
     return _ok()
@@ -188,7 +181,7 @@ def _get_message_sessions(node: ReceivableEntity | Topic, request: Request) -> R
     entity = _receivable(node)
     skip = int(request.body.get("skip", 0))
     top = int(request.body.get("top", 100))
-    ids = entity.session_ids()[skip : skip + top]
+    ids = entity.sessions.ids()[skip : skip + top]
     if not ids:
         return _no_content()
     return _ok({"skip": skip + len(ids), "sessions-ids": ids})

@@ -45,11 +45,8 @@ from proton import Condition, Connection, Delivery, Disposition, Event, Link, Me
 from proton.reactor import ApplicationEvent, Container, EventInjector, Handler
 
 from devservers.servicebus import management, wire
+from devservers.servicebus.errors import NOT_ALLOWED, SESSION_LOCK_LOST, TIMEOUT, BrokerError
 from devservers.servicebus.store import (
-    NOT_ALLOWED,
-    SESSION_LOCK_LOST,
-    TIMEOUT,
-    BrokerError,
     Namespace,
     Outcome,
     ReceivableEntity,
@@ -383,7 +380,7 @@ class BrokerHandler(Handler):
             if info.wants_session:
                 requested = filters[SESSION_FILTER]
                 session_id = None if requested is None else str(requested)
-                info.session = entity.accept_session(session_id, info, time.time())
+                info.session = entity.sessions.accept(session_id, info, time.time())
 
     def _refuse(self, link: Link, condition: str, description: str) -> None:
         """Refuse an attach the AMQP way: attach with a null terminus on our side, then detach with the error.
@@ -435,7 +432,7 @@ class BrokerHandler(Handler):
         self._receivers.pop(info.link_id, None)
         self._by_connection.get(info.connection_id, set()).discard(info.link_id)
         if info.session is not None and info.entity is not None:
-            info.entity.release_session(info.session.session_id, info, time.time())
+            info.entity.sessions.release(info.session.session_id, info, time.time())
 
     def _close_link(self, link: Link, info: LinkInfo, condition: str, description: str) -> None:
         self._forget_link(info)
@@ -553,7 +550,7 @@ class BrokerHandler(Handler):
                 continue
             try:
                 if info.session_wait_deadline is not None:
-                    info.session = info.entity.accept_session(None, info, now)
+                    info.session = info.entity.sessions.accept(None, info, now)
                     if info.session is None:
                         continue
                     self._open_session_link(link, info)

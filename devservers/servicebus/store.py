@@ -1,5 +1,7 @@
-"""In-memory Service Bus entities: messages, locks, sequence numbers, sessions, dead-lettering.
+"""In-memory Service Bus entities: queues, topics, subscriptions, dead-letter queues, the namespace.
 
+An entity that messages are received from composes a lock table (``locks.py``), a session registry
+(``sessions.py``) and a browser for peek (``browse.py``); their timers are ``timers.Deadlines``.
 Pure Python and free of any AMQP library, so it can be unit-tested directly. Every operation takes
 ``now`` (seconds since the epoch) from its caller; timers are therefore just checks run at access
 time and by the protocol layer's periodic tick.
@@ -24,14 +26,14 @@ Conventions follow Service Bus as the ``azure-servicebus`` SDK observes it:
 from __future__ import annotations
 
 import enum
-import heapq
 import itertools
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
 
+from devservers.servicebus.browse import MessageBrowser
 from devservers.servicebus.config import (
     CorrelationFilter,
     NamespaceConfig,
@@ -40,9 +42,25 @@ from devservers.servicebus.config import (
     SubscriptionConfig,
     TopicConfig,
 )
+from devservers.servicebus.errors import (
+    MESSAGE_LOCK_LOST,
+    MESSAGE_NOT_FOUND,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    SESSION_CANNOT_BE_LOCKED,
+    SESSION_LOCK_LOST,
+    BrokerError,
+)
+from devservers.servicebus.locks import LockTable
+from devservers.servicebus.messages import Envelope, MessageState, ReadyQueue, StoredMessage
+from devservers.servicebus.sessions import Session, SessionRegistry
+from devservers.servicebus.timers import Deadlines
 
 __all__ = [
     "DEAD_LETTER_QUEUE",
+    "MESSAGE_LOCK_LOST",
+    "SESSION_CANNOT_BE_LOCKED",
+    "SESSION_LOCK_LOST",
     "BrokerError",
     "Envelope",
     "MessageState",
@@ -61,44 +79,6 @@ DEAD_LETTER_QUEUE = "$DeadLetterQueue"
 TRANSFER_DEAD_LETTER_QUEUE = "$Transfer/$DeadLetterQueue"
 MAX_FORWARD_HOPS = 4  # Service Bus dead-letters a message that would take a fifth auto-forwarding hop
 
-# Service Bus error conditions the SDK maps to its exceptions (azure/servicebus/_transport/_pyamqp_transport.py).
-NOT_FOUND = "amqp:not-found"
-NOT_ALLOWED = "amqp:not-allowed"
-NOT_IMPLEMENTED = "amqp:not-implemented"
-MESSAGE_LOCK_LOST = "com.microsoft:message-lock-lost"
-SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
-SESSION_CANNOT_BE_LOCKED = "com.microsoft:session-cannot-be-locked"
-MESSAGE_NOT_FOUND = "com.microsoft:message-not-found"
-ARGUMENT_ERROR = "com.microsoft:argument-error"
-TIMEOUT = "com.microsoft:timeout"
-
-
-class BrokerError(Exception):
-    """A request Service Bus would refuse, with the AMQP condition and the management status code."""
-
-    def __init__(self, condition: str, description: str, status_code: int = 400) -> None:
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
-        self.status_code = status_code
-
-
-def _lock_lost() -> BrokerError:
-    return BrokerError(
-        MESSAGE_LOCK_LOST,
-        "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the "
-        "queue, or was received by a different receiver instance.",
-        410,
-    )
-
-
-def _session_lock_lost(session_id: str) -> BrokerError:
-    return BrokerError(
-        SESSION_LOCK_LOST,
-        f"The session lock has expired on the MessageSession '{session_id}'. Accept a new MessageSession.",
-        410,
-    )
-
 
 class Outcome(enum.Enum):
     COMPLETE = "complete"
@@ -109,97 +89,6 @@ class Outcome(enum.Enum):
     #: messages that arrive when no receive call is waiting). Unlike abandon it is not a failed
     #: delivery, so the delivery count is restored.
     RELEASE = "release"
-
-
-class MessageState(enum.IntEnum):
-    """Values of the ``x-opt-message-state`` annotation (the SDK's ServiceBusMessageState)."""
-
-    ACTIVE = 0
-    DEFERRED = 1
-    SCHEDULED = 2
-
-
-@dataclass(frozen=True, eq=False)
-class Envelope:
-    """A message as sent, reduced to what the broker routes on; ``payload`` is the wire layer's own."""
-
-    payload: Any
-    message_id: str | None = None
-    session_id: str | None = None
-    correlation_id: str | None = None
-    to: str | None = None
-    reply_to: str | None = None
-    subject: str | None = None
-    reply_to_session_id: str | None = None
-    content_type: str | None = None
-    application_properties: Mapping[str, Any] = field(default_factory=dict)
-    #: The message's own time to live in seconds (AMQP header ``ttl``), if it has one.
-    ttl: float | None = None
-    #: ``x-opt-scheduled-enqueue-time`` in seconds since the epoch, if set.
-    scheduled_enqueue_time: float | None = None
-
-
-@dataclass(eq=False)
-class StoredMessage:
-    envelope: Envelope
-    sequence_number: int
-    enqueued_time: float
-    #: Effective time to live (the message's, capped by the entity defaults); None = never expires.
-    ttl: float | None
-    expires_at: float | None
-    state: MessageState = MessageState.ACTIVE
-    delivery_count: int = 0
-    lock_token: uuid.UUID | None = None
-    locked_until: float | None = None
-    lock_owner: object | None = None
-    dead_letter_reason: str | None = None
-    dead_letter_description: str | None = None
-    dead_letter_source: str | None = None
-    forward_hops: int = 0
-    #: Bumped whenever the message becomes available, so stale heap entries can be recognised.
-    available_version: int = 0
-
-    @property
-    def session_id(self) -> str | None:
-        return self.envelope.session_id
-
-    @property
-    def locked(self) -> bool:
-        return self.lock_token is not None
-
-    def header_delivery_count(self, *, delivering: bool = False) -> int:
-        """The AMQP header's delivery-count: deliveries before the one in progress (or the next one).
-
-        ``delivering`` is true when the message is being handed out right now (a ReceiveAndDelete
-        delivery is no longer locked, yet its own delivery must not count).
-        """
-        in_progress = delivering or self.locked
-        return max(0, self.delivery_count - 1) if in_progress else self.delivery_count
-
-    def copy_for(self) -> StoredMessage:
-        """A copy for another entity (a subscription, a dead-letter queue), keeping the counters."""
-        return StoredMessage(
-            envelope=self.envelope,
-            sequence_number=self.sequence_number,
-            enqueued_time=self.enqueued_time,
-            ttl=self.ttl,
-            expires_at=self.expires_at,
-            delivery_count=self.delivery_count,
-            dead_letter_reason=self.dead_letter_reason,
-            dead_letter_description=self.dead_letter_description,
-            dead_letter_source=self.dead_letter_source,
-            forward_hops=self.forward_hops,
-        )
-
-
-@dataclass(eq=False)
-class Session:
-    session_id: str
-    state: bytes | None = None
-    owner: object | None = None
-    locked_until: float = 0.0
-    available: list[tuple[int, int]] = field(default_factory=list)
-    message_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -262,7 +151,12 @@ def correlation_matches(rule: CorrelationFilter, envelope: Envelope) -> bool:
 
 
 class ReceivableEntity:
-    """A queue, a subscription, or the dead-letter queue of either: something messages are received from."""
+    """A queue, a subscription, or the dead-letter queue of either: something messages are received from.
+
+    It owns the messages' lifecycle (arrival, delivery, settlement, redelivery, dead-lettering,
+    expiry) and composes the rest: ``locks`` (message locks), ``sessions`` (session locks and state)
+    and ``browser`` (peek and look-up by sequence number).
+    """
 
     def __init__(
         self,
@@ -277,15 +171,12 @@ class ReceivableEntity:
         self.settings = settings
         self.dead_letter_parent = dead_letter_parent
         self.messages: dict[int, StoredMessage] = {}
-        self.sessions: dict[str, Session] = {}
-        self._available: list[tuple[int, int]] = []
-        self._locks: dict[uuid.UUID, StoredMessage] = {}
-        self._lock_heap: list[tuple[float, uuid.UUID]] = []
-        self._session_lock_heap: list[tuple[float, str]] = []
-        self._ttl_heap: list[tuple[float, int]] = []
+        self.locks = LockTable()
+        self.sessions = SessionRegistry(self)
+        self.browser = MessageBrowser(self)
+        self._ready = ReadyQueue(self.messages)
+        self._expiries: Deadlines[int] = Deadlines()
         self._session_losses: list[SessionLockExpired] = []
-        # Tokens of session messages whose session lock ended: settling them is session-lock-lost.
-        self._revoked_session_tokens: OrderedDict[uuid.UUID, str] = OrderedDict()
         self.dead_letter_queue: ReceivableEntity | None = None
         self.transfer_dead_letter_queue: ReceivableEntity | None = None
         if dead_letter_parent is None:
@@ -314,10 +205,6 @@ class ReceivableEntity:
     def requires_session(self) -> bool:
         return self.settings.requires_session and not self.is_dead_letter_queue
 
-    def _session_key(self, message: StoredMessage) -> str | None:
-        """The session a message belongs to here; messages are grouped only where sessions are required."""
-        return message.session_id if self.requires_session else None
-
     # -- arrival ------------------------------------------------------------------------------
 
     def accept(self, message: StoredMessage, now: float) -> None:
@@ -328,27 +215,17 @@ class ReceivableEntity:
             self.store(message)
 
     def store(self, message: StoredMessage) -> None:
+        """Keep ``message`` here, counted in its session and timed for expiry; available unless deferred."""
         self.messages[message.sequence_number] = message
-        session_id = self._session_key(message)
-        if session_id is not None:
-            self._session(session_id).message_count += 1
+        self.sessions.track(message)
         if message.expires_at is not None:
-            heapq.heappush(self._ttl_heap, (message.expires_at, message.sequence_number))
+            self._expiries.add(message.expires_at, message.sequence_number)
         if message.state is not MessageState.DEFERRED:
             self._make_available(message)
 
     def _make_available(self, message: StoredMessage) -> None:
-        message.state = MessageState.ACTIVE
-        message.available_version += 1
-        entry = (message.sequence_number, message.available_version)
-        session_id = self._session_key(message)
-        heapq.heappush(self._session(session_id).available if session_id is not None else self._available, entry)
-
-    def _session(self, session_id: str) -> Session:
-        session = self.sessions.get(session_id)
-        if session is None:
-            session = self.sessions[session_id] = Session(session_id)
-        return session
+        session = self.sessions.of(message)
+        (session.ready if session is not None else self._ready).push(message)
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -362,78 +239,45 @@ class ReceivableEntity:
         self.process_timers(now)
         if session is not None and session.owner is not owner:
             return None  # the session lock just ended; the receiver is about to be detached
-        heap = session.available if session is not None else self._available
-        while heap:
-            entry = heapq.heappop(heap)
-            if not self._is_live_entry(entry):
-                continue
-            message = self.messages[entry[0]]
-            message.delivery_count += 1
-            if peek_lock:
-                self._lock(message, owner, now, session)
-            else:
-                self._remove(message)
-            return message
-        return None
+        message = (session.ready if session is not None else self._ready).pop()
+        if message is not None:
+            self._hand_out(message, owner, now, peek_lock=peek_lock, session=session)
+        return message
 
-    def _is_live_entry(self, entry: tuple[int, int]) -> bool:
-        message = self.messages.get(entry[0])
-        return (
-            message is not None
-            and message.state is MessageState.ACTIVE
-            and not message.locked
-            and message.available_version == entry[1]
-        )
+    def receive_deferred(
+        self,
+        sequence_numbers: Iterable[int],
+        owner: object,
+        now: float,
+        *,
+        peek_lock: bool,
+        session_id: str | None = None,
+    ) -> list[StoredMessage]:
+        """Lock (or remove) deferred messages by sequence number; all must exist or none is taken."""
+        found = self.browser.deferred(sequence_numbers, now, session_id=session_id)
+        session = self.sessions.held(session_id, owner)
+        for message in found:
+            self._hand_out(message, owner, now, peek_lock=peek_lock, session=session)
+        return found
 
-    def _has_available(self, session: Session) -> bool:
-        while session.available and not self._is_live_entry(session.available[0]):
-            heapq.heappop(session.available)
-        return bool(session.available)
-
-    def _lock(self, message: StoredMessage, owner: object, now: float, session: Session | None) -> None:
-        token = uuid.uuid4()
-        message.lock_token = token
-        message.lock_owner = owner
-        if session is not None:
-            message.locked_until = session.locked_until
+    def _hand_out(
+        self, message: StoredMessage, owner: object, now: float, *, peek_lock: bool, session: Session | None
+    ) -> None:
+        """Count a delivery; PeekLock locks the message (for as long as ``session``'s lock, if given)."""
+        message.delivery_count += 1
+        if not peek_lock:
+            self._remove(message)
+        elif session is not None:
+            self.locks.lock(message, owner, session.locked_until, expires=False)
         else:
-            message.locked_until = now + self.settings.lock_duration
-            heapq.heappush(self._lock_heap, (message.locked_until, token))
-        self._locks[token] = message
-
-    def _unlock(self, message: StoredMessage) -> None:
-        if message.lock_token is not None:
-            self._locks.pop(message.lock_token, None)
-        message.lock_token = None
-        message.lock_owner = None
-        message.locked_until = None
+            self.locks.lock(message, owner, now + self.settings.lock_duration, expires=True)
 
     def _remove(self, message: StoredMessage) -> None:
-        self._unlock(message)
-        if self.messages.pop(message.sequence_number, None) is None:
-            return
-        session_id = self._session_key(message)
-        if session_id is not None:
-            self._session(session_id).message_count -= 1
-            self._forget_session_if_idle(session_id)
-
-    def _forget_session_if_idle(self, session_id: str) -> None:
-        session = self.sessions.get(session_id)
-        if session is not None and session.owner is None and session.state is None and session.message_count <= 0:
-            del self.sessions[session_id]
+        self.locks.unlock(message)
+        if self.messages.pop(message.sequence_number, None) is not None:
+            self.sessions.untrack(message)
 
     # -- settlement ---------------------------------------------------------------------------
-
-    def locked_message(self, token: uuid.UUID, now: float) -> StoredMessage:
-        """The message locked under ``token``; raises lock-lost (or session-lock-lost) otherwise."""
-        self.process_timers(now)
-        message = self._locks.get(token)
-        if message is None:
-            session_id = self._revoked_session_tokens.get(token)
-            if session_id is not None:
-                raise _session_lock_lost(session_id)
-            raise _lock_lost()
-        return message
 
     def settle(
         self,
@@ -444,12 +288,14 @@ class ReceivableEntity:
         dead_letter_reason: str | None = None,
         dead_letter_description: str | None = None,
     ) -> StoredMessage:
-        message = self.locked_message(token, now)
-        self._unlock(message)
+        """Apply a receiver's outcome to the message locked under ``token``; raises lock-lost if it is not."""
+        self.process_timers(now)
+        message = self.locks.held(token)
+        self.locks.unlock(message)
         if outcome is Outcome.COMPLETE:
             self._remove(message)
         elif outcome is Outcome.ABANDON:
-            self._return_after_failure(message, now)
+            self.fail_delivery(message, now)
         elif outcome is Outcome.RELEASE:
             message.delivery_count = max(0, message.delivery_count - 1)
             self._return(message, now)
@@ -461,16 +307,16 @@ class ReceivableEntity:
         return message
 
     def renew_lock(self, token: uuid.UUID, now: float) -> float:
-        message = self.locked_message(token, now)
-        if self._session_key(message) is not None:
+        """Extend the lock of a non-session message by LockDuration; returns the new expiry."""
+        self.process_timers(now)
+        message = self.locks.held(token)
+        if self.sessions.key(message) is not None:
             raise BrokerError(
                 NOT_ALLOWED, "Renewing a message lock is not supported for session messages; renew the session lock."
             )
-        message.locked_until = now + self.settings.lock_duration
-        heapq.heappush(self._lock_heap, (message.locked_until, token))
-        return message.locked_until
+        return self.locks.extend(token, now + self.settings.lock_duration)
 
-    def _return_after_failure(self, message: StoredMessage, now: float) -> None:
+    def fail_delivery(self, message: StoredMessage, now: float) -> None:
         """A delivery failed (abandon, lock expiry, session lost): redeliver, or dead-letter at the limit."""
         limit = self.settings.max_delivery_count
         if not self.is_dead_letter_queue and message.delivery_count >= limit:
@@ -523,155 +369,20 @@ class ReceivableEntity:
         Runs on every access as well as on the periodic tick, so a session lock that ends here is
         queued for :meth:`take_session_losses` rather than returned to whichever caller noticed it.
         """
-        while self._lock_heap and self._lock_heap[0][0] <= now:
-            _, token = heapq.heappop(self._lock_heap)
-            message = self._locks.get(token)
-            if message is not None and message.locked_until is not None and message.locked_until <= now:
-                self._unlock(message)
-                self._return_after_failure(message, now)
-        while self._session_lock_heap and self._session_lock_heap[0][0] <= now:
-            _, session_id = heapq.heappop(self._session_lock_heap)
-            session = self.sessions.get(session_id)
-            if session is not None and session.owner is not None and session.locked_until <= now:
-                self._session_losses.append(SessionLockExpired(self, session_id, session.owner))
-                self.release_session(session_id, session.owner, now)
-        while self._ttl_heap and self._ttl_heap[0][0] <= now:
-            _, sequence_number = heapq.heappop(self._ttl_heap)
-            message = self.messages.get(sequence_number)
-            if message is None or message.locked or message.expires_at is None or message.expires_at > now:
+        for message in self.locks.expire(now):
+            self.fail_delivery(message, now)
+        for session_id, owner in self.sessions.expire(now):
+            self._session_losses.append(SessionLockExpired(self, session_id, owner))
+        for _, sequence_number in self._expiries.pop_due(now):
+            due = self.messages.get(sequence_number)
+            if due is None or due.locked or due.expires_at is None or due.expires_at > now:
                 continue  # a locked message expires when its lock ends (see _return)
-            self._expire(message, now)
+            self._expire(due, now)
 
     def take_session_losses(self) -> list[SessionLockExpired]:
         """Session locks that expired since the last call (their receivers must be detached)."""
         losses, self._session_losses = self._session_losses, []
         return losses
-
-    # -- deferred, peek -----------------------------------------------------------------------
-
-    def receive_deferred(
-        self,
-        sequence_numbers: Iterable[int],
-        owner: object,
-        now: float,
-        *,
-        peek_lock: bool,
-        session_id: str | None = None,
-    ) -> list[StoredMessage]:
-        """Lock (or remove) deferred messages by sequence number; all must exist or none is taken."""
-        self.process_timers(now)
-        found = []
-        for sequence_number in sequence_numbers:
-            message = self.messages.get(sequence_number)
-            if (
-                message is None
-                or message.state is not MessageState.DEFERRED
-                or message.locked
-                or (session_id is not None and message.session_id != session_id)
-            ):
-                raise BrokerError(
-                    MESSAGE_NOT_FOUND,
-                    f"Failed to lock one or more specified messages. The message with sequence number "
-                    f"{sequence_number} does not exist or is not deferred.",
-                    404,
-                )
-            found.append(message)
-        session = self.sessions.get(session_id) if session_id is not None else None
-        for message in found:
-            message.delivery_count += 1
-            if peek_lock:
-                self._lock(message, owner, now, session if session is not None and session.owner is owner else None)
-            else:
-                self._remove(message)
-        return found
-
-    def peek(
-        self, from_sequence_number: int, count: int, now: float, *, session_id: str | None = None
-    ) -> list[StoredMessage]:
-        """Messages in sequence-number order from ``from_sequence_number``, whatever their state."""
-        self.process_timers(now)
-        numbers = sorted(n for n in self.messages if n >= from_sequence_number)
-        result = []
-        for number in numbers:
-            message = self.messages[number]
-            if session_id is None or message.session_id == session_id:
-                result.append(message)
-                if len(result) >= count:
-                    break
-        return result
-
-    # -- sessions -----------------------------------------------------------------------------
-
-    def accept_session(self, session_id: str | None, owner: object, now: float) -> Session | None:
-        """Lock a session for ``owner``: the named one, or (None) the next with available messages.
-
-        Raises session-cannot-be-locked when the named session is locked by another receiver;
-        returns None when no unlocked session has messages (the caller waits, then times out).
-        """
-        self.process_timers(now)
-        if session_id is not None:
-            session = self._session(session_id)
-            if session.owner is not None and session.owner is not owner:
-                raise BrokerError(
-                    SESSION_CANNOT_BE_LOCKED,
-                    f"The requested session '{session_id}' cannot be accepted. It may be locked by another receiver.",
-                    410,
-                )
-        else:
-            # The session whose oldest available message is oldest, as a fair "next available".
-            best: tuple[int, Session] | None = None
-            for candidate in self.sessions.values():
-                if candidate.owner is None and self._has_available(candidate):
-                    first = candidate.available[0][0]
-                    if best is None or first < best[0]:
-                        best = (first, candidate)
-            if best is None:
-                return None
-            session = best[1]
-        session.owner = owner
-        session.locked_until = now + self.settings.lock_duration
-        heapq.heappush(self._session_lock_heap, (session.locked_until, session.session_id))
-        return session
-
-    def owned_session(self, session_id: str, owner: object | None, now: float) -> Session:
-        """The session if it is locked (by ``owner`` when given); raises session-lock-lost otherwise."""
-        self.process_timers(now)
-        session = self.sessions.get(session_id)
-        if session is None or session.owner is None or (owner is not None and session.owner is not owner):
-            raise _session_lock_lost(session_id)
-        return session
-
-    def renew_session_lock(self, session_id: str, owner: object | None, now: float) -> float:
-        session = self.owned_session(session_id, owner, now)
-        session.locked_until = now + self.settings.lock_duration
-        heapq.heappush(self._session_lock_heap, (session.locked_until, session_id))
-        for message in self._locks.values():
-            if message.session_id == session_id and message.lock_owner is session.owner:
-                message.locked_until = session.locked_until
-        return session.locked_until
-
-    def set_session_state(self, session_id: str, owner: object | None, state: bytes | None, now: float) -> None:
-        self.owned_session(session_id, owner, now).state = state
-
-    def release_session(self, session_id: str, owner: object, now: float) -> None:
-        """End ``owner``'s lock on a session; its unsettled messages count as failed deliveries."""
-        session = self.sessions.get(session_id)
-        if session is None or session.owner is not owner:
-            return
-        session.owner = None
-        session.locked_until = 0.0
-        for token, message in list(self._locks.items()):
-            if message.session_id == session_id and message.lock_owner is owner:
-                self._revoked_session_tokens[token] = session_id
-                while len(self._revoked_session_tokens) > 10_000:
-                    self._revoked_session_tokens.popitem(last=False)
-                self._unlock(message)
-                self._return_after_failure(message, now)
-        self._forget_session_if_idle(session_id)
-
-    def session_ids(self) -> list[str]:
-        """Sessions that have messages or state (Service Bus's get-message-sessions)."""
-        return sorted(s.session_id for s in self.sessions.values() if s.message_count > 0 or s.state is not None)
 
 
 class _IntakeOwner(Protocol):
@@ -692,7 +403,7 @@ class Intake:
         self._next_sequence_number = itertools.count(1)
         self._duplicates = _DuplicateDetector(window) if requires_duplicate_detection else None
         self.scheduled: dict[int, StoredMessage] = {}
-        self._schedule_heap: list[tuple[float, int]] = []
+        self._due: Deadlines[int] = Deadlines()
 
     def new_message(self, envelope: Envelope, now: float) -> StoredMessage:
         ttl = self._owner.message_ttl(envelope)
@@ -726,7 +437,7 @@ class Intake:
                 message.enqueued_time = at
                 message.expires_at = at + message.ttl if message.ttl is not None else None
                 self.scheduled[message.sequence_number] = message
-                heapq.heappush(self._schedule_heap, (at, message.sequence_number))
+                self._due.add(at, message.sequence_number)
             else:
                 self._owner.deliver(message, now)
         return numbers
@@ -746,8 +457,7 @@ class Intake:
             del self.scheduled[number]
 
     def activate_due(self, now: float) -> None:
-        while self._schedule_heap and self._schedule_heap[0][0] <= now:
-            at, number = heapq.heappop(self._schedule_heap)
+        for at, number in self._due.pop_due(now):
             message = self.scheduled.pop(number, None)
             if message is not None:
                 message.state = MessageState.ACTIVE
@@ -760,6 +470,8 @@ class Queue(ReceivableEntity):
         super().__init__(namespace, config.name, config.settings)
         self.name = config.name
         self.intake = Intake(self, config.requires_duplicate_detection, config.duplicate_detection_window)
+        # Peek shows scheduled messages too, as Service Bus's does.
+        self.browser = MessageBrowser(self, self.intake.scheduled)
 
     def validate_incoming(self, envelope: Envelope) -> None:
         if self.requires_session and not envelope.session_id:
@@ -774,18 +486,6 @@ class Queue(ReceivableEntity):
     def process_timers(self, now: float) -> None:
         self.intake.activate_due(now)
         super().process_timers(now)
-
-    def peek(
-        self, from_sequence_number: int, count: int, now: float, *, session_id: str | None = None
-    ) -> list[StoredMessage]:
-        """Peek includes scheduled messages, as Service Bus's does."""
-        self.process_timers(now)
-        candidates = [
-            m
-            for m in [*self.messages.values(), *self.intake.scheduled.values()]
-            if m.sequence_number >= from_sequence_number and (session_id is None or m.session_id == session_id)
-        ]
-        return sorted(candidates, key=lambda m: m.sequence_number)[:count]
 
 
 def _session_id_missing(path: str) -> BrokerError:

@@ -17,7 +17,7 @@ from typing import Any
 
 from proton import UNDESCRIBED, Array, Data, Described, symbol, timestamp, ubyte, uint, ulong
 
-from devservers.servicebus.store import Envelope, MessageState, StoredMessage
+from devservers.servicebus.messages import Envelope, MessageState, StoredMessage
 
 __all__ = [
     "DecodeError",

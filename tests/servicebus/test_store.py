@@ -117,8 +117,8 @@ def test_ttl_is_capped_by_the_entity_default_and_expired_messages_are_removed() 
     queue = _queue(DefaultMessageTimeToLive="PT10S")
     queue.intake.send([_envelope(ttl=60.0), _envelope(ttl=5.0)], T0)
     assert [m.ttl for m in queue.messages.values()] == [10.0, 5.0]
-    assert [m.sequence_number for m in queue.peek(1, 10, T0 + 5)] == [1]
-    assert queue.peek(1, 10, T0 + 10) == []
+    assert [m.sequence_number for m in queue.browser.peek(1, 10, T0 + 5)] == [1]
+    assert queue.browser.peek(1, 10, T0 + 10) == []
 
 
 def test_locked_message_expires_only_when_its_lock_ends() -> None:
@@ -152,21 +152,21 @@ def test_sessions_lock_per_receiver_and_next_available_picks_oldest() -> None:
     queue = _queue(RequiresSession=True, LockDuration="PT10S")
     queue.intake.send([_envelope(session_id="b"), _envelope(session_id="a")], T0)
     first, second = object(), object()
-    session = queue.accept_session(None, first, T0)
+    session = queue.sessions.accept(None, first, T0)
     assert session is not None and session.session_id == "b"  # its message is the oldest
     with pytest.raises(BrokerError) as refused:
-        queue.accept_session("b", second, T0)
+        queue.sessions.accept("b", second, T0)
     assert refused.value.condition == SESSION_CANNOT_BE_LOCKED
-    other = queue.accept_session(None, second, T0)
+    other = queue.sessions.accept(None, second, T0)
     assert other is not None and other.session_id == "a"
-    assert queue.accept_session(None, object(), T0) is None
+    assert queue.sessions.accept(None, object(), T0) is None
 
 
 def test_session_lock_expiry_releases_the_session_and_revokes_its_message_locks() -> None:
     queue = _queue(RequiresSession=True, LockDuration="PT10S", MaxDeliveryCount=5)
     queue.intake.send([_envelope(session_id="s")], T0)
     owner = object()
-    session = queue.accept_session("s", owner, T0)
+    session = queue.sessions.accept("s", owner, T0)
     message = queue.next_message(owner, T0, peek_lock=True, session=session)
     assert message is not None and message.lock_token is not None and message.locked_until == T0 + 10
     token = message.lock_token
@@ -182,12 +182,12 @@ def test_session_lock_expiry_releases_the_session_and_revokes_its_message_locks(
 def test_session_state_outlives_the_lock() -> None:
     queue = _queue(RequiresSession=True)
     owner = object()
-    queue.accept_session("s", owner, T0)
-    queue.set_session_state("s", owner, b"state", T0)
-    queue.release_session("s", owner, T0)
-    assert queue.session_ids() == ["s"]
-    assert queue.accept_session("s", owner, T0 + 1) is not None
-    assert queue.owned_session("s", owner, T0 + 1).state == b"state"
+    queue.sessions.accept("s", owner, T0)
+    queue.sessions.set_state("s", owner, b"state", T0)
+    queue.sessions.release("s", owner, T0)
+    assert queue.sessions.ids() == ["s"]
+    assert queue.sessions.accept("s", owner, T0 + 1) is not None
+    assert queue.sessions.owned("s", owner, T0 + 1).state == b"state"
 
 
 def test_sending_without_session_id_to_a_session_queue_is_refused() -> None:
