@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict, Unpack
 
 import pytest
 from azure.servicebus import ServiceBusClient
@@ -86,7 +87,17 @@ def destination(request: pytest.FixtureRequest) -> Iterator[Destination]:
     yield Destination(sender, lambda: _received(client), time.sleep)
 
 
-def message(message_id: str | None = None, **fields: object) -> OutgoingMessage:
+class MessageFields(TypedDict, total=False):
+    """The optional fields of an OutgoingMessage."""
+
+    correlation_id: str | None
+    session_id: str | None
+    subject: str | None
+    content_type: str
+    application_properties: Mapping[str, str]
+
+
+def message(message_id: str | None = None, **fields: Unpack[MessageFields]) -> OutgoingMessage:
     return OutgoingMessage(message_id=message_id or f"m-{uuid.uuid4()}", body=b'{"orderId":"o-1"}', **fields)
 
 

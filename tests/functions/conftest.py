@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 from azure.cosmos import ContainerProxy, PartitionKey
+from azure.servicebus import ServiceBusReceivedMessage
 
 import function_app
 from devservers.fulfilment import FulfilmentServer
@@ -28,7 +29,12 @@ from tests.support.fault_proxy import FaultProxy, fault_proxy
 @pytest.fixture(scope="session")
 def registered_functions() -> dict[str, Callable[..., Any]]:
     """The user functions as the worker indexes them from function_app.app (get_functions once per app)."""
-    return {f.get_function_name(): f.get_user_function() for f in function_app.app.get_functions()}
+    functions: dict[str, Callable[..., Any]] = {}
+    for f in function_app.app.get_functions():
+        name = f.get_function_name()
+        assert name is not None, f  # every function in function_app is named by its decorator
+        functions[name] = f.get_user_function()
+    return functions
 
 
 @dataclass
@@ -138,10 +144,15 @@ class Deliverer:
     def __call__(self, body: bytes, **message: Any) -> list[Settlement]:
         msg = make_received_message(body, **message)
         self.function(msg, self.host.message_actions())
-        return self.host.recorder.settlements_for(msg.lock_token)
+        return self.settlements(msg)
 
-    def message(self, body: bytes, **message: Any) -> Any:
+    def message(self, body: bytes, **message: Any) -> ServiceBusReceivedMessage:
         return make_received_message(body, **message)
+
+    def settlements(self, msg: ServiceBusReceivedMessage) -> list[Settlement]:
+        """How the host was asked to settle ``msg``, in arrival order."""
+        assert msg.lock_token is not None  # the host's hand-over always carries one
+        return self.host.recorder.settlements_for(msg.lock_token)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ def deliver_all_at_once(deliver: Deliverer, bodies: list[bytes], message_id: str
     with ThreadPoolExecutor(max_workers=len(messages)) as pool:
         for future in [pool.submit(run, m) for m in messages]:
             future.result()
-    settled = [deliver.host.recorder.settlements_for(m.lock_token) for m in messages]
+    settled = [deliver.settlements(m) for m in messages]
     assert all(len(s) == 1 for s in settled), "every delivery must end in exactly one settlement"
     return [(s[0].action, s[0].reason) for s in settled]
 

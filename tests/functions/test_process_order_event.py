@@ -77,6 +77,7 @@ def test_same_event_with_other_content_is_dead_lettered_payload_mismatch(
     send(deliver_event, body)
     action, reason, description = send(deliver_event, {**body, "data": {**body["data"], "amount": "1.00"}})
     assert (action, reason) == ("deadletter", "PayloadMismatch")
+    assert description is not None
     assert body["id"] in description
 
 
@@ -106,6 +107,7 @@ def test_gap_at_the_configured_delivery_is_dead_lettered_out_of_order(
     assert send(deliver_event, body, delivery_count=3, layout="marker_prefix")[0] == "abandon"
     action, reason, description = send(deliver_event, body, delivery_count=4, layout="marker_prefix")
     assert (action, reason) == ("deadletter", "OutOfOrder")
+    assert description is not None
     assert "missing version 2" in description
 
 
@@ -142,6 +144,7 @@ def test_forbidden_transition_is_dead_lettered(
     send(deliver_event, event_body(order_id, 2, first))
     action, reason, description = send(deliver_event, event_body(order_id, 3, second))
     assert (action, reason) == ("deadletter", "InvalidTransition")
+    assert description is not None
     assert second in description
     assert order(app_on_cosmos, order_id)["version"] == 2
 
@@ -150,6 +153,7 @@ def test_invalid_event_is_dead_lettered_with_the_rule(deliver_event: Deliverer, 
     body = {**event_body(order_id, 2), "type": "com.example.orders.Refunded"}
     action, reason, description = send(deliver_event, body)
     assert (action, reason) == ("deadletter", "InvalidMessage")
+    assert description is not None
     assert description.startswith("Expected type to be one of") and description.endswith("- at `$.type`")
 
 
@@ -189,7 +193,7 @@ def test_two_consumers_share_the_container_and_each_applies_once(
     def to_audit() -> str:
         msg = deliver_event.message(encode_event(body), message_id=body["id"], session_id=order_id)
         run_delivery("audit_trail", msg, deliver_event.host.message_actions(), audit)
-        [settlement] = deliver_event.host.recorder.settlements_for(msg.lock_token)
+        [settlement] = deliver_event.settlements(msg)
         return settlement.action
 
     before = outcome_counts()
@@ -223,7 +227,7 @@ def test_sixteen_concurrent_deliveries_of_one_event_apply_it_once(
     with ThreadPoolExecutor(16) as pool:
         for future in [pool.submit(run, m) for m in messages]:
             future.result()
-    settled = [deliver_event.host.recorder.settlements_for(m.lock_token) for m in messages]
+    settled = [deliver_event.settlements(m) for m in messages]
     assert Counter(s[0].action for s in settled if len(s) == 1) == {"complete": 16}
     after = outcome_counts()
     assert after[("process_order_event", "applied")] - before[("process_order_event", "applied")] == 1

@@ -68,7 +68,7 @@ def test_duplicate_after_completion_does_not_call_again(
         assert deliver_order(body, message_id=order_id)[0].action == "complete"
     assert len(fulfilment.calls(key_of(order_id))) == 1
     [logged] = [r for r in caplog.records if r.name == "idempotent_consumer"]
-    assert logged.outcome == "duplicate"
+    assert vars(logged)["outcome"] == "duplicate"
     assert "reserve-stock completed" in logged.getMessage() and "reference res-" in logged.getMessage()
 
 
@@ -120,6 +120,7 @@ def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
     fulfilment.fail_next(status, reason="SKU-2 is discontinued")
     [settlement] = deliver_order(body, message_id=order_id)
     assert (settlement.action, settlement.reason) == ("deadletter", "DownstreamRejected")
+    assert settlement.description is not None
     assert f"HTTP {status}" in settlement.description and "SKU-2 is discontinued" in settlement.description
     assert record(app_on_cosmos, order_id)["status"] == "failed"
     [again] = deliver_order(body, message_id=order_id)

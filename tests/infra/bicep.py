@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pycep import BicepParser
+from pycep.typing import BicepJson
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -27,7 +28,7 @@ class Unresolved:
 
 
 @cache
-def parse(relative: str) -> dict[str, Any]:
+def parse(relative: str) -> BicepJson:
     """The pycep parse of one Bicep file under infra/."""
     return BicepParser().parse(text=(INFRA / relative).read_text())
 
@@ -41,7 +42,7 @@ def bicep_files() -> list[str]:
 class Scope:
     """The names visible in one template: parameter values and variable expressions."""
 
-    template: dict[str, Any]
+    template: BicepJson
     params: dict[str, Any] = field(default_factory=dict)
     resolving: frozenset[str] = frozenset()  # variables being evaluated: a name inside its own value is a literal
 
@@ -131,8 +132,10 @@ class Scope:
     def module(self, symbolic_name: str) -> Scope:
         """The scope of a module as this template instantiates it."""
         module = self.template["modules"][symbolic_name]
+        path = module["detail"].get("path")
+        assert module["type"] == "local" and isinstance(path, str), f"{symbolic_name} is not a local module"
         given = {name: self.evaluate(value) for name, value in module["config"]["params"].items()}
-        return Scope.with_defaults(module["detail"]["path"], given)
+        return Scope.with_defaults(path, given)
 
 
 MAIN_REQUIRED = {"environmentName": "dev", "location": "westeurope", "fulfillmentUrl": "https://fulfilment.example"}

@@ -98,7 +98,9 @@ def published_ports(service: str) -> set[int]:
 
 def test_compose_ports_match_the_local_settings() -> None:
     assert 5672 in published_ports("servicebus") and "UseDevelopmentEmulator=true" in SAMPLE["ServiceBusConnection"]
-    cosmos_port = int(re.search(r":(\d+)", SAMPLE["COSMOS_ENDPOINT"].split("//")[1]).group(1))
+    port = re.search(r":(\d+)", SAMPLE["COSMOS_ENDPOINT"].split("//")[1])
+    assert port, SAMPLE["COSMOS_ENDPOINT"]
+    cosmos_port = int(port.group(1))
     assert cosmos_port in published_ports("cosmos")
     assert COMPOSE["services"]["cosmos"]["environment"]["PROTOCOL"] == "http"
     assert SAMPLE["COSMOS_ENDPOINT"].startswith("http://")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 
-from devservers.servicebus import start_broker
+from devservers.servicebus import Broker, start_broker
 from sbctl.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,14 +34,14 @@ CONFIG = {"UserConfig": {"Namespaces": [{"Name": "sbctl", "Queues": [
 
 
 @pytest.fixture(scope="module")
-def broker() -> Iterator[object]:
+def broker() -> Iterator[Broker]:
     with start_broker(CONFIG) as running:
         yield running
 
 
 @pytest.fixture
-def conn(broker: object) -> str:
-    return broker.connection_string  # type: ignore[attr-defined]
+def conn(broker: Broker) -> str:
+    return broker.connection_string
 
 
 def drain(conn: str, name: str, *, session: str | None = None, dead_letter: bool = False) -> list:
@@ -72,8 +72,9 @@ def dead_letter(conn: str, name: str, messages: list[tuple[str, str]]) -> None:
             pending = len(messages)
             while pending:
                 for message in receiver.receive_messages(max_message_count=pending, max_wait_time=2):
-                    receiver.dead_letter_message(message, reason=reasons[message.message_id],
-                                                 error_description=f"because {message.message_id}")
+                    mid = message.message_id
+                    assert mid is not None  # every message was sent with one
+                    receiver.dead_letter_message(message, reason=reasons[mid], error_description=f"because {mid}")
                     pending -= 1
 
 
@@ -198,7 +199,7 @@ def test_missing_entity_is_a_clear_error(conn: str, capsys: pytest.CaptureFixtur
 
 def test_unreachable_broker_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with start_broker(CONFIG) as gone:
-        dead = gone.connection_string  # type: ignore[attr-defined]
+        dead = gone.connection_string
     assert main(["send", "--queue", "plain", "--generate", "1", "--connection-string", dead]) == 1
     assert "cannot reach Service Bus" in capsys.readouterr().err
 

@@ -40,7 +40,7 @@ def test_batch_send_delivers_every_message_of_the_batch_in_order(sb: Handlers) -
         sender.send_messages(batch)
         received = collect(receiver, 5)
     assert [str(m) for m in received] == [f"item-{i}" for i in range(5)]
-    assert [m.application_properties[b"index"] for m in received] == list(range(5))
+    assert [(m.application_properties or {}).get(b"index") for m in received] == list(range(5))
     assert [m.sequence_number for m in received] == [1, 2, 3, 4, 5]
 
 
@@ -144,6 +144,7 @@ def test_dead_letter_moves_message_with_reason_and_description(sb: Handlers) -> 
         assert dead.dead_letter_reason == "ValidationFailed"
         assert dead.dead_letter_error_description == "amount < 0"
         assert dead.dead_letter_source == "dead-letter"
+        assert dead.application_properties is not None
         assert dead.application_properties[b"keep"] == b"me"
         assert dead.application_properties[b"DeadLetterReason"] == b"ValidationFailed"
         dlq.complete_message(dead)
@@ -158,7 +159,7 @@ def test_expired_lock_makes_message_available_again_with_higher_delivery_count(s
         # Locked for PT1S; once the lock expires the broker hands the message to the other receiver.
         [second] = wait_for(lambda: second_receiver.receive_messages(max_message_count=1, max_wait_time=1))
         assert second.sequence_number == first.sequence_number
-        assert second.delivery_count == first.delivery_count + 1
+        assert first.delivery_count is not None and second.delivery_count == first.delivery_count + 1
         with pytest.raises(MessageLockLostError):
             first_receiver.complete_message(first)
         second_receiver.complete_message(second)
@@ -296,7 +297,8 @@ def test_scheduled_message_is_invisible_until_its_time(sb: Handlers) -> None:
         assert nothing_to_receive(receiver)  # 0.5 s, well before the time
         received = collect(receiver, 2)
         assert sorted(str(m) for m in received) == ["via annotation", "via management"]
-        assert all(m.enqueued_time_utc >= at - datetime.timedelta(seconds=1) for m in received)
+        assert all(m.enqueued_time_utc is not None and m.enqueued_time_utc >= at - datetime.timedelta(seconds=1)
+                   for m in received)
         for message in received:
             receiver.complete_message(message)
 

@@ -7,7 +7,7 @@ from functools import cache
 
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Sum
 
 from shared.telemetry import OUTCOME_COUNTER
 
@@ -29,6 +29,7 @@ def outcome_counts() -> Counter[tuple[str, str]]:
             for metric in scope.metrics:
                 if metric.name != OUTCOME_COUNTER:
                     continue
+                assert isinstance(metric.data, Sum), metric.data  # a counter's points are numbers
                 for point in metric.data.data_points:
                     attrs = point.attributes or {}
                     counts[(str(attrs["function"]), str(attrs["outcome"]))] += int(point.value)

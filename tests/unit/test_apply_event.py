@@ -68,6 +68,7 @@ def test_same_event_identity_with_other_content_is_a_payload_mismatch(store: InM
     deliver(store, event_body("ord-1", 2, event_id="e-2"))
     result = deliver(store, event_body("ord-1", 2, event_id="e-2", amount="1.00"))
     assert result.outcome is Outcome.PAYLOAD_MISMATCH
+    assert result.request_hash is not None
     assert "e-2" in result.description and result.request_hash in result.description
 
 

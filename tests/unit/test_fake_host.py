@@ -30,7 +30,7 @@ LOCKED_UNTIL = ENQUEUED + timedelta(seconds=60)
 
 
 def _message(lock_token: uuid.UUID | None = None, **kwargs: object) -> ServiceBusReceivedMessage:
-    return make_received_message(b'{"orderId": "o-1"}', message_id="m-1", lock_token=lock_token, **kwargs)  # type: ignore[arg-type]
+    return make_received_message(b'{"orderId": "o-1"}', message_id="m-1", lock_token=lock_token, **kwargs)
 
 
 # -- settlement through the real client ----------------------------------------------------------------

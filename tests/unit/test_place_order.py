@@ -82,6 +82,7 @@ def test_redelivered_order_with_other_items_is_a_payload_mismatch_naming_both_ha
     result = place_order(inbound(other), store)
     assert result.outcome is Outcome.PAYLOAD_MISMATCH
     assert "ord-1" in result.description
+    assert first.request_hash is not None and result.request_hash is not None
     assert first.request_hash in result.description
     assert result.request_hash in result.description
     assert "SKU-9" not in result.description

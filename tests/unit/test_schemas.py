@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ def test_there_is_no_committed_schema_without_a_model() -> None:
 def test_a_valid_order_passes_its_schema_and_a_broken_one_fails() -> None:
     schema = committed("order-placed.schema.json")
     jsonschema.validate(order_body("ord-1"), schema)
+    broken: Mapping[str, object]
     for broken in ({"currency": "EURO"}, {"total": 44.98}, {"orderId": "a/b"}, {"items": []}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(order_body("ord-1", **broken), schema)

@@ -17,11 +17,12 @@ def test_record_has_ids_outcome_and_duration_but_no_payload(caplog: pytest.LogCa
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         record_delivery("process_order", message, Result(Outcome.CREATED, request_hash="abc"), 12.345)
     [record] = caplog.records
-    assert record.messageId == "ord-7"
-    assert record.correlationId == "corr-1"
-    assert record.deliveryCount == 2
-    assert record.outcome == "created"
-    assert record.durationMs == 12.3
+    fields = vars(record)  # what ``extra`` set: LogRecord declares only the standard attributes
+    assert fields["messageId"] == "ord-7"
+    assert fields["correlationId"] == "corr-1"
+    assert fields["deliveryCount"] == 2
+    assert fields["outcome"] == "created"
+    assert fields["durationMs"] == 12.3
     assert "alice@example.com" not in record.getMessage()
     assert "alice@example.com" not in repr(record.__dict__)
 
