@@ -24,7 +24,7 @@ from shared.errors import (
     StoreError,
     TransientStoreError,
 )
-from shared.ports.store import BatchOperation, Create, Document, Patch, check_batch, check_field
+from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, check_batch, check_field
 from shared.settings import Settings
 
 # Statuses worth retrying later: timeout, throttled, retry-with, server error, unavailable. A 408 on a
@@ -98,6 +98,8 @@ def _batch_operation(op: BatchOperation) -> tuple[Any, ...]:
         options = {"filter_predicate": filter_predicate(op.condition)} if op.condition else {}
         return ("patch", (op.doc_id, patch), options)
     options = {"if_match_etag": op.if_match} if op.if_match else {}
+    if isinstance(op, Delete):
+        return ("delete", (op.doc_id,), options)
     return ("replace", (op.document["id"], op.document), options)
 
 
@@ -174,14 +176,16 @@ class CosmosStore:
             return dict(self._container.read_item(item=doc_id, partition_key=partition_key))
 
     def query(
-        self, conditions: Mapping[str, Any], *, before: tuple[str, Any] | None = None, limit: int = 100
+        self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+        before: tuple[str, Any] | None = None, limit: int = 100,
     ) -> list[Document]:
-        """A cross-partition query with parameters, reading at most ``limit`` documents."""
+        """A query with parameters, in one partition or across all, reading at most ``limit`` documents."""
         sql, parameters = query_text(conditions, before)
+        scope: dict[str, Any] = (
+            {"partition_key": partition_key} if partition_key is not None else {"enable_cross_partition_query": True}
+        )
         with translate_errors("query"):
-            items = self._container.query_items(
-                sql, parameters=parameters, enable_cross_partition_query=True, max_item_count=limit
-            )
+            items = self._container.query_items(sql, parameters=parameters, max_item_count=limit, **scope)
             return [dict(item) for item in islice(items, limit)]
 
     def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:

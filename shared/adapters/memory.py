@@ -17,7 +17,7 @@ from shared.adapters.reservations import ReservationLedger
 from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, PublishError, StoreError
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
-from shared.ports.store import BatchOperation, Create, Document, Patch, check_batch, check_field
+from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, check_batch, check_field
 
 _Key = tuple[str, str]
 
@@ -49,9 +49,10 @@ class InMemoryStore:
             return copy.deepcopy(self._get(self._documents, partition_key, doc_id))
 
     def query(
-        self, conditions: Mapping[str, Any], *, before: tuple[str, Any] | None = None, limit: int = 100
+        self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+        before: tuple[str, Any] | None = None, limit: int = 100,
     ) -> list[Document]:
-        """Live documents matching every condition (and below ``before``), across partitions."""
+        """Live documents matching every condition (and below ``before``), in one partition or across all."""
         for name in (*conditions, *([before[0]] if before else [])):
             check_field(name)
         with self._lock:
@@ -60,6 +61,7 @@ class InMemoryStore:
                 copy.deepcopy(d)
                 for d in self._documents.values()
                 if not self._expired(d)
+                and (partition_key is None or d.get("orderId") == partition_key)
                 and all(d.get(k) == v for k, v in conditions.items())
                 and (before is None or _less(d.get(before[0]), before[1]))
             ]
@@ -96,6 +98,12 @@ class InMemoryStore:
             patched = self._stamp({**copy.deepcopy(current), **copy.deepcopy(dict(op.set_fields))})
             docs[(partition_key, op.doc_id)] = patched
             return patched
+        if isinstance(op, Delete):
+            current = self._get(docs, partition_key, op.doc_id)
+            if op.if_match is not None and current["_etag"] != op.if_match:
+                raise PreconditionFailed(f"etag of {op.doc_id} changed", status=412)
+            del docs[(partition_key, op.doc_id)]
+            return {}
         self._require_partition(op.document, partition_key)
         current = self._get(docs, partition_key, op.document["id"])
         if op.if_match is not None and current["_etag"] != op.if_match:

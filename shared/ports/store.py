@@ -52,7 +52,15 @@ class Replace:
     if_match: str | None = None
 
 
-BatchOperation = Create | Patch | Replace
+@dataclass(frozen=True)
+class Delete:
+    """Delete a document, only if its etag still equals ``if_match`` (else 412; 404 if absent)."""
+
+    doc_id: str
+    if_match: str | None = None
+
+
+BatchOperation = Create | Patch | Replace | Delete
 
 
 def check_batch(operations: Sequence[BatchOperation]) -> None:
@@ -75,6 +83,8 @@ def check_batch(operations: Sequence[BatchOperation]) -> None:
 def _payload(op: BatchOperation) -> Any:
     if isinstance(op, Patch):
         return [op.doc_id, dict(op.set_fields), dict(op.condition)]
+    if isinstance(op, Delete):
+        return op.doc_id
     return op.document
 
 
@@ -100,10 +110,12 @@ class DocumentStore(Protocol):
         ...
 
     def query(
-        self, conditions: Mapping[str, Any], *, before: tuple[str, Any] | None = None, limit: int = 100
+        self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+        before: tuple[str, Any] | None = None, limit: int = 100,
     ) -> list[Document]:
-        """Up to ``limit`` documents, across partitions, whose fields equal ``conditions`` and, with
-        ``before=(field, value)``, whose ``field`` is less than ``value``. Raise TransientStoreError to retry.
+        """Up to ``limit`` documents whose fields equal ``conditions`` and, with ``before=(field, value)``,
+        whose ``field`` is less than ``value``: in one partition, or across all when ``partition_key`` is
+        None. Raise TransientStoreError to retry.
         """
         ...
 

@@ -16,8 +16,8 @@ from azure.cosmos import PartitionKey
 
 from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import InMemoryStore
-from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound
-from shared.ports.store import MAX_BATCH_OPERATIONS, Create, DocumentStore, Patch, Replace
+from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound, PreconditionFailed
+from shared.ports.store import MAX_BATCH_OPERATIONS, Create, Delete, DocumentStore, Patch, Replace
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
 
@@ -170,7 +170,7 @@ def test_conditional_patch_fails_412_and_writes_nothing_when_the_condition_fails
     marker = Create({"id": f"{order_id}-marker", "orderId": order_id})
     with pytest.raises(BatchFailed) as caught:
         store.execute_batch(order_id, [marker, Patch(order_id, {"version": 9}, condition)])
-    assert (caught.value.index, caught.value.status) == (1, 412)
+    assert caught.value.index == 1 and isinstance(caught.value.error, PreconditionFailed)
     assert store.read(order_id, order_id)["version"] == 1
     with pytest.raises(NotFound):
         store.read(f"{order_id}-marker", order_id)
@@ -180,7 +180,7 @@ def test_patch_of_a_missing_document_fails_404(store: DocumentStore) -> None:
     order_id = new_id()
     with pytest.raises(BatchFailed) as caught:
         store.execute_batch(order_id, [Patch(order_id, {"version": 2}, {"version": 1})])
-    assert caught.value.status == 404
+    assert isinstance(caught.value.error, NotFound)
 
 
 def test_replace_needs_the_current_etag(store: DocumentStore) -> None:
@@ -189,7 +189,7 @@ def test_replace_needs_the_current_etag(store: DocumentStore) -> None:
     store.execute_batch(order_id, [Replace(doc(order_id, attempt=2), if_match=created["_etag"])])
     with pytest.raises(BatchFailed) as caught:
         store.execute_batch(order_id, [Replace(doc(order_id, attempt=3), if_match=created["_etag"])])
-    assert caught.value.status == 412
+    assert isinstance(caught.value.error, PreconditionFailed)
     assert store.read(order_id, order_id)["attempt"] == 2
 
 
@@ -239,3 +239,37 @@ def test_query_finds_matching_documents_across_partitions(store: DocumentStore) 
     assert sorted(d["createdAt"] for d in found) == [100.0, 101.0]
     assert len(store.query({"type": f"outbox-{tag}"}, limit=2)) == 2
     assert store.query({"type": f"outbox-{tag}", "status": "lost"}) == []
+
+
+def test_delete_in_a_batch_removes_the_document_with_the_other_writes(store: DocumentStore) -> None:
+    order_id = new_id()
+    created = store.create(doc(f"{order_id}-parked", orderId=order_id))
+    store.execute_batch(order_id, [Create(doc(order_id)), Delete(f"{order_id}-parked", if_match=created["_etag"])])
+    assert store.read(order_id, order_id)["id"] == order_id
+    with pytest.raises(NotFound):
+        store.read(f"{order_id}-parked", order_id)
+
+
+def test_delete_with_a_stale_etag_or_of_a_missing_document_fails_and_writes_nothing(store: DocumentStore) -> None:
+    order_id = new_id()
+    created = store.create(doc(f"{order_id}-parked", orderId=order_id, n=1))
+    store.execute_batch(order_id, [Replace(doc(f"{order_id}-parked", orderId=order_id, n=2))])
+    with pytest.raises(BatchFailed) as stale:
+        store.execute_batch(order_id, [Create(doc(order_id)), Delete(f"{order_id}-parked", if_match=created["_etag"])])
+    assert stale.value.index == 1 and isinstance(stale.value.error, PreconditionFailed)
+    with pytest.raises(BatchFailed) as missing:
+        store.execute_batch(order_id, [Create(doc(order_id)), Delete(f"{order_id}-gone")])
+    assert missing.value.index == 1 and isinstance(missing.value.error, NotFound)
+    with pytest.raises(NotFound):
+        store.read(order_id, order_id)
+    assert store.read(f"{order_id}-parked", order_id)["n"] == 2
+
+
+def test_query_can_stay_in_one_partition(store: DocumentStore) -> None:
+    tag = uuid.uuid4().hex
+    first, second = new_id(), new_id()
+    for order_id in (first, first, second):
+        store.create({"id": f"{order_id}-{uuid.uuid4().hex}", "orderId": order_id, "type": tag})
+    assert len(store.query({"type": tag}, partition_key=first)) == 2
+    assert len(store.query({"type": tag}, partition_key=second)) == 1
+    assert len(store.query({"type": tag})) == 3
