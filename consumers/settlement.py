@@ -63,14 +63,9 @@ class MessageActions(Protocol):
         """Move the message to the dead-letter queue with a reason and description."""
 
 
-def settlement_for(result: Result) -> Settlement:
-    """The settlement an outcome maps to."""
-    return SETTLEMENTS[result.outcome]
-
-
 def settle(msg: Any, actions: MessageActions, result: Result, *, message_id: str | None) -> Settlement:
     """Make exactly one settlement call for the delivery. A failed call is logged and re-raised."""
-    settlement = settlement_for(result)
+    settlement = SETTLEMENTS[result.outcome]
     try:
         if settlement.action is Action.COMPLETE:
             actions.complete(msg)

@@ -170,25 +170,14 @@ class Retention:
     @property
     def required_seconds(self) -> int:
         """The shortest marker lifetime that covers every way a message can come back."""
-        return (
-            self.lock_duration_seconds * self.max_delivery_count
-            + self.message_ttl_seconds
-            + self.resubmit_grace_seconds
-        )
-
-    def computation(self) -> str:
-        """The rule with these numbers filled in, for error messages and logs."""
-        return (
-            f"lock {self.lock_duration_seconds} s x {self.max_delivery_count} deliveries"
-            f" + message TTL {self.message_ttl_seconds} s + resubmit grace {self.resubmit_grace_seconds} s"
-            f" = {self.required_seconds} s"
-        )
+        redeliveries = self.lock_duration_seconds * self.max_delivery_count
+        return redeliveries + self.message_ttl_seconds + self.resubmit_grace_seconds
 
     def check(self) -> Retention:
         """Return self if markers live long enough, else raise ConfigurationError showing the computation."""
         if self.dedup_ttl_seconds < self.required_seconds:
-            raise ConfigurationError(
-                "DEDUP_TTL_SECONDS",
-                f"{self.dedup_ttl_seconds} s is shorter than the retention window: {self.computation()}",
-            )
+            raise ConfigurationError("DEDUP_TTL_SECONDS", (
+                f"{self.dedup_ttl_seconds} s is shorter than the retention window: lock {self.lock_duration_seconds} s"
+                f" x {self.max_delivery_count} deliveries + message TTL {self.message_ttl_seconds} s + resubmit grace"
+                f" {self.resubmit_grace_seconds} s = {self.required_seconds} s"))
         return self

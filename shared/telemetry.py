@@ -33,15 +33,9 @@ _deliveries = metrics.get_meter(METER_NAME).create_counter(
 
 def delivery_fields(function: str, message: InboundMessage, result: Result, duration_ms: float) -> dict[str, Any]:
     """The fields of the per-delivery record; payload contents never appear here."""
-    return {
-        "function": function,
-        "messageId": message.message_id,
-        "correlationId": message.correlation_id,
-        "deliveryCount": message.delivery_count,
-        "outcome": result.outcome.value,
-        "requestHash": result.request_hash,
-        "durationMs": round(duration_ms, 1),
-    }
+    return {"function": function, "messageId": message.message_id, "correlationId": message.correlation_id,
+            "deliveryCount": message.delivery_count, "outcome": result.outcome.value,
+            "requestHash": result.request_hash, "durationMs": round(duration_ms, 1)}
 
 
 def record_delivery(function: str, message: InboundMessage, result: Result, duration_ms: float) -> None:
@@ -49,15 +43,8 @@ def record_delivery(function: str, message: InboundMessage, result: Result, dura
     fields = delivery_fields(function, message, result, duration_ms)
     level = logging.INFO if result.outcome in QUIET_OUTCOMES else logging.WARNING
     detail = f" detail={result.description}" if result.description else ""
-    logger.log(
-        level,
-        "delivery %s messageId=%s outcome=%s deliveryCount=%s durationMs=%s%s",
-        function,
-        fields["messageId"],
-        fields["outcome"],
-        fields["deliveryCount"],
-        fields["durationMs"],
-        detail,
-        extra=fields,  # becomes customDimensions in Application Insights
-    )
+    # ``extra`` becomes customDimensions in Application Insights.
+    logger.log(level, "delivery %s messageId=%s outcome=%s deliveryCount=%s durationMs=%s%s", function,
+               message.message_id, result.outcome.value, message.delivery_count, fields["durationMs"], detail,
+               extra=fields)
     _deliveries.add(1, {"function": function, "outcome": result.outcome.value})

@@ -139,9 +139,9 @@ class InMemoryStore:
         if self._partition_key_of(document) != partition_key:
             raise StoreError(f"document {document.get('id')} is not in partition {partition_key}", status=400)
 
-    def _partition_key_of(self, document: Document) -> str:
-        value = document.get("orderId")
-        if not isinstance(value, str):
+    @staticmethod
+    def _partition_key_of(document: Document) -> str:
+        if not isinstance(value := document.get("orderId"), str):
             raise StoreError(f"document {document.get('id')} has no string orderId", status=400)
         return value
 

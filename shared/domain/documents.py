@@ -215,7 +215,8 @@ class EventRecord(StoredDocument, kw_only=True):
     @staticmethod
     def of(event: CloudEvent) -> EventRecord:
         """The record an event writes when it applies."""
-        record_type: type[EventRecord] = _RECORDS[event.kind.record_type]
+        records = {c.__struct_config__.tag: c for c in EventRecord.__subclasses__()}
+        record_type: type[EventRecord] = records[event.kind.record_type]
         data = event.data.canonical()
         label = str(data.get("paymentId") or data.get("shipmentId") or event.order_id)
         identity = {"id": derive_id(event.kind.record_type, event.source, event.id, label=label),
@@ -245,6 +246,3 @@ class CancellationRecord(EventRecord, kw_only=True, tag="cancellation"):
 
     reason: str
 
-
-_RECORDS: dict[str, type[EventRecord]] = {"payment": PaymentRecord, "shipment": ShipmentRecord,
-                                          "cancellation": CancellationRecord}

@@ -56,11 +56,10 @@ class EffectOutcome(StrEnum):
 
 @dataclass(frozen=True)
 class EffectResult:
-    """The verdict with its record, for the log or the dead-letter description."""
+    """The verdict, described for the log or the dead-letter description."""
 
     outcome: EffectOutcome
     description: str
-    record: SideEffectRecord
 
 
 @dataclass(frozen=True)
@@ -99,12 +98,12 @@ class SideEffect:
             reply = call(record.idempotency_key)
         except DownstreamUnavailable as exc:
             self._release(record)
-            return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: {exc}", record)
+            return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: {exc}")
         if reply.kind is ReplyKind.SUCCEEDED:
             return self._finish(record, EffectStatus.COMPLETED, reply, EffectOutcome.DONE)
         if reply.kind is ReplyKind.TRANSIENT:
             self._release(record)
-            return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: HTTP {reply.status}", record)
+            return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: HTTP {reply.status}")
         return self._finish(record, EffectStatus.FAILED, reply, EffectOutcome.REJECTED)
 
     def _claim(
@@ -118,14 +117,13 @@ class SideEffect:
         try:
             current = SideEffectRecord.from_document(self.store.read(record.id, order_id))
         except NotFound:  # expired or removed between the 409 and the read
-            return EffectResult(EffectOutcome.BUSY, f"{self.name}: record changed under us", record)
+            return EffectResult(EffectOutcome.BUSY, f"{self.name}: record changed under us")
         if current.status is EffectStatus.COMPLETED:
-            return EffectResult(EffectOutcome.DONE, summary(current), current)
+            return EffectResult(EffectOutcome.DONE, summary(current))
         if current.status is EffectStatus.FAILED:
-            return EffectResult(EffectOutcome.REJECTED, summary(current), current)
+            return EffectResult(EffectOutcome.REJECTED, summary(current))
         if current.lease_until > self.clock():
-            return EffectResult(EffectOutcome.BUSY, f"{self.name}: attempt {current.attempt} holds a live lease",
-                                current)
+            return EffectResult(EffectOutcome.BUSY, f"{self.name}: attempt {current.attempt} holds a live lease")
         return self._take_over(current, locked_until)
 
     def _take_over(self, current: SideEffectRecord, locked_until: datetime | None) -> SideEffectRecord | EffectResult:
@@ -133,7 +131,7 @@ class SideEffect:
                                         lease_until=self._lease_until(locked_until))
         written = self._replace(current, taken)
         if written is None:
-            return EffectResult(EffectOutcome.BUSY, f"{self.name}: another instance took the expired lease", current)
+            return EffectResult(EffectOutcome.BUSY, f"{self.name}: another instance took the expired lease")
         return written
 
     def _finish(
@@ -145,9 +143,8 @@ class SideEffect:
         )
         if self._replace(record, finished) is None:
             # Our lease was taken over while we called; the other instance finishes the record.
-            return EffectResult(EffectOutcome.BUSY, f"{self.name}: lease lost before the record was finished",
-                                record)
-        return EffectResult(outcome, summary(finished), finished)
+            return EffectResult(EffectOutcome.BUSY, f"{self.name}: lease lost before the record was finished")
+        return EffectResult(outcome, summary(finished))
 
     def _release(self, record: SideEffectRecord) -> None:
         """End the lease early after a failed call, so that the redelivery may take over at once."""
