@@ -40,5 +40,6 @@ def to_inbound(msg: ServiceBusReceivedMessage) -> InboundMessage:
         delivery_count=msg.delivery_count,
         enqueued_time_utc=msg.enqueued_time_utc,
         locked_until_utc=msg.locked_until_utc,
+        sequence_number=msg.sequence_number,
         application_properties=_properties(msg.application_properties),
     )

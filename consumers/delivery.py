@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from consumers.binding import to_inbound
-from consumers.settlement import MessageActions, Settlement, settle
+from consumers.settlement import SETTLEMENTS, Action, MessageActions, Settlement, settle
 from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
+from shared.domain.outcomes import Outcome, Result, abandon_wait
 from shared.telemetry import record_delivery
 
 logger = logging.getLogger("idempotent_consumer.delivery")
@@ -22,13 +22,15 @@ Recorder = Callable[[str, InboundMessage, Result, float], None]
 
 
 def run_delivery(
-    function: str, msg: Any, actions: MessageActions, handler: Handler, *, record: Recorder = record_delivery
+    function: str, msg: Any, actions: MessageActions, handler: Handler, *, abandon_delay: float = 0.0,
+    record: Recorder = record_delivery, sleep: Callable[[float], None] = time.sleep,
 ) -> Settlement:
     """Process one PeekLock delivery and settle it exactly once.
 
     Any exception from translation or the handler becomes outcome ``error`` (abandon, logged with
     its stack, ids only); only a failed settlement call is raised, for the host to log. ``record``
-    logs and counts the delivery; if it fails, the delivery is still settled.
+    logs and counts the delivery; if it fails, the delivery is still settled. Before an abandon the
+    delivery waits inside its lock (``abandon_wait``), so that retries are spread out in time.
     """
     started = time.perf_counter()
     inbound = InboundMessage(message_id=None, body=None)
@@ -49,4 +51,6 @@ def run_delivery(
     except Exception:
         # Telemetry must never cost a settlement: the delivery is still settled below.
         logger.exception("recording delivery %s messageId=%s failed", function, inbound.message_id)
+    if SETTLEMENTS[result.outcome].action is Action.ABANDON:
+        sleep(abandon_wait(abandon_delay, inbound.locked_until_utc, time.time()))
     return settle(msg, actions, result, message_id=inbound.message_id)

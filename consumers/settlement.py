@@ -40,7 +40,7 @@ SETTLEMENTS: dict[Outcome, Settlement] = {
     Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
     Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
     Outcome.GAP: Settlement(Action.ABANDON),
-    Outcome.IN_PROGRESS: Settlement(Action.ABANDON),
+    Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
     Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),
     Outcome.OUT_OF_ORDER: Settlement(Action.DEADLETTER, "OutOfOrder"),
     Outcome.TRANSIENT: Settlement(Action.ABANDON),

@@ -45,6 +45,10 @@ def handle_event(message: InboundMessage) -> Result:
     return apply_order_event(message, app.order_store(), app.settings)
 
 
+def _abandon_delay() -> float:
+    return bootstrap.services().settings.abandon_delay_seconds
+
+
 def publisher() -> OutboxPublisher:
     """The outbox publisher over the process's store and sender."""
     app = bootstrap.services()
@@ -62,7 +66,7 @@ def process_order(
     msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
 ) -> None:
     """Service Bus trigger (PeekLock): settle every delivery explicitly, exactly once."""
-    run_delivery("process_order", msg, message_actions, handle_order)
+    run_delivery("process_order", msg, message_actions, handle_order, abandon_delay=_abandon_delay())
 
 
 @blueprint.function_name("process_order_event")
@@ -74,7 +78,7 @@ def process_order_event(
     msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
 ) -> None:
     """Service Bus session trigger (PeekLock): settle every delivery explicitly, exactly once."""
-    run_delivery("process_order_event", msg, message_actions, handle_event)
+    run_delivery("process_order_event", msg, message_actions, handle_event, abandon_delay=_abandon_delay())
 
 
 def _log(function: str, report: PublishReport) -> None:

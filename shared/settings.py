@@ -91,6 +91,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                                                            "Connect timeout of the fulfilment call.")
     fulfillment_read_timeout_seconds: Seconds = setting("FULFILLMENT_READ_TIMEOUT_SECONDS", 10,
                                                         "Read timeout of the fulfilment call.")
+    abandon_delay_seconds: Annotated[float, msgspec.Meta(ge=0)] = setting(
+        "ABANDON_DELAY_SECONDS", 10.0, "How long a delivery waits inside its lock before it is abandoned "
+        "(`transient`, `error`), so that retries are spread over minutes; capped by the lock.")
     side_effect_lease_seconds: Seconds = setting("SIDE_EFFECT_LEASE_SECONDS", 60, "Longest lease of an in-progress "
                                                  "side effect; also capped by the message lock.")
     outbox_destination: Name = setting("OUTBOX_DESTINATION", "order-accepted", "Queue or topic that OrderAccepted "

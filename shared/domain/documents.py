@@ -180,6 +180,7 @@ class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
     status: EffectStatus
     attempt: int
     lease_until: float
+    message_sequence: int | None = None
     response_status: int | None = None
     reference: str | None = None
     reason: str | None = None

@@ -14,7 +14,9 @@ class InboundMessage:
     ``body`` is None when the message carried no data section (an AMQP value or sequence body),
     which the validators report as an invalid message rather than guessing at an encoding.
     ``delivery_count`` is None when the binding does not pass it: the pinned Functions binding
-    extension (1.0.0b2) drops the AMQP header that carries it.
+    extension (1.0.0b2) drops the AMQP header that carries it. ``sequence_number`` is the broker's
+    number for this message in its entity: a redelivery of the same message has the same one, a copy
+    sent again by a producer has another.
     """
 
     message_id: str | None
@@ -24,4 +26,5 @@ class InboundMessage:
     delivery_count: int | None = None
     enqueued_time_utc: datetime | None = None
     locked_until_utc: datetime | None = None
+    sequence_number: int | None = None
     application_properties: Mapping[str, str] = field(default_factory=dict)

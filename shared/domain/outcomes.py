@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
+
+# An abandon must reach the broker while the lock still holds, or the message waits out the lock.
+LOCK_MARGIN_SECONDS = 5.0
 
 
 class Outcome(StrEnum):
@@ -31,3 +35,15 @@ class Result:
     outcome: Outcome
     description: str = ""
     request_hash: str | None = None
+
+
+def abandon_wait(delay_seconds: float, locked_until: datetime | None, now: float) -> float:
+    """How long a delivery about to be abandoned waits inside its lock first.
+
+    Service Bus offers an abandoned message again at once, so abandoning straight away would spend
+    MaxDeliveryCount deliveries in about a second. Waiting ``delay_seconds`` first spreads them over
+    minutes; the wait ends LOCK_MARGIN_SECONDS before the lock does, so that the abandon still lands.
+    """
+    if locked_until is None:
+        return delay_seconds
+    return max(0.0, min(delay_seconds, locked_until.timestamp() - now - LOCK_MARGIN_SECONDS))

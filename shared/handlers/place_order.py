@@ -64,7 +64,7 @@ def place_order(message: InboundMessage, services: OrderServices) -> Result:
         reservation = effect.run(
             order_id=order.order_id,
             dedup_key=(order.order_id,),
-            locked_until=message.locked_until_utc,
+            message=message,
             call=lambda key: effect_reply(services.fulfilment.reserve(key, reservation_request(order))),
             claimed=claim,
         )
@@ -85,7 +85,7 @@ def _create(
     documents = [
         OrderDocument.placed(order, message, hash_),
         outbox,
-        effect.claim(order.order_id, (order.order_id,), message.locked_until_utc),
+        effect.claim(order.order_id, (order.order_id,), message),
     ]
     try:
         written = services.store.execute_batch(order.order_id, [Create(d.to_document()) for d in documents])

@@ -1,10 +1,14 @@
 """Two-phase records for side effects that cannot join a Cosmos transaction, such as an HTTP call.
 
 claim (create, status in_progress, with a lease) -> call -> finish (etag-conditional replace, status
-completed or failed). A redelivery reads the record: completed means don't call again; in_progress
-with a live lease means another instance is at work; an expired lease is taken over with an
-etag-conditional replace, and the call is repeated with the same idempotency key, so the service
-drops the repeat. The create is the atomic claim: of two concurrent copies one gets 409.
+completed or failed). The record names the message that claimed it (its sequence number). A later
+delivery reads the record: completed means don't call again. In progress, it is taken over at once
+by a redelivery of the claiming message (which no longer holds its lock; if its delivery is still
+running, its finish fails on the etag) or by anyone once the lease has expired; a copy of the order
+sent as another message finds a live claim and leaves the effect to the claimant, whose redeliveries
+finish it. A takeover replaces the record on its etag and calls again with the same idempotency
+key, so the service drops the repeat. The create is the atomic claim: of two concurrent copies one
+gets 409. Nothing here waits or asks to be tried again later while another delivery holds the effect.
 
 The effect knows nothing of what it calls: the call answers with an ``EffectReply``.
 """
@@ -21,6 +25,7 @@ import msgspec
 
 from shared.domain.documents import EffectStatus, SideEffectRecord
 from shared.domain.keys import derive_id, idempotency_key
+from shared.domain.messages import InboundMessage
 from shared.errors import AlreadyExists, BatchFailed, DownstreamUnavailable, NotFound
 from shared.ports.store import DocumentStore, Replace
 
@@ -49,7 +54,7 @@ class EffectOutcome(StrEnum):
     """What the caller should do with the message."""
 
     DONE = "done"  # the effect happened (now or before): complete
-    BUSY = "busy"  # another instance holds a live lease
+    BUSY = "busy"  # another message holds a live claim, or took the claim over: it finishes the effect
     TRANSIENT = "transient"  # the service may succeed later
     REJECTED = "rejected"  # the service refused for good: dead-letter DownstreamRejected
 
@@ -72,13 +77,14 @@ class SideEffect:
     lease_seconds: int
     clock: Callable[[], float] = time.time
 
-    def claim(self, order_id: str, dedup_key: tuple[str, ...], locked_until: datetime | None) -> SideEffectRecord:
+    def claim(self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage) -> SideEffectRecord:
         """The in_progress record; create it alone, or inside the batch that writes the message's documents."""
         key = idempotency_key(self.consumer, self.name, *dedup_key)
         return SideEffectRecord(
             id=derive_id("side-effect", self.consumer, self.name, *dedup_key, label=self.name), order_id=order_id,
             consumer=self.consumer, effect=self.name, idempotency_key=key, status=EffectStatus.IN_PROGRESS,
-            attempt=1, lease_until=self._lease_until(locked_until),
+            attempt=1, lease_until=self._lease_until(message.locked_until_utc),
+            message_sequence=message.sequence_number,
         )
 
     def run(
@@ -86,12 +92,12 @@ class SideEffect:
         *,
         order_id: str,
         dedup_key: tuple[str, ...],
-        locked_until: datetime | None,
+        message: InboundMessage,
         call: Callable[[str], EffectReply],
         claimed: SideEffectRecord | None = None,
     ) -> EffectResult:
         """Claim (unless ``claimed`` is the record already created), call, and finish the record."""
-        record = claimed or self._claim(order_id, dedup_key, locked_until)
+        record = claimed or self._claim(order_id, dedup_key, message)
         if isinstance(record, EffectResult):
             return record
         try:
@@ -107,28 +113,29 @@ class SideEffect:
         return self._finish(record, EffectStatus.FAILED, reply, EffectOutcome.REJECTED)
 
     def _claim(
-        self, order_id: str, dedup_key: tuple[str, ...], locked_until: datetime | None
+        self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage
     ) -> SideEffectRecord | EffectResult:
-        record = self.claim(order_id, dedup_key, locked_until)
+        record = self.claim(order_id, dedup_key, message)
         try:
             return SideEffectRecord.from_document(self.store.create(record.to_document()))
         except AlreadyExists:
             pass
         try:
             current = SideEffectRecord.from_document(self.store.read(record.id, order_id))
-        except NotFound:  # expired or removed between the 409 and the read
-            return EffectResult(EffectOutcome.BUSY, f"{self.name}: record changed under us")
+        except NotFound:  # removed between the 409 and the read: the redelivery claims it anew
+            return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: record removed under us")
         if current.status is EffectStatus.COMPLETED:
             return EffectResult(EffectOutcome.DONE, summary(current))
         if current.status is EffectStatus.FAILED:
             return EffectResult(EffectOutcome.REJECTED, summary(current))
-        if current.lease_until > self.clock():
-            return EffectResult(EffectOutcome.BUSY, f"{self.name}: attempt {current.attempt} holds a live lease")
-        return self._take_over(current, locked_until)
+        if current.lease_until > self.clock() and not _same_message(current, message):
+            return EffectResult(EffectOutcome.BUSY, f"{self.name}: claimed by message {current.message_sequence},"
+                                                    f" attempt {current.attempt}, whose redeliveries finish it")
+        return self._take_over(current, message)
 
-    def _take_over(self, current: SideEffectRecord, locked_until: datetime | None) -> SideEffectRecord | EffectResult:
-        taken = msgspec.structs.replace(current, attempt=current.attempt + 1,
-                                        lease_until=self._lease_until(locked_until))
+    def _take_over(self, current: SideEffectRecord, message: InboundMessage) -> SideEffectRecord | EffectResult:
+        taken = msgspec.structs.replace(current, attempt=current.attempt + 1, message_sequence=message.sequence_number,
+                                        lease_until=self._lease_until(message.locked_until_utc))
         written = self._replace(current, taken)
         if written is None:
             return EffectResult(EffectOutcome.BUSY, f"{self.name}: another instance took the expired lease")
@@ -161,6 +168,14 @@ class SideEffect:
     def _lease_until(self, locked_until: datetime | None) -> float:
         cap = self.clock() + self.lease_seconds
         return min(cap, locked_until.timestamp()) if locked_until else cap
+
+
+def _same_message(record: SideEffectRecord, message: InboundMessage) -> bool:
+    """Whether this delivery is of the message that claimed the record; unknown counts as the same,
+    because taking over is always safe (etag, same idempotency key) and leaving it might strand it."""
+    if record.message_sequence is None or message.sequence_number is None:
+        return True
+    return record.message_sequence == message.sequence_number
 
 
 def summary(record: SideEffectRecord) -> str:

@@ -109,7 +109,8 @@ def fulfilment(fulfilment_server: FulfilmentServer) -> Iterator[FulfilmentServer
 @pytest.fixture
 def app_on_cosmos(cosmos_target: CosmosTarget, fulfilment: FulfilmentServer) -> Iterator[App]:
     """The app's services pointed at the test container and the fulfilment server; clients are made lazily."""
-    settings = cosmos_target.settings(fulfillment_url=fulfilment.url, fulfillment_read_timeout_seconds=2)
+    settings = cosmos_target.settings(fulfillment_url=fulfilment.url, fulfillment_read_timeout_seconds=2,
+                                      abandon_delay_seconds=0)
     with ExitStack() as stack:
         app = App(cosmos_target, settings, stack)
         app.reconfigure()
@@ -128,7 +129,7 @@ def cosmos_proxy(app_on_cosmos: App) -> Iterator[FaultProxy]:
 def app_in_memory() -> Iterator[InMemoryStore]:
     """Run the app's functions against an in-memory store and fulfilment (for property-based tests)."""
     store = InMemoryStore()
-    services = Services(Settings(fulfillment_url="http://fulfilment.invalid"), store=store,
+    services = Services(Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0), store=store,
                         fulfilment=InMemoryFulfilment())
     with bootstrap.use(services):
         yield store

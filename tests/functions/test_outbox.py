@@ -20,6 +20,7 @@ from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import RecordingSender
 from shared.adapters.servicebus import ServiceBusSender
 from shared.domain.keys import idempotency_key
+from shared.domain.messages import InboundMessage
 from shared.handlers.outbox import OutboxPublisher
 from shared.handlers.side_effects import SideEffect
 from shared.ports.sender import OutgoingMessage
@@ -134,7 +135,7 @@ def test_failed_batch_writes_neither_order_nor_outbox(
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
     claim = SideEffect(_store(app_on_cosmos), "order-projection", "reserve-stock", 60).claim(
-        order_id, (order_id,), None)
+        order_id, (order_id,), InboundMessage(message_id=order_id, body=None))
     app_on_cosmos.container.create_item(claim.to_document())  # the batch's third create will conflict
     assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "abandon"
     assert partition(app_on_cosmos, order_id, "order") == []

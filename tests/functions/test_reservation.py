@@ -128,27 +128,44 @@ def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
     assert len(fulfilment.calls(key_of(order_id))) == 1
 
 
-def test_crash_after_the_call_then_live_lease_then_takeover_reserves_once(
-    app_on_cosmos: App, deliver_order: Deliverer,
-    fulfilment: FulfilmentServer,
+def test_crash_after_the_call_a_copy_completes_and_the_redelivery_takes_over_at_once(
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer,
 ) -> None:
     order_id, body = new_order()
     real = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
     app_on_cosmos.reconfigure(fulfilment=CrashAfterCall(real))
-    lock_ends = datetime.now(UTC) + timedelta(seconds=2)
-    assert deliver_order(body, message_id=order_id, locked_until=lock_ends)[0].action == "abandon"
+    lock_ends = datetime.now(UTC) + timedelta(minutes=1)
+    first = deliver_order(body, message_id=order_id, locked_until=lock_ends, sequence_number=7)
+    assert first[0].action == "abandon"
     claimed = record(app_on_cosmos, order_id)
-    assert claimed["status"] == "in_progress" and claimed["leaseUntil"] == pytest.approx(lock_ends.timestamp(), 1)
+    assert (claimed["status"], claimed["messageSequence"]) == ("in_progress", 7)
+    assert claimed["leaseUntil"] == pytest.approx(lock_ends.timestamp(), 1)
     app_on_cosmos.reconfigure(fulfilment=real)
-    # Another copy while the lease is live: someone is working on it.
-    assert deliver_order(body, message_id=order_id)[0].action == "abandon"
-    assert len(fulfilment.calls(key_of(order_id))) == 1
-    time.sleep(max(0.0, lock_ends.timestamp() - time.time()) + 0.2)
-    # The lease has expired: take over with attempt 2, call again with the same key.
-    assert deliver_order(body, message_id=order_id)[0].action == "complete"
+    # A copy sent as another message, while the claim is live: a duplicate, completed, no second call.
+    [copy] = deliver_order(body, message_id=order_id, sequence_number=8)
+    assert (copy.action, len(fulfilment.calls(key_of(order_id)))) == ("complete", 1)
+    assert record(app_on_cosmos, order_id)["status"] == "in_progress"
+    # The claiming message's redelivery takes over at once, lease or not, and calls with the same key.
+    assert deliver_order(body, message_id=order_id, sequence_number=7)[0].action == "complete"
     finished = record(app_on_cosmos, order_id)
     assert (finished["status"], finished["attempt"]) == ("completed", 2)
     assert fulfilment.keys().count(key_of(order_id)) == 1
+    assert [c.status for c in fulfilment.calls(key_of(order_id))] == [201, 200]
+
+
+def test_a_copy_takes_over_a_claim_whose_lease_expired(
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer,
+) -> None:
+    order_id, body = new_order()
+    real = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
+    app_on_cosmos.reconfigure(fulfilment=CrashAfterCall(real))
+    lock_ends = datetime.now(UTC) + timedelta(seconds=1)
+    deliver_order(body, message_id=order_id, locked_until=lock_ends, sequence_number=1)
+    app_on_cosmos.reconfigure(fulfilment=real)
+    time.sleep(max(0.0, lock_ends.timestamp() - time.time()) + 0.2)
+    assert deliver_order(body, message_id=order_id, sequence_number=2)[0].action == "complete"
+    finished = record(app_on_cosmos, order_id)
+    assert (finished["status"], finished["attempt"], finished["messageSequence"]) == ("completed", 2, 2)
     assert [c.status for c in fulfilment.calls(key_of(order_id))] == [201, 200]
 
 

@@ -19,6 +19,7 @@ sends that layout.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import uuid
@@ -523,6 +524,8 @@ def _encode_amqp_message(
     return bytes(out)
 
 
+_SEQUENCE_NUMBERS = itertools.count(1)
+
 def make_model_binding_data(
     body: bytes | None = b"",
     *,
@@ -532,7 +535,7 @@ def make_model_binding_data(
     delivery_count: int = 0,
     enqueued_time: datetime | None = None,
     locked_until: datetime | None = None,
-    sequence_number: int = 1,
+    sequence_number: int | None = None,
     application_properties: dict[str, Any] | None = None,
     lock_token: uuid.UUID | None = None,
     content_type: str | None = "application/json",
@@ -541,7 +544,13 @@ def make_model_binding_data(
     body_value: Any = _UNSET,
     layout: Literal["host", "marker_prefix"] = "host",
 ) -> ModelBindingData:
-    """The model_binding_data the host sends for one received message (see ``make_received_message``)."""
+    """The model_binding_data the host sends for one received message (see ``make_received_message``).
+
+    Without ``sequence_number`` each call is another message, as a producer's copy is; pass the same
+    number to model a redelivery of one message.
+    """
+    if sequence_number is None:
+        sequence_number = next(_SEQUENCE_NUMBERS)
     if body_value is not _UNSET and body:
         raise ValueError("pass either body or body_value, not both")
     token = lock_token or uuid.uuid4()

@@ -296,7 +296,9 @@ def test_defaults_are_plausible() -> None:
     assert msg.correlation_id is None
     assert msg.session_id is None
     assert msg.application_properties is None
-    assert msg.sequence_number == 1
+    again = make_received_message(b"{}", message_id="m-1")
+    assert msg.sequence_number is not None and again.sequence_number is not None
+    assert again.sequence_number > msg.sequence_number  # another message, as a producer's copy is
     assert msg.enqueued_time_utc is not None
     assert msg.locked_until_utc == msg.enqueued_time_utc + timedelta(minutes=1)
 
