@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from contextlib import suppress
 
 import msgspec
@@ -27,7 +29,9 @@ from shared.settings import Settings
 PATCH_INDEX = 0  # the order patch precedes the event record, so a version conflict shows first
 
 
-def apply_order_event(message: InboundMessage, store: DocumentStore, settings: Settings) -> Result:
+def apply_order_event(
+    message: InboundMessage, store: DocumentStore, settings: Settings, clock: Callable[[], float] = time.time
+) -> Result:
     """Apply one lifecycle event exactly once for this consumer, in order, or say why not."""
     try:
         event = parse_event(message)
