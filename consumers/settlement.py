@@ -39,10 +39,9 @@ SETTLEMENTS: dict[Outcome, Settlement] = {
     Outcome.PAYLOAD_MISMATCH: Settlement(Action.DEADLETTER, "PayloadMismatch"),
     Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
     Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
-    Outcome.GAP: Settlement(Action.ABANDON),
+    Outcome.PARKED: Settlement(Action.COMPLETE),
     Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
     Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),
-    Outcome.OUT_OF_ORDER: Settlement(Action.DEADLETTER, "OutOfOrder"),
     Outcome.TRANSIENT: Settlement(Action.ABANDON),
     Outcome.ERROR: Settlement(Action.ABANDON),
 }

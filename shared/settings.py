@@ -73,8 +73,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                                   "keyed on it and the event.", in_azure=True)
     dedup_ttl_seconds: Seconds = setting("DEDUP_TTL_SECONDS", 777600, "Lifetime of inbox markers (9 days); must "
                                          "cover the retention window below.", in_azure=True)
-    out_of_order_max_deliveries: Seconds = setting("OUT_OF_ORDER_MAX_DELIVERIES", 5, "Attempt at which an event "
-                                                   "still missing its predecessor is dead-lettered `OutOfOrder`.")
     servicebus_lock_duration_seconds: Seconds = setting("SERVICEBUS_LOCK_DURATION_SECONDS", 60, "The queues' lock "
                                                         "duration, as configured on Service Bus.", in_azure=True)
     servicebus_max_delivery_count: Seconds = setting("SERVICEBUS_MAX_DELIVERY_COUNT", 10, "The queues' "

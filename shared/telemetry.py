@@ -20,7 +20,7 @@ OUTCOME_COUNTER = "consumer.deliveries"
 
 logger = logging.getLogger(LOGGER_NAME)
 QUIET_OUTCOMES = frozenset(
-    {Outcome.CREATED, Outcome.APPLIED, Outcome.DUPLICATE, Outcome.STALE, Outcome.GAP, Outcome.IN_PROGRESS,
+    {Outcome.CREATED, Outcome.APPLIED, Outcome.DUPLICATE, Outcome.STALE, Outcome.PARKED, Outcome.IN_PROGRESS,
      Outcome.TRANSIENT}
 )
 

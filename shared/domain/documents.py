@@ -6,10 +6,11 @@ All live in the orders container, in the partition of their order (``orderId``),
 string keys.
 
     order          OrderDocument       the order; events patch its status and version
+    order-pending  PendingOrder        stands in for an order whose events came first; becomes the order
     outbox         OutboxEntry         an OrderAccepted message waiting to be published
     side-effect    SideEffectRecord    the two-phase record of a call that cannot join a transaction
-    inbox          InboxMarker         one consumer has applied one event
-    gap-attempts   GapCounter          deliveries of an event still missing its predecessor
+    inbox          InboxMarker         one consumer has applied (or parked) one event
+    parked-event   ParkedEvent         an event that came before its predecessor, waiting for it
     payment, shipment, cancellation    EventRecord   what an applied event recorded
 """
 
@@ -23,7 +24,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from shared.domain.keys import derive_id, idempotency_key
-from shared.domain.lifecycle import CloudEvent
+from shared.domain.lifecycle import KINDS, CloudEvent
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderLine, OrderPlaced, utc_text
 
@@ -71,6 +72,7 @@ class OrderDocument(StoredDocument, kw_only=True, tag="order"):
     correlation_id: str | None
     enqueued_time_utc: str | None
     delivery_count: int | None
+    parked: int = 0
     payment: dict[str, str] | UnsetType = UNSET
     shipment: dict[str, str] | UnsetType = UNSET
     cancellation: dict[str, str] | UnsetType = UNSET
@@ -99,12 +101,29 @@ class OrderDocument(StoredDocument, kw_only=True, tag="order"):
     def transition(event: CloudEvent) -> tuple[dict[str, Any], dict[str, Any]]:
         """The fields an event sets on its order, and the condition under which it may: (set, condition).
 
-        The condition makes the version and state checks part of the same atomic write.
+        The condition makes the version and state checks part of the same atomic write; it also asks
+        that no event is parked against the order, so that a parked successor is never passed over.
         """
         kind = event.kind
         changes = {"status": kind.status_after, "version": event.sequence, kind.record_type: event.data.canonical(),
                    "updatedAt": event.time_text}
-        return changes, {"version": event.sequence - 1, "status": kind.allowed_from}
+        return changes, {"version": event.sequence - 1, "status": kind.allowed_from, "parked": 0}
+
+    def allows(self, event: CloudEvent) -> bool:
+        """Whether the event is the next version and the order's state permits it."""
+        return self.version == event.sequence - 1 and self.status in event.kind.allowed_from
+
+    def applied(self, event: CloudEvent) -> OrderDocument:
+        """The order after the event."""
+        changes, _ = self.transition(event)
+        return msgspec.convert({**self.to_document(), **changes, "_etag": self.etag}, OrderDocument)
+
+
+class PendingOrder(StoredDocument, kw_only=True, tag="order-pending"):
+    """Holds an order's id while events that came before OrderPlaced are parked; the order replaces it."""
+
+    version: int = 0
+    parked: int = 0
 
 
 class OutboxStatus(StrEnum):
@@ -198,11 +217,48 @@ class InboxMarker(StoredDocument, kw_only=True, tag="inbox"):
     event_id: str | UnsetType = UNSET
 
 
-class GapCounter(StoredDocument, kw_only=True, tag="gap-attempts"):
-    """How often an event arrived before its predecessor, when the binding passes no delivery count."""
+class ParkedStatus(StrEnum):
+    """Where a parked event is: waiting, or set aside for good (recorded, never deleted unseen)."""
 
-    attempts: int
-    ttl: int
+    PARKED = "parked"
+    REJECTED = "rejected"  # released onto an order whose state forbids it
+    DROPPED = "dropped"  # an operator dropped it
+
+
+class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
+    """A lifecycle event that arrived before its predecessor; its message was completed."""
+
+    consumer: str
+    sequence: int
+    event_type: str
+    event_id: str
+    event_source: str
+    message_id: str | None
+    request_hash: str
+    parked_at: float
+    status: ParkedStatus = ParkedStatus.PARKED
+    reason: str | None = None
+    event: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: CloudEvent, *, consumer: str, message_id: str | None, request_hash: str,
+           now: float) -> ParkedEvent:
+        """The parked copy of an event, which ``cloud_event`` turns back into the validated event."""
+        return cls(
+            id=derive_id("parked", consumer, event.source, event.id, label=f"v{event.sequence}"),
+            order_id=event.order_id, consumer=consumer, sequence=event.sequence, event_type=event.type,
+            event_id=event.id, event_source=event.source, message_id=message_id, request_hash=request_hash,
+            parked_at=now, event=msgspec.to_builtins(event),
+        )
+
+    def cloud_event(self) -> CloudEvent:
+        """The event as it was validated when it was parked."""
+        return msgspec.convert(self.event, KINDS[self.event_type].model)
+
+    @staticmethod
+    def waiting(consumer: str) -> dict[str, Any]:
+        """Query conditions for the events one consumer has parked and still waits to apply."""
+        return {TYPE_FIELD: "parked-event", "consumer": consumer, "status": ParkedStatus.PARKED.value}
 
 
 class EventRecord(StoredDocument, kw_only=True):

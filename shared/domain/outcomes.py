@@ -20,10 +20,9 @@ class Outcome(StrEnum):
     PAYLOAD_MISMATCH = "payload_mismatch"
     INVALID = "invalid"
     INVALID_TRANSITION = "invalid_transition"
-    GAP = "gap"
+    PARKED = "parked"
     IN_PROGRESS = "in_progress"
     DOWNSTREAM_REJECTED = "downstream_rejected"
-    OUT_OF_ORDER = "out_of_order"
     TRANSIENT = "transient"
     ERROR = "error"
 

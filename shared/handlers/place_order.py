@@ -11,17 +11,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from shared.domain.documents import OrderDocument, OutboxEntry, SideEffectRecord
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderPlaced, parse_order
 from shared.domain.outcomes import Outcome, Result
-from shared.errors import AlreadyExists, BatchFailed, InvalidMessage, NotFound, StoreError, TransientStoreError
+from shared.errors import (
+    AlreadyExists,
+    BatchFailed,
+    InvalidMessage,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    TransientStoreError,
+)
+from shared.handlers.resequencer import read_order, release, waiting
 from shared.handlers.side_effects import EffectOutcome, EffectReply, EffectResult, ReplyKind, SideEffect
 from shared.ports.fulfilment import FulfilmentService, Reply
-from shared.ports.store import Create, DocumentStore
+from shared.ports.store import BatchOperation, Create, DocumentStore, Replace
 from shared.settings import Settings
 
 RESERVE_STOCK = "reserve-stock"
+MAX_RACES = 5  # how often a pending order may change between our read and our write before we give up
 _EFFECT_OUTCOMES = {
     EffectOutcome.BUSY: Outcome.IN_PROGRESS,
     EffectOutcome.TRANSIENT: Outcome.TRANSIENT,
@@ -76,32 +88,40 @@ def place_order(message: InboundMessage, services: OrderServices) -> Result:
 def _create(
     order: OrderPlaced, message: InboundMessage, hash_: str, services: OrderServices, effect: SideEffect
 ) -> tuple[Outcome | Result, SideEffectRecord | None]:
-    """CREATED with the written claim, DUPLICATE without one, or a final Result."""
-    settings = services.settings
+    """CREATED with the written claim, DUPLICATE without one, or a final Result.
+
+    A pending order at the id means events came first and are parked: the order replaces it, on its
+    etag, in the same batch as its outbox entry and claim, with the parked events it releases.
+    """
+    settings, store = services.settings, services.store
+    placed = OrderDocument.placed(order, message, hash_)
     outbox = OutboxEntry.order_accepted(
         order, message, consumer=settings.consumer_name, destination=settings.outbox_destination,
         requires_session=settings.outbox_requires_session, now=services.clock(),
     )
-    documents = [
-        OrderDocument.placed(order, message, hash_),
-        outbox,
-        effect.claim(order.order_id, (order.order_id,), message),
-    ]
-    try:
-        written = services.store.execute_batch(order.order_id, [Create(d.to_document()) for d in documents])
-    except BatchFailed as exc:
-        if exc.at(0, AlreadyExists):
-            return _conflict(services.store, order.order_id, hash_), None
-        raise StoreError(f"order {order.order_id}: {exc}") from exc
-    return Outcome.CREATED, SideEffectRecord.from_document(written[2])
+    claim = effect.claim(order.order_id, (order.order_id,), message)
+    write: list[BatchOperation] = [Create(placed.to_document())]
+    for _ in range(MAX_RACES):
+        try:
+            written = store.execute_batch(
+                order.order_id, [write[0], Create(outbox.to_document()), Create(claim.to_document()), *write[1:]]
+            )
+            return Outcome.CREATED, SideEffectRecord.from_document(written[2])
+        except BatchFailed as exc:
+            if exc.index != 0 or not isinstance(exc.error, (AlreadyExists, PreconditionFailed, NotFound)):
+                raise StoreError(f"order {order.order_id}: {exc}") from exc
+        stored = read_order(store, order.order_id)
+        if stored.order is not None or stored.foreign:
+            return _compare(order.order_id, stored.order.request_hash if stored.order else None, hash_), None
+        write = [Create(placed.to_document())]
+        if stored.pending is not None:
+            adopted = msgspec.structs.replace(placed, parked=stored.pending.parked)
+            done = release(adopted, waiting(store, settings.consumer_name, order.order_id))
+            write = [Replace(done.order.to_document(), stored.pending.etag), *done.operations]
+    return Result(Outcome.TRANSIENT, f"order {order.order_id} kept changing under us; retry", hash_), None
 
 
-def _conflict(store: DocumentStore, order_id: str, hash_: str) -> Outcome | Result:
-    try:
-        stored_hash = OrderDocument.request_hash_of(store.read(order_id, order_id))
-    except (TransientStoreError, NotFound) as exc:
-        # NotFound: the document went away between the conflict and the read; the redelivery decides.
-        return Result(Outcome.TRANSIENT, f"read after conflict failed: {exc}", hash_)
+def _compare(order_id: str, stored_hash: str | None, hash_: str) -> Outcome | Result:
     if stored_hash == hash_:
         return Outcome.DUPLICATE
     return Result(

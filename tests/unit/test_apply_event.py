@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.adapters.memory import InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain.documents import OrderDocument
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.messages import InboundMessage
@@ -13,12 +13,15 @@ from shared.domain.outcomes import Outcome, Result
 from shared.errors import BatchTooLarge
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.inbox import Inbox
+from shared.handlers.place_order import OrderServices
+from shared.handlers.place_order import place_order as place
 from shared.ports.store import MAX_BATCH_OPERATIONS, Create
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
 
-SETTINGS = Settings(servicebus_message_ttl_seconds=3600, dlq_resubmit_grace_seconds=0, dedup_ttl_seconds=7200)
+SETTINGS = Settings(servicebus_message_ttl_seconds=3600, dlq_resubmit_grace_seconds=0, dedup_ttl_seconds=7200,
+                    fulfillment_url="http://fulfilment.invalid")
 
 
 def placed(store: InMemoryStore, order_id: str = "ord-1") -> None:
@@ -79,32 +82,82 @@ def test_event_already_reflected_without_a_marker_is_stale(store: InMemoryStore)
     assert len([d for d in store.documents() if d["type"] == "payment"]) == 1
 
 
-def test_event_ahead_of_its_predecessor_is_a_gap_naming_the_missing_version(store: InMemoryStore) -> None:
+def of_type(store: InMemoryStore, doc_type: str) -> list[dict]:
+    return [d for d in store.documents() if d["type"] == doc_type]
+
+
+def test_event_ahead_of_its_predecessor_is_parked_and_its_message_completed(store: InMemoryStore) -> None:
     result = deliver(store, event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3"))
-    assert result.outcome is Outcome.GAP
-    assert "missing version 2" in result.description
-    assert store.read("ord-1", "ord-1")["version"] == 1
+    assert result.outcome is Outcome.PARKED
+    assert "waits for version 2" in result.description
+    order = store.read("ord-1", "ord-1")
+    assert (order["version"], order["parked"]) == (1, 1)
+    [parked] = of_type(store, "parked-event")
+    assert (parked["sequence"], parked["status"], parked["eventId"]) == (3, "parked", "e-3")
+    assert len(of_type(store, "inbox")) == 1 and of_type(store, "shipment") == []
 
 
-def test_event_for_an_order_not_yet_placed_is_a_gap_missing_version_1() -> None:
+def test_predecessor_releases_the_parked_successor_in_its_own_batch(store: InMemoryStore) -> None:
+    deliver(store, event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3"))
+    batches = store.requests
+    result = deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2"))
+    assert result.outcome is Outcome.APPLIED
+    assert "released versions [3]" in result.description
+    # the conditional patch fails (something is parked), then: read the order, read what is parked, one batch
+    assert store.requests - batches == 4
+    order = store.read("ord-1", "ord-1")
+    assert (order["version"], order["status"], order["parked"]) == (3, "shipped", 0)
+    assert len(of_type(store, "payment")) == len(of_type(store, "shipment")) == 1
+    assert of_type(store, "parked-event") == []
+
+
+def test_a_chain_of_parked_events_is_released_in_version_order(store: InMemoryStore) -> None:
+    assert deliver(store, event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3")).outcome is Outcome.PARKED
+    assert deliver(store, event_body("ord-1", 4, ORDER_CANCELLED, event_id="e-4")).outcome is Outcome.PARKED
+    assert store.read("ord-1", "ord-1")["parked"] == 2
+    deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2"))
+    order = store.read("ord-1", "ord-1")
+    # shipped, then a cancellation that the shipped state forbids: rejected, kept with its reason
+    assert (order["version"], order["status"], order["parked"]) == (3, "shipped", 0)
+    [rejected] = of_type(store, "parked-event")
+    assert (rejected["sequence"], rejected["status"]) == (4, "rejected")
+    assert "may follow only placed, paid" in rejected["reason"]
+
+
+def test_a_parked_event_redelivered_is_a_duplicate_and_with_other_content_a_mismatch(store: InMemoryStore) -> None:
+    body = event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3")
+    deliver(store, body)
+    assert deliver(store, body).outcome is Outcome.DUPLICATE
+    other = event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3", trackingNumber="OTHER")
+    assert deliver(store, other).outcome is Outcome.PAYLOAD_MISMATCH
+    assert store.read("ord-1", "ord-1")["parked"] == 1
+
+
+def test_an_event_before_its_order_waits_on_a_pending_order_that_the_order_replaces() -> None:
     store = InMemoryStore(default_ttl=-1)
-    result = deliver(store, event_body("ord-9", 2, event_id="e-2"))
-    assert result.outcome is Outcome.GAP
-    assert "missing version 1" in result.description
+    result = deliver(store, event_body("ord-9", 2, PAYMENT_CAPTURED, event_id="e-2"))
+    assert result.outcome is Outcome.PARKED
+    assert "waits for version 1" in result.description
+    pending = store.read("ord-9", "ord-9")
+    assert (pending["type"], pending["version"], pending["parked"]) == ("order-pending", 0, 1)
+    placed = place(inbound(order_body("ord-9")), OrderServices(store, InMemoryFulfilment(), SETTINGS))
+    assert placed.outcome is Outcome.CREATED
+    order = store.read("ord-9", "ord-9")
+    assert (order["type"], order["version"], order["status"], order["parked"]) == ("order", 2, "paid", 0)
+    assert len(of_type(store, "payment")) == len(of_type(store, "outbox")) == 1
+    assert of_type(store, "parked-event") == []
 
 
-def test_gap_at_the_configured_attempt_is_out_of_order(store: InMemoryStore) -> None:
-    body = event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3")
-    assert deliver(store, body, delivery_count=3).outcome is Outcome.GAP  # attempt 4
-    result = deliver(store, body, delivery_count=4)  # attempt 5
-    assert result.outcome is Outcome.OUT_OF_ORDER
-    assert "missing version 2" in result.description
-
-
-def test_without_a_delivery_count_gap_attempts_are_counted_in_the_store(store: InMemoryStore) -> None:
-    body = event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3")
-    outcomes = [deliver(store, body, delivery_count=None).outcome for _ in range(5)]
-    assert outcomes == [Outcome.GAP] * 4 + [Outcome.OUT_OF_ORDER]
+def test_two_parked_events_for_one_version_apply_once_and_the_other_is_removed_as_stale(
+    store: InMemoryStore,
+) -> None:
+    deliver(store, event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3a"))
+    deliver(store, event_body("ord-1", 3, ORDER_CANCELLED, event_id="e-3b"))
+    result = deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2"))
+    assert "released versions [3]" in result.description and "was stale and is removed" in result.description
+    order = store.read("ord-1", "ord-1")
+    assert (order["version"], order["status"], order["parked"]) == (3, "shipped", 0)
+    assert of_type(store, "parked-event") == [] and of_type(store, "cancellation") == []
 
 
 @pytest.mark.parametrize(
