@@ -91,49 +91,32 @@ def test_event_already_reflected_is_completed_as_stale_and_counted(
     assert len(docs_of(app_on_cosmos, order_id, "payment")) == 1
 
 
-def test_gap_is_abandoned_and_leaves_nothing_written(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
-) -> None:
-    assert send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))[0] == "abandon"
-    assert order(app_on_cosmos, order_id)["version"] == 1
-    assert docs_of(app_on_cosmos, order_id, "inbox") == []
-    assert docs_of(app_on_cosmos, order_id, "shipment") == []
-
-
-def test_gap_at_the_configured_delivery_is_dead_lettered_out_of_order(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
-) -> None:
-    body = event_body(order_id, 3, ORDER_SHIPPED)
-    assert send(deliver_event, body, delivery_count=3, layout="marker_prefix")[0] == "abandon"
-    action, reason, description = send(deliver_event, body, delivery_count=4, layout="marker_prefix")
-    assert (action, reason) == ("deadletter", "OutOfOrder")
-    assert description is not None
-    assert "missing version 2" in description
-
-
-def test_gap_without_a_delivery_count_is_dead_lettered_at_the_fifth_delivery(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
-) -> None:
-    body = event_body(order_id, 3, ORDER_SHIPPED)
-    actions = [send(deliver_event, body)[:2] for _ in range(5)]
-    assert actions == [("abandon", None)] * 4 + [("deadletter", "OutOfOrder")]
-
-
-def test_event_for_an_unknown_order_is_abandoned(app_on_cosmos: App, deliver_event: Deliverer) -> None:
-    assert send(deliver_event, event_body(f"ord-{uuid.uuid4()}", 2))[0] == "abandon"
-
-
-def test_events_out_of_order_end_applied_in_order_after_redelivery(
+def test_events_out_of_order_are_parked_then_released_by_the_predecessor_on_cosmos(
     app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
     third = event_body(order_id, 3, ORDER_SHIPPED)
     second = event_body(order_id, 2, PAYMENT_CAPTURED)
-    assert send(deliver_event, third)[0] == "abandon"
+    assert send(deliver_event, third)[0] == "complete"  # parked, not abandoned
+    assert len(docs_of(app_on_cosmos, order_id, "parked-event")) == 1
+    assert send(deliver_event, third)[0] == "complete"  # a redelivery of a parked event is a duplicate
     assert send(deliver_event, second)[0] == "complete"
-    assert send(deliver_event, third)[0] == "complete"
     final = order(app_on_cosmos, order_id)
-    assert (final["version"], final["status"]) == (3, "shipped")
+    assert (final["version"], final["status"], final["parked"]) == (3, "shipped", 0)
     assert final["payment"]["paymentId"] == "pay-1" and final["shipment"]["shipmentId"] == "shp-1"
+    assert docs_of(app_on_cosmos, order_id, "parked-event") == []
+    assert len(docs_of(app_on_cosmos, order_id, "shipment")) == 1
+
+
+def test_an_event_before_its_order_is_released_when_the_order_is_placed_on_cosmos(
+    app_on_cosmos: App, deliver_event: Deliverer, deliver_order: Deliverer
+) -> None:
+    order_id = f"ord-{uuid.uuid4()}"
+    assert send(deliver_event, event_body(order_id, 2, PAYMENT_CAPTURED))[0] == "complete"
+    assert order(app_on_cosmos, order_id)["type"] == "order-pending"
+    assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "complete"
+    final = order(app_on_cosmos, order_id)
+    assert (final["type"], final["version"], final["status"], final["parked"]) == ("order", 2, "paid", 0)
+    assert docs_of(app_on_cosmos, order_id, "parked-event") == []
 
 
 @pytest.mark.parametrize(("first", "second"), [(ORDER_CANCELLED, ORDER_SHIPPED), (ORDER_CANCELLED, PAYMENT_CAPTURED),
