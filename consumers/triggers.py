@@ -1,10 +1,11 @@
-"""The app's four functions, as one blueprint. Each translates, calls a handler through the
+"""The app's five functions, as one blueprint. Each translates, calls a handler through the
 composition root, and (for Service Bus) settles; nothing else happens here.
 
 - ``process_order``: OrderPlaced messages into Cosmos DB, effectively once.
 - ``process_order_event``: order lifecycle events, per session, applied exactly once and in order.
 - ``publish_outbox``: the orders container's change feed; sends each pending OrderAccepted.
 - ``sweep_outbox``: a timer; publishes outbox entries the change feed missed.
+- ``report_stuck``: a timer; reports events parked too long and side effects stuck in progress.
 
 Binding names (queues, containers, schedule) are read from the settings when the host indexes the
 functions; so is the retention rule, which refuses to start when markers would expire too early.
@@ -13,6 +14,7 @@ functions; so is the retention rule, which refuses to start when markers would e
 from __future__ import annotations
 
 import logging
+import time
 
 import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
@@ -21,11 +23,12 @@ from consumers.delivery import run_delivery
 from shared import bootstrap
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
+from shared.handlers import reports
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.outbox import OutboxPublisher, PublishReport
 from shared.handlers.place_order import OrderServices, place_order
 
-logger = logging.getLogger("idempotent_consumer.outbox")
+logger = logging.getLogger("idempotent_consumer.functions")
 _settings = bootstrap.services().settings
 # Raising here fails the functions' indexing, with the computation in the error.
 _settings.retention.check()
@@ -108,3 +111,16 @@ def sweep_outbox(timer: func.TimerRequest) -> None:
     """Publish outbox entries still pending after OUTBOX_STUCK_AFTER_SECONDS: a missed feed batch is not lost."""
     settings = bootstrap.services().settings
     _log("sweep_outbox", publisher().sweep(stuck_after_seconds=settings.outbox_stuck_after_seconds))
+
+
+@blueprint.function_name("report_stuck")
+@blueprint.timer_trigger(arg_name="timer", schedule=_settings.stuck_report_schedule, run_on_startup=False)
+def report_stuck(timer: func.TimerRequest) -> None:
+    """Log and count events parked past PARKED_ALERT_AFTER_SECONDS and side effects stuck in progress."""
+    app = bootstrap.services()
+    settings = app.settings
+    found = reports.report_stuck(app.order_store(), consumer=settings.consumer_name, now=time.time(),
+                                 parked_after=settings.parked_alert_after_seconds,
+                                 stuck_after=settings.side_effect_stuck_after_seconds)
+    logger.info("report_stuck parked=%d sideEffects=%d", len(found.parked), len(found.side_effects),
+                extra={"function": "report_stuck", "parked": len(found.parked), "stuck": len(found.side_effects)})

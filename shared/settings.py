@@ -94,6 +94,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         "(`transient`, `error`), so that retries are spread over minutes; capped by the lock.")
     side_effect_lease_seconds: Seconds = setting("SIDE_EFFECT_LEASE_SECONDS", 60, "Longest lease of an in-progress "
                                                  "side effect; also capped by the message lock.")
+    parked_alert_after_seconds: Seconds = setting("PARKED_ALERT_AFTER_SECONDS", 900, "Age at which `report_stuck` "
+                                                  "reports an event still parked waiting for its predecessor.")
+    side_effect_stuck_after_seconds: Seconds = setting("SIDE_EFFECT_STUCK_AFTER_SECONDS", 300, "Time past its lease"
+                                                       " at which `report_stuck` reports a side effect still in "
+                                                       "progress.")
+    stuck_report_schedule: Name = setting("STUCK_REPORT_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of "
+                                          "`report_stuck`.")
     outbox_destination: Name = setting("OUTBOX_DESTINATION", "order-accepted", "Queue or topic that OrderAccepted "
                                        "messages are published to.", in_azure=True)
     outbox_requires_session: bool = setting("OUTBOX_REQUIRES_SESSION", False, "Set SessionId = orderId on outgoing "

@@ -17,6 +17,7 @@ from shared.domain.outcomes import Outcome, Result
 LOGGER_NAME = "idempotent_consumer"
 METER_NAME = "idempotent_consumer"
 OUTCOME_COUNTER = "consumer.deliveries"
+OVERDUE_COUNTER = "consumer.overdue"
 
 logger = logging.getLogger(LOGGER_NAME)
 QUIET_OUTCOMES = frozenset(
@@ -48,3 +49,15 @@ def record_delivery(function: str, message: InboundMessage, result: Result, dura
                message.message_id, result.outcome.value, message.delivery_count, fields["durationMs"], detail,
                extra=fields)
     _deliveries.add(1, {"function": function, "outcome": result.outcome.value})
+
+
+_overdue = metrics.get_meter(METER_NAME).create_counter(
+    OVERDUE_COUNTER, unit="{item}", description="Parked events and side effects waiting too long, by kind and order."
+)
+
+
+def record_overdue(kind: str, order_id: str, detail: str) -> None:
+    """Warn about one item waiting too long (an event parked, a side effect in progress) and count it."""
+    logger.warning("overdue %s orderId=%s %s", kind, order_id, detail,
+                   extra={"overdue": kind, "orderId": order_id})
+    _overdue.add(1, {"kind": kind, "orderId": order_id})

@@ -206,6 +206,12 @@ class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
     finished_at: float | None = None
 
 
+    @staticmethod
+    def in_progress() -> dict[str, Any]:
+        """Query conditions for records still in progress."""
+        return {TYPE_FIELD: "side-effect", "status": EffectStatus.IN_PROGRESS.value}
+
+
 class InboxMarker(StoredDocument, kw_only=True, tag="inbox"):
     """One consumer has applied one message; it expires after ``ttl`` seconds."""
 

@@ -6,9 +6,12 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
+from azure.functions.timer import TimerRequest
 
 from consumers.delivery import run_delivery
 from shared.adapters.cosmos import CosmosStore
@@ -19,7 +22,7 @@ from tests.functions.conftest import App, Deliverer
 from tests.support.audit import audit_handler
 from tests.support.events import encode_event, event_body
 from tests.support.fault_proxy import FaultProxy
-from tests.support.metrics import outcome_counts
+from tests.support.metrics import outcome_counts, overdue_counts
 from tests.support.orders import encode, order_body
 
 DOCS = r"/docs/?$"
@@ -234,3 +237,15 @@ def test_marker_expires_after_its_ttl_and_business_documents_remain(
     assert order(app_on_cosmos, order_id)["version"] == 2
     assert send(deliver_event, body)[:2] == ("complete", None)  # redelivered after expiry: stale, not re-applied
     assert len(docs_of(app_on_cosmos, order_id, "payment")) == 1
+
+
+def test_report_stuck_counts_an_event_parked_past_its_alert_age_on_cosmos(
+    app_on_cosmos: App, deliver_event: Deliverer, order_id: str,
+    registered_functions: dict[str, Callable[..., Any]],
+) -> None:
+    assert send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))[0] == "complete"
+    app_on_cosmos.reconfigure(parked_alert_after_seconds=1)
+    time.sleep(1.1)
+    before = overdue_counts()[("parked", order_id)]
+    registered_functions["report_stuck"](TimerRequest())
+    assert overdue_counts()[("parked", order_id)] == before + 1

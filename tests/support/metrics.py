@@ -9,7 +9,7 @@ from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Sum
 
-from shared.telemetry import OUTCOME_COUNTER
+from shared.telemetry import OUTCOME_COUNTER, OVERDUE_COUNTER
 
 
 @cache
@@ -20,17 +20,26 @@ def metric_reader() -> InMemoryMetricReader:
     return reader
 
 
-def outcome_counts() -> Counter[tuple[str, str]]:
-    """Cumulative deliveries counted so far, by (function, outcome)."""
+def _counts(name: str, keys: tuple[str, str]) -> Counter[tuple[str, str]]:
     counts: Counter[tuple[str, str]] = Counter()
     data = metric_reader().get_metrics_data()
     for resource in data.resource_metrics if data else []:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
-                if metric.name != OUTCOME_COUNTER:
+                if metric.name != name:
                     continue
                 assert isinstance(metric.data, Sum), metric.data  # a counter's points are numbers
                 for point in metric.data.data_points:
                     attrs = point.attributes or {}
-                    counts[(str(attrs["function"]), str(attrs["outcome"]))] += int(point.value)
+                    counts[(str(attrs[keys[0]]), str(attrs[keys[1]]))] += int(point.value)
     return counts
+
+
+def outcome_counts() -> Counter[tuple[str, str]]:
+    """Cumulative deliveries counted so far, by (function, outcome)."""
+    return _counts(OUTCOME_COUNTER, ("function", "outcome"))
+
+
+def overdue_counts() -> Counter[tuple[str, str]]:
+    """Cumulative overdue items counted so far, by (kind, orderId)."""
+    return _counts(OVERDUE_COUNTER, ("kind", "orderId"))
