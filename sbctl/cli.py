@@ -11,7 +11,7 @@ from pathlib import Path
 
 from azure.servicebus import ServiceBusClient
 
-from sbctl import dlq, schemas
+from sbctl import dlq, parked, schemas
 from sbctl.connection import CONNECTION_ENV, ToolError, open_client
 from sbctl.send import generated, read_jsonl, send, with_faults
 
@@ -73,6 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
     purge_cmd = dlq_commands.add_parser("purge", parents=[common], help="delete dead-lettered messages")
     _selection_options(purge_cmd)
     purge_cmd.add_argument("--yes", action="store_true", help="don't ask for confirmation")
+    parked_cmd = commands.add_parser("parked", help="list, release or drop parked events",
+                                     description=parked.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parked_commands = parked_cmd.add_subparsers(dest="parked_command", required=True)
+    parked_list = parked_commands.add_parser("list", help="list parked events (all, or one order's)")
+    parked_list.add_argument("--order", help="only this order's")
+    for name, text in (("release", "apply a parked event now, its missing predecessors notwithstanding"),
+                       ("drop", "set a parked event aside for good (kept, marked dropped)")):
+        command = parked_commands.add_parser(name, help=text)
+        command.add_argument("--order", required=True, help="the orderId")
+        command.add_argument("--event", required=True, help="the parked event's id")
+    for command in (parked_list, *[parked_commands.choices[n] for n in ("release", "drop")]):
+        parked.add_options(command)
+
     schemas_cmd = commands.add_parser("schemas", help="write the messages' JSON Schemas",
                                       description="Write the JSON Schema of each message, generated from the "
                                                   "consumer's models, for producers to validate against.")
@@ -96,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "send":
         return _send(args)
+    if args.command == "parked":
+        return parked.run(args)
     if args.command == "schemas":
         for path in schemas.write(args.out):
             print(f"wrote {path}")

@@ -1,0 +1,78 @@
+"""``sbctl parked``: list, release or drop the events the consumer parked while they waited for a predecessor.
+
+Parked events live in the orders container of Cosmos DB, not in a queue, so these commands connect
+to Cosmos DB: ``--cosmos-endpoint`` (or $COSMOS_ENDPOINT), with ``--cosmos-key`` (or $COSMOS_KEY) for
+local emulators and Entra ID otherwise. Release applies an event whose predecessor will never come;
+drop sets one aside for good. Neither deletes anything: a dropped event stays, marked dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sbctl.connection import ToolError
+from shared.adapters.cosmos import CosmosStore
+from shared.domain.documents import ParkedEvent
+from shared.errors import ConfigurationError, NotFound, StoreError
+from shared.handlers import resequencer
+from shared.settings import Settings
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The Cosmos DB connection options every parked command takes."""
+    group = parser.add_argument_group("Cosmos DB")
+    group.add_argument("--cosmos-endpoint", default=os.environ.get("COSMOS_ENDPOINT"),
+                       help="account endpoint URL (default: $COSMOS_ENDPOINT)")
+    group.add_argument("--cosmos-key", default=os.environ.get("COSMOS_KEY"),
+                       help="account key, for local emulators only (default: $COSMOS_KEY; unset: Entra ID)")
+    group.add_argument("--no-verify-tls", action="store_true", help="accept a local emulator's certificate")
+    group.add_argument("--database", default=os.environ.get("COSMOS_DATABASE", "sales"), help="database name")
+    group.add_argument("--container", default=os.environ.get("COSMOS_CONTAINER", "orders"), help="orders container")
+    group.add_argument("--consumer", default=os.environ.get("CONSUMER_NAME", "order-projection"),
+                       help="the consumer whose parked events to act on (CONSUMER_NAME)")
+
+
+@contextmanager
+def _store(args: argparse.Namespace) -> Iterator[CosmosStore]:
+    if not args.cosmos_endpoint:
+        raise ToolError("give --cosmos-endpoint or set COSMOS_ENDPOINT")
+    try:
+        settings = Settings(cosmos_endpoint=args.cosmos_endpoint, cosmos_key=args.cosmos_key,
+                            cosmos_verify_tls=not args.no_verify_tls, cosmos_database=args.database,
+                            cosmos_container=args.container)
+        yield CosmosStore.from_settings(settings)
+    except ConfigurationError as exc:
+        raise ToolError(str(exc)) from None
+    except NotFound as exc:
+        raise ToolError(str(exc)) from None
+    except StoreError as exc:
+        raise ToolError(f"Cosmos DB at {args.cosmos_endpoint}: {exc}") from None
+
+
+def table(events: list[ParkedEvent], now: float) -> str:
+    """One line per parked event: order, version, type, event id, status, age, reason."""
+    lines = [f"{'orderId':40} {'version':>7} {'type':32} {'eventId':38} {'status':8} {'age s':>7}  reason"]
+    for e in events:
+        lines.append(f"{e.order_id:40} {e.sequence:>7} {e.event_type.rsplit('.', 1)[-1]:32} {e.event_id:38}"
+                     f" {e.status.value:8} {now - e.parked_at:>7.0f}  {e.reason or ''}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out one parked command; 0 done, 3 nothing matched."""
+    with _store(args) as store:
+        if args.parked_command == "list":
+            found = resequencer.find_parked(store, args.consumer, args.order)
+            print(table(found, time.time()))
+            return 0 if found else 3
+        if args.parked_command == "release":
+            done = resequencer.force_release(store, args.consumer, args.order, args.event)
+            print(f"released versions {done.applied} onto order {args.order}; it is at version {done.order.version}")
+            return 0
+        dropped = resequencer.drop(store, args.consumer, args.order, args.event)
+        print(f"dropped version {dropped.sequence} ({dropped.event_id}) of order {args.order}; kept, marked dropped")
+        return 0
