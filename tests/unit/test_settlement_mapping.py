@@ -19,10 +19,9 @@ def test_outcomes_map_to_the_documented_settlements() -> None:
         Outcome.PAYLOAD_MISMATCH: Settlement(Action.DEADLETTER, "PayloadMismatch"),
         Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
         Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
-        Outcome.GAP: Settlement(Action.ABANDON),
-        Outcome.IN_PROGRESS: Settlement(Action.ABANDON),
+        Outcome.PARKED: Settlement(Action.COMPLETE),
+        Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
         Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),
-        Outcome.OUT_OF_ORDER: Settlement(Action.DEADLETTER, "OutOfOrder"),
         Outcome.TRANSIENT: Settlement(Action.ABANDON),
         Outcome.ERROR: Settlement(Action.ABANDON),
     } == SETTLEMENTS
@@ -31,3 +30,8 @@ def test_outcomes_map_to_the_documented_settlements() -> None:
 def test_only_dead_letters_carry_a_reason() -> None:
     for settlement in SETTLEMENTS.values():
         assert (settlement.reason is not None) == (settlement.action is Action.DEADLETTER)
+
+
+def test_only_transient_and_error_abandon() -> None:
+    abandoning = {o for o, s in SETTLEMENTS.items() if s.action is Action.ABANDON}
+    assert abandoning == {Outcome.TRANSIENT, Outcome.ERROR}
