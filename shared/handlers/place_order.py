@@ -108,7 +108,8 @@ def _create(
             )
             return Outcome.CREATED, SideEffectRecord.from_document(written[2])
         except BatchFailed as exc:
-            if exc.index != 0 or not isinstance(exc.error, (AlreadyExists, PreconditionFailed, NotFound)):
+            # The id taken, or (adopting a pending order) it or a parked event changed: read again.
+            if not (exc.at(0, AlreadyExists) or isinstance(exc.error, (PreconditionFailed, NotFound))):
                 raise StoreError(f"order {order.order_id}: {exc}") from exc
         stored = read_order(store, order.order_id)
         if stored.order is not None or stored.foreign:
