@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 COSMOS_DIR := devservers/cosmos
 
-.PHONY: test setup lint typecheck pytest cosmos-server servicebus-server checkov clean
+.PHONY: test setup lint typecheck pytest cosmos-server servicebus-server checkov simulate clean
 
 test: setup lint typecheck pytest
 
@@ -46,6 +46,11 @@ servicebus-server: setup
 # Checkov over infra/ on its own (the test command runs it too, in tests/infra/test_checkov.py).
 checkov: setup
 	$(CHECKOV_VENV)/bin/checkov -d infra --skip-download --compact
+
+# The deterministic simulator of the core over SEEDS seeds; a failing seed prints its replay command.
+SEEDS ?= 20000
+simulate: setup
+	$(BIN)/python -m simulation --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) $(COSMOS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis

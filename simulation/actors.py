@@ -1,0 +1,195 @@
+"""The actors of a run: competing consumers, producer scripts, the change-feed publisher and the outbox sweeper."""
+
+from __future__ import annotations
+
+import re
+
+from consumers.settlement import SETTLEMENTS, Action
+from shared.domain.outcomes import Outcome, Result, abandon_wait
+from shared.errors import NotFound
+from simulation.broker import Delivery, LockLost
+from simulation.faults import SETTLE_FAULTS
+from simulation.scheduler import EPOCH, Crash
+from simulation.workload import Send
+from simulation.world import DETECTION_WINDOW_SECONDS, World
+
+RESTART_SECONDS = (1.0, 10.0)  # how long a crashed process takes to come back
+FEED_LATENCY_SECONDS = (0.5, 5.0)  # from a write to its change-feed batch
+SWEEP_PERIOD_SECONDS = 300.0  # OUTBOX_SWEEP_SCHEDULE: every 5 minutes
+# The fulfilment fake draws reservation ids from uuid4, outside the seed: masked, so that traces replay alike.
+_RANDOM_IDS = re.compile(r"res-[0-9a-f-]{36}")
+
+
+def start(world: World) -> None:
+    """Spawn every actor of the run."""
+    sched = world.sched
+    for index in range(world.consumers):
+        sched.spawn(f"consumer-{index + 1}", Consumer(world).run)
+    for index, script in enumerate(world.workload.scripts):
+        sched.spawn(f"producer-{index + 1}", Producer(world, script).run)
+    sched.spawn("publisher", Publisher(world).run)
+    sched.spawn("sweeper", Sweeper(world).run)
+
+
+class Consumer:
+    """A Functions instance: takes deliveries from either queue, runs the handler, settles as SETTLEMENTS says.
+
+    A crash ends the delivery unsettled (its lock runs out) and restarts the process, which holds no
+    session any more.
+    """
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def run(self) -> None:
+        """Serve deliveries forever, restarting after each crash."""
+        world, sched = self.world, self.world.sched
+        while True:
+            receiver = world.broker.new_receiver()
+            try:
+                while True:
+                    delivery = world.broker.receive(receiver)
+                    if delivery is None:
+                        sched.wait(world.broker.ready)
+                    else:
+                        self._deliver(delivery)
+            except Crash as crash:
+                if sched.trace_lines is not None:
+                    sched.trace(f"crashed at {crash}; restarting")
+                sched.sleep(sched.rng.uniform(*RESTART_SECONDS))
+
+    def _deliver(self, delivery: Delivery) -> None:
+        world, sched, message = self.world, self.world.sched, delivery.message
+        world.busy += 1
+        world.deliveries += 1
+        if sched.current is not None:
+            sched.current.subject = message.message_id or str(message)
+        if sched.trace_lines is not None:
+            sched.trace(f"receive {message} delivery {message.deliveries}")
+        try:
+            result = self._decide(delivery)
+            settlement = SETTLEMENTS[result.outcome]
+            if sched.trace_lines is not None:
+                description = _RANDOM_IDS.sub("res-*", result.description[:160])
+                sched.trace(f"outcome {result.outcome} -> {settlement.action} {settlement.reason or ''}"
+                            f" {description}".rstrip())
+            if settlement.action is Action.ABANDON:
+                sched.sleep(abandon_wait(world.settings.abandon_delay_seconds, world.clock.utc(delivery.locked_until),
+                                         world.clock.now))
+            world.chaos.checkpoint(f"settle {settlement.action}", SETTLE_FAULTS)
+            try:
+                delivery.queue.settle(delivery, settlement.action, settlement.reason, result.description)
+                world.settlements[settlement.action.value] += 1
+            except LockLost:
+                world.settlements["lock_lost"] += 1
+                if sched.trace_lines is not None:
+                    sched.trace(f"settle {settlement.action} refused: lock lost")
+        finally:
+            world.busy -= 1
+
+    def _decide(self, delivery: Delivery) -> Result:
+        """The handler's result; any exception is outcome ``error``, as the Functions-facing layer makes it."""
+        world = self.world
+        inbound = delivery.inbound(world.clock)
+        try:
+            result = world.handlers[delivery.queue.name](inbound)
+        except Exception as exc:
+            result = Result(Outcome.ERROR, f"unexpected {type(exc).__name__}: {exc}")
+        world.outcomes[result.outcome.value] += 1
+        if result.outcome is Outcome.CREATED and inbound.message_id:
+            world.creators[inbound.message_id] += 1
+        return result
+
+
+class Producer:
+    """Sends one script's messages in order, each at its time; a send with ``after`` first waits for that
+    message to leave its queue and for its detection window to pass."""
+
+    def __init__(self, world: World, script: tuple[Send, ...]) -> None:
+        self.world = world
+        self.script = script
+
+    def run(self) -> None:
+        """Send the script, then stop."""
+        world, sched = self.world, self.world.sched
+        for send in self.script:
+            earliest = EPOCH + send.at
+            if send.after is not None:
+                first = world.accepted[send.after]
+                while not first.settled:
+                    sched.wait(world.broker.settled)
+                earliest = max(earliest, first.enqueued_at + DETECTION_WINDOW_SECONDS + 1.0)
+            sched.sleep(earliest - world.clock.now)
+            out = send.message
+            sent = world.queue(out.queue).send(message_id=out.message_id, body=out.body, session_id=out.session_id,
+                                               correlation_id=out.correlation_id, tag=out.tag)
+            if sent is not None:
+                world.accepted[out.tag] = sent
+            if sched.trace_lines is not None:
+                sched.trace(f"send {out.label} {sent or f'{out.queue} {out.message_id}: dropped as a duplicate'}")
+        world.producing -= 1
+
+
+class Publisher:
+    """publish_outbox: each change-feed batch of outbox entries, a little after the writes.
+
+    A crash leaves the lease unchanged, so the same batch comes again; a batch that ran is not
+    retried (entries it could not send stay pending for the sweep), as with the real change feed.
+    """
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def run(self) -> None:
+        """Publish change-feed batches forever."""
+        world, sched = self.world, self.world.sched
+        while True:
+            while not world.history.outbox_changes:
+                sched.wait(world.feed)
+            sched.sleep(sched.rng.uniform(*FEED_LATENCY_SECONDS))
+            batch = world.history.take_outbox_changes()
+            documents = []
+            for order_id, doc_id in batch:
+                try:
+                    documents.append(world.store.read(doc_id, order_id))
+                except NotFound:
+                    continue
+            world.busy += 1
+            try:
+                world.outbox.publish(documents)
+            except Crash:
+                for key in batch:
+                    world.history.outbox_changes.setdefault(key)
+                sched.sleep(sched.rng.uniform(*RESTART_SECONDS))
+            except Exception as exc:  # the host logs a failed invocation; the feed moves on
+                _failed(world, exc)
+            finally:
+                world.busy -= 1
+
+
+class Sweeper:
+    """sweep_outbox on its timer: publishes entries still pending after OUTBOX_STUCK_AFTER_SECONDS."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def run(self) -> None:
+        """Sweep every period, forever."""
+        world, sched = self.world, self.world.sched
+        while True:
+            sched.sleep(SWEEP_PERIOD_SECONDS - world.clock.elapsed() % SWEEP_PERIOD_SECONDS)
+            world.busy += 1
+            try:
+                world.outbox.sweep(stuck_after_seconds=world.settings.outbox_stuck_after_seconds)
+            except Crash:
+                continue
+            except Exception as exc:  # the host logs a failed invocation; the timer fires again
+                _failed(world, exc)
+            finally:
+                world.busy -= 1
+
+
+def _failed(world: World, error: Exception) -> None:
+    world.settlements["invocation_failed"] += 1
+    if world.sched.trace_lines is not None:
+        world.sched.trace(f"invocation failed: {type(error).__name__}: {error}")

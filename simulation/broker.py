@@ -1,0 +1,273 @@
+"""Service Bus queues as the consumer meets them: PeekLock, lock expiry, delivery counts, sessions, duplicate detection.
+
+- A send gets the entity's next sequence number; a MessageId seen within the detection window of its
+  first accepted send is dropped. Every message is available as soon as it is sent.
+- A receive locks a message for ``lock_seconds`` and counts a delivery. Complete removes it,
+  dead-letter moves it aside with a reason, abandon makes it available at once. A lock that runs out
+  makes it available again, while the old delivery may still be running: its settlement then fails
+  (LockLost). A message returned after its MaxDeliveryCount-th delivery is dead-lettered
+  ``MaxDeliveryCountExceeded``.
+- On a session queue, one receiver holds a session (its lock renewed with each message it takes) and
+  gets the session's messages strictly in sequence order, one at a time: an abandoned message comes
+  back before anything behind it. A receiver whose session lock ran out loses the session to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from consumers.settlement import Action
+from shared.domain.messages import InboundMessage
+from shared.settings import Settings
+from simulation.scheduler import Clock, Scheduler, Signal
+
+MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
+
+
+class State(StrEnum):
+    """Where a message is."""
+
+    AVAILABLE = "available"
+    LOCKED = "locked"
+    COMPLETED = "completed"
+    DEAD_LETTERED = "dead-lettered"
+
+
+@dataclass(eq=False)
+class BrokerMessage:
+    """One message in a queue; ``tag`` names the workload message it was sent as."""
+
+    queue: str
+    sequence_number: int
+    message_id: str | None
+    body: bytes
+    session_id: str | None
+    correlation_id: str | None
+    enqueued_at: float
+    tag: int
+    deliveries: int = 0
+    state: State = State.AVAILABLE
+    lock_token: int = 0
+    locked_until: float = 0.0
+    reason: str | None = None
+    description: str | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Whether it has left the queue, completed or dead-lettered."""
+        return self.state in (State.COMPLETED, State.DEAD_LETTERED)
+
+    def __str__(self) -> str:
+        return f"{self.queue}#{self.sequence_number} {self.message_id}"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery of a message to a receiver, under a lock token."""
+
+    queue: Queue
+    message: BrokerMessage
+    receiver: int
+    token: int
+    locked_until: float
+
+    def inbound(self, clock: Clock) -> InboundMessage:
+        """The delivery as the core sees it; the delivery count is the prior attempts, as Python reports it."""
+        message = self.message
+        return InboundMessage(
+            message_id=message.message_id, body=message.body, correlation_id=message.correlation_id,
+            session_id=message.session_id, delivery_count=message.deliveries - 1,
+            enqueued_time_utc=clock.utc(message.enqueued_at), locked_until_utc=clock.utc(self.locked_until),
+            sequence_number=message.sequence_number,
+        )
+
+
+class LockLost(Exception):
+    """A settlement whose lock ran out or was taken over: Service Bus refuses it (MessageLockLost)."""
+
+
+@dataclass
+class _SessionLock:
+    receiver: int
+    locked_until: float
+
+
+class Queue:
+    """One queue, with or without sessions."""
+
+    def __init__(
+        self, name: str, scheduler: Scheduler, ready: Signal, settled: Signal, *, sessions: bool, lock_seconds: float,
+        max_deliveries: int, detection_window: float,
+    ) -> None:
+        self.name = name
+        self.sessions = sessions
+        self.messages: list[BrokerMessage] = []  # every accepted message, in sequence order
+        self.dropped = 0  # sends dropped by duplicate detection
+        self._sched = scheduler
+        self._ready = ready
+        self._settled = settled
+        self._lock_seconds = lock_seconds
+        self._max_deliveries = max_deliveries
+        self._window = detection_window
+        self._active: list[BrokerMessage] = []  # not yet settled, in sequence order
+        self._first_sent: dict[str, float] = {}
+        self._session_locks: dict[str, _SessionLock] = {}
+        self._held: dict[int, str] = {}  # receiver -> the session it last took
+        self._tokens = 0
+
+    def send(
+        self, *, message_id: str | None, body: bytes, session_id: str | None, correlation_id: str | None, tag: int
+    ) -> BrokerMessage | None:
+        """Enqueue a message; None when duplicate detection drops it."""
+        now = self._sched.clock.now
+        if message_id is not None:
+            first = self._first_sent.get(message_id)
+            if first is not None and now - first < self._window:
+                self.dropped += 1
+                return None
+            self._first_sent[message_id] = now
+        message = BrokerMessage(self.name, len(self.messages) + 1, message_id, body, session_id, correlation_id,
+                                now, tag)
+        self.messages.append(message)
+        self._active.append(message)
+        self._sched.notify(self._ready)
+        return message
+
+    def receive(self, receiver: int) -> Delivery | None:
+        """Lock and return the next message for ``receiver``, or None when there is none for it now."""
+        self._expire()
+        if not self.sessions:
+            head = next((m for m in self._active if m.state is State.AVAILABLE), None)
+            return self._lock(head, receiver) if head else None
+        held = self._held.get(receiver)
+        if held is not None:
+            lock = self._session_locks.get(held)
+            if lock is not None and lock.receiver == receiver:
+                head = self._head(held)
+                if head is not None and head.state is State.AVAILABLE:
+                    return self._lock(head, receiver)
+                del self._session_locks[held]  # nothing more in it for now: close the session
+                self._sched.notify(self._ready)
+            del self._held[receiver]
+        free = [m for m in self._heads() if m.state is State.AVAILABLE and m.session_id not in self._session_locks]
+        if not free:
+            return None
+        head = free[self._sched.rng.randrange(len(free))]
+        self._held[receiver] = head.session_id or ""
+        return self._lock(head, receiver)
+
+    def holds_session(self, receiver: int) -> bool:
+        """Whether ``receiver`` took a session and may still hold it."""
+        return receiver in self._held
+
+    def settle(self, delivery: Delivery, action: Action, reason: str | None, description: str | None) -> None:
+        """Complete, abandon or dead-letter a delivery; LockLost if its lock is no longer held."""
+        self._expire()
+        message = delivery.message
+        if message.state is not State.LOCKED or message.lock_token != delivery.token:
+            raise LockLost(f"{message}: lock of delivery {delivery.token} was lost")
+        if action is Action.COMPLETE:
+            self._leave(message, State.COMPLETED)
+        elif action is Action.ABANDON:
+            self._return(message)
+        else:
+            self._leave(message, State.DEAD_LETTERED, reason, description)
+        self._sched.notify(self._ready)
+
+    def unsettled(self) -> int:
+        """How many messages are still in the queue, available or locked."""
+        return len(self._active)
+
+    def _lock(self, message: BrokerMessage, receiver: int) -> Delivery:
+        now = self._sched.clock.now
+        message.deliveries += 1
+        message.state = State.LOCKED
+        self._tokens += 1
+        message.lock_token = self._tokens
+        message.locked_until = now + self._lock_seconds
+        if self.sessions:  # taking a session's message takes (or renews) the session lock
+            self._session_locks[message.session_id or ""] = _SessionLock(receiver, message.locked_until)
+        self._sched.call_at(message.locked_until, self._on_lock_timer)
+        return Delivery(self, message, receiver, message.lock_token, message.locked_until)
+
+    def _heads(self) -> list[BrokerMessage]:
+        """The first unsettled message of each session, in sequence order."""
+        seen: dict[str | None, BrokerMessage] = {}
+        for message in self._active:
+            seen.setdefault(message.session_id, message)
+        return list(seen.values())
+
+    def _head(self, session: str) -> BrokerMessage | None:
+        return next((m for m in self._active if m.session_id == session), None)
+
+    def _on_lock_timer(self) -> None:
+        if self._expire():
+            self._sched.notify(self._ready)
+
+    def _expire(self) -> bool:
+        """Release every lock that has run out; whether anything became available."""
+        now = self._sched.clock.now
+        expired = [s for s, lock in self._session_locks.items() if lock.locked_until <= now]
+        for session in expired:
+            del self._session_locks[session]
+        returned = [m for m in self._active if m.state is State.LOCKED and m.locked_until <= now]
+        for message in returned:
+            self._return(message)
+        return bool(expired or returned)
+
+    def _return(self, message: BrokerMessage) -> None:
+        """Back in the queue after an abandon or a lost lock, unless that was its last allowed delivery."""
+        if message.deliveries >= self._max_deliveries:
+            self._leave(message, State.DEAD_LETTERED, MAX_DELIVERY_COUNT_EXCEEDED,
+                        f"delivered {message.deliveries} times")
+            return
+        message.state = State.AVAILABLE
+
+    def _leave(self, message: BrokerMessage, state: State, reason: str | None = None,
+               description: str | None = None) -> None:
+        message.state = state
+        message.reason = reason
+        message.description = description
+        self._active.remove(message)
+        self._sched.notify(self._settled)
+
+
+class Broker:
+    """The namespace: the orders queue and the session-enabled order-events queue, configured from the settings."""
+
+    def __init__(self, scheduler: Scheduler, settings: Settings, *, detection_window: float) -> None:
+        self.ready = Signal()  # a message or a session may have become available
+        self.settled = Signal()  # a message left its queue
+        self._sched = scheduler
+        self._receivers = 0
+
+        def queue(name: str, sessions: bool) -> Queue:
+            return Queue(name, scheduler, self.ready, self.settled, sessions=sessions,
+                         lock_seconds=settings.servicebus_lock_duration_seconds,
+                         max_deliveries=settings.servicebus_max_delivery_count, detection_window=detection_window)
+
+        self.orders = queue(settings.orders_queue, sessions=False)
+        self.events = queue(settings.order_events_queue, sessions=True)
+        self.queues = {q.name: q for q in (self.orders, self.events)}
+
+    def new_receiver(self) -> int:
+        """An id for a receiver; a restarted process gets a new one, and holds no session."""
+        self._receivers += 1
+        return self._receivers
+
+    def receive(self, receiver: int) -> Delivery | None:
+        """The next delivery for ``receiver``: from the session it holds first, else from either queue."""
+        if self.events.holds_session(receiver) or self._sched.rng.random() < 0.5:
+            order = (self.events, self.orders)
+        else:
+            order = (self.orders, self.events)
+        for queue in order:
+            delivery = queue.receive(receiver)
+            if delivery is not None:
+                return delivery
+        return None
+
+    def unsettled(self) -> int:
+        """How many messages are still in the queues."""
+        return sum(q.unsettled() for q in self.queues.values())

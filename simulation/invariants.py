@@ -1,0 +1,161 @@
+"""What must hold after every run, once the queues are drained: effectively once, in order, nothing lost or stuck.
+
+Each check reads the end state (store, fulfilment ledger, destination, queues) and, where the end
+state cannot tell, the history of writes seen at the store port.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from shared.domain.documents import EffectStatus, OrderDocument, ParkedEvent, PendingOrder, SideEffectRecord
+from shared.ports.store import Document
+from simulation.broker import State
+from simulation.proxies import RECORD_KINDS
+from simulation.world import World
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant: which rule, and the ids that show it."""
+
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.detail}"
+
+
+def check(world: World, drained: bool) -> list[Violation]:
+    """Every invariant, over the end of one run."""
+    documents = world.store.documents()
+    found: list[Violation] = []
+    if not drained:
+        found.append(Violation("drained", f"the run did not drain: {world.broker.unsettled()} messages unsettled,"
+                                          f" {world.pending_outbox()} outbox entries pending, {world.busy} busy"))
+    for rule in RULES:
+        found.extend(rule(world, documents))
+    return found
+
+
+def one_order_each(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """Exactly one order document per valid order id, holding the first content, created by one delivery."""
+    stored = {d["id"]: d for d in documents if OrderDocument.is_kind(d)}
+    for plan in world.workload.orders:
+        document = stored.pop(plan.order_id, None)
+        if document is None:
+            yield Violation("one-order", f"order {plan.order_id} was never stored")
+        elif document["requestHash"] != plan.request_hash:
+            yield Violation("one-order", f"order {plan.order_id} holds requestHash {document['requestHash'][:12]},"
+                                         f" not the first content's {plan.request_hash[:12]}")
+        if world.creators[plan.order_id] > 1:
+            yield Violation("one-order", f"order {plan.order_id} was created by {world.creators[plan.order_id]}"
+                                         " deliveries: the create let copies through")
+    for order_id in stored:
+        yield Violation("one-order", f"order {order_id} is stored but was never a valid order")
+
+
+def one_reservation_each(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """At most one reservation per order at the fulfilment service, and exactly one for every valid order."""
+    counts = Counter(str(reply.get("orderId")) for reply in world.fulfilment.ledger.reservations().values())
+    for plan in world.workload.orders:
+        count = counts.pop(plan.order_id, 0)
+        if count != 1:
+            yield Violation("reservation", f"order {plan.order_id} has {count} reservations, not 1")
+    for order_id, count in counts.items():
+        yield Violation("reservation", f"{count} reservations for {order_id}, which was never a valid order")
+
+
+def one_order_accepted_each(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """One OrderAccepted per valid order reaches the destination: at least once, always under one MessageId.
+
+    The destination's duplicate detection drops a resend inside its window; a resend past it (after
+    publishing kept failing that long) arrives again under the same MessageId, for the destination's
+    consumers to drop, as the README says. Such resends are counted (``resent_past_window``), not
+    violations: the design does not promise more.
+    """
+    message_ids = delivered_order_accepted(world)
+    for plan in world.workload.orders:
+        ids = set(message_ids.pop(plan.order_id, []))
+        if len(ids) != 1:
+            yield Violation("order-accepted", f"order {plan.order_id} reached the destination under {len(ids)}"
+                                              " OrderAccepted MessageIds, not 1")
+    for order_id, stray in message_ids.items():
+        yield Violation("order-accepted", f"{len(stray)} OrderAccepted delivered for {order_id},"
+                                          " which was never a valid order")
+
+
+def delivered_order_accepted(world: World) -> dict[str, list[str]]:
+    """The MessageIds of the OrderAccepted messages the destination kept, by order id."""
+    delivered: dict[str, list[str]] = {}
+    for destination, message in world.sender.delivered:
+        if destination == world.settings.outbox_destination:
+            delivered.setdefault(str(json.loads(message.body)["orderId"]), []).append(message.message_id)
+    return delivered
+
+
+def events_once_in_order(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """Every valid event applied exactly once, in version order, to the state the state machine gives."""
+    orders = {d["id"]: d for d in documents if OrderDocument.is_kind(d)}
+    recorded = Counter(d["eventId"] for d in documents if d.get("type") in RECORD_KINDS)
+    history = world.history
+    for plan in world.workload.orders:
+        for event in plan.events:
+            if recorded[event.event_id] != 1 or history.records_created[event.event_id] != 1:
+                yield Violation("events", f"event {event.event_id} (v{event.sequence} of {plan.order_id}) was"
+                                          f" recorded {history.records_created[event.event_id]} times")
+        applied = history.applied[plan.order_id]
+        if applied != sorted(applied):
+            yield Violation("events", f"order {plan.order_id}: events applied in the order {applied}")
+        versions = history.order_versions[plan.order_id]
+        if any(later < earlier for earlier, later in itertools.pairwise(versions)):
+            yield Violation("events", f"order {plan.order_id}: its version went back, written as {versions}")
+        order = orders.get(plan.order_id)
+        if order is not None and (order["version"], order["status"]) != (plan.final_version, plan.final_status):
+            yield Violation("events", f"order {plan.order_id} ends at version {order['version']} {order['status']};"
+                                      f" its events lead to {plan.final_version} {plan.final_status}")
+
+
+def settled_as_expected(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """No valid message dead-lettered; every invalid or mismatching one dead-lettered with its reason."""
+    for queue in world.broker.queues.values():
+        for message in queue.messages:
+            sent = world.workload.messages[message.tag]
+            if sent.expect is None and message.state is not State.COMPLETED:
+                yield Violation("settlement", f"{sent.label} {message} is {message.state}"
+                                              f" {message.reason or ''}: {message.description or ''}")
+            elif sent.expect is not None and (message.state, message.reason) != (State.DEAD_LETTERED, sent.expect):
+                yield Violation("settlement", f"{sent.label} {message} is {message.state} {message.reason or ''},"
+                                              f" not dead-lettered {sent.expect}")
+
+
+def nothing_left_waiting(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """No side effect left in progress, no event left parked, no order left pending once all was delivered."""
+    for document in documents:
+        if (unfinished := _unfinished(document)) is not None:
+            yield Violation("stuck", unfinished)
+
+
+def _unfinished(document: Document) -> str | None:
+    """What the document says is left undone, if it is work left undone."""
+    if SideEffectRecord.is_kind(document):
+        record = SideEffectRecord.from_document(document)
+        if record.status is EffectStatus.IN_PROGRESS:
+            return f"side effect {record.effect} of {record.order_id} is in progress (attempt {record.attempt})"
+    elif ParkedEvent.is_kind(document):
+        parked = ParkedEvent.from_document(document)
+        return f"event v{parked.sequence} {parked.event_id} of {parked.order_id} is {parked.status}" + (
+            f": {parked.reason}" if parked.reason else "")
+    elif PendingOrder.is_kind(document):
+        return f"order {document['orderId']} is still pending, with parked events"
+    return None
+
+
+RULES: tuple[Callable[[World, list[Document]], Iterable[Violation]], ...] = (
+    one_order_each, one_reservation_each, one_order_accepted_each, events_once_in_order, settled_as_expected,
+    nothing_left_waiting,
+)

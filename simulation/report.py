@@ -1,0 +1,85 @@
+"""What runs report: one run's counts, violations and trace, and the totals over many seeds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from simulation.invariants import Violation
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """One seed's run."""
+
+    seed: int
+    steps: int
+    deliveries: int
+    sim_seconds: float
+    faults: Counter[str]
+    outcomes: Counter[str]
+    settlements: Counter[str]
+    violations: list[Violation]
+    resent_past_window: int = 0  # OrderAccepted copies the destination kept twice, the second past its window
+    trace: list[str] | None = None
+
+    def replay(self) -> str:
+        """The one-line command that replays this run with its trace."""
+        return f"python -m simulation --seed {self.seed} --trace"
+
+    def summary(self) -> str:
+        """One line of counts."""
+        return (f"seed {self.seed}: {self.steps} steps, {self.deliveries} deliveries, {self.sim_seconds:.0f} s"
+                f" simulated; faults {_counts(self.faults)}; outcomes {_counts(self.outcomes)};"
+                f" settlements {_counts(self.settlements)}; OrderAccepted resent past the window"
+                f" {self.resent_past_window}; {len(self.violations)} violations")
+
+
+@dataclass
+class Totals:
+    """Sums over many runs."""
+
+    seeds: int = 0
+    steps: int = 0
+    deliveries: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    settlements: Counter[str] = field(default_factory=Counter)
+    violations: Counter[str] = field(default_factory=Counter)
+    resent_past_window: list[int] = field(default_factory=list)  # seeds where it happened
+    failing: list[int] = field(default_factory=list)
+
+    def add(self, report: RunReport) -> None:
+        """Count one run in."""
+        self.seeds += 1
+        self.steps += report.steps
+        self.deliveries += report.deliveries
+        self.faults.update(report.faults)
+        self.outcomes.update(report.outcomes)
+        self.settlements.update(report.settlements)
+        self.violations.update(v.rule for v in report.violations)
+        if report.resent_past_window:
+            self.resent_past_window.append(report.seed)
+        if report.violations:
+            self.failing.append(report.seed)
+
+    def lines(self, elapsed: float) -> list[str]:
+        """The totals as printed at the end of a batch of seeds."""
+        per_minute = self.seeds / elapsed * 60 if elapsed > 0 else float("inf")
+        return [
+            f"seeds        {self.seeds} ({len(self.failing)} failing)",
+            f"steps        {self.steps}",
+            f"deliveries   {self.deliveries}",
+            f"faults       {sum(self.faults.values())}: {_counts(self.faults)}",
+            f"outcomes     {_counts(self.outcomes)}",
+            f"settlements  {_counts(self.settlements)}",
+            f"violations   {sum(self.violations.values())}: {_counts(self.violations) or 'none'}",
+            f"OrderAccepted resent past the destination's detection window in {len(self.resent_past_window)} seeds"
+            f" (the design's limit, not a violation){': ' if self.resent_past_window else ''}"
+            f"{' '.join(map(str, self.resent_past_window[:10]))}",
+            f"elapsed      {elapsed:.1f} s, {per_minute:.0f} seeds/minute",
+        ]
+
+
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in sorted(counter.items()))

@@ -1,0 +1,134 @@
+"""The simulator can fail: each classic idempotency bug, planted in a wrapper here, is found within 200 seeds.
+
+Each test wires one broken port or handler into the run and asserts that a violation of the rule the
+bug breaks shows up within MAX_SEEDS seeds, and that the correct system passes that same seed: the
+bug, not the seed, is what fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from shared.domain.documents import OrderDocument
+from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Result
+from shared.errors import AlreadyExists, BatchFailed, NotFound
+from shared.handlers.place_order import OrderServices
+from shared.ports.fulfilment import FulfilmentService, Reply
+from shared.ports.store import BatchOperation, Create, Document, DocumentStore, Patch, Replace
+from simulation.run import simulate
+from simulation.world import OrderHandler, Wiring
+
+MAX_SEEDS = 200
+
+
+class _Delegating:
+    """A store that passes every call through; the broken stores below change one of them."""
+
+    def __init__(self, store: DocumentStore) -> None:
+        self.store = store
+
+    def create(self, document: Document) -> Document:
+        return self.store.create(document)
+
+    def read(self, doc_id: str, partition_key: str) -> Document:
+        return self.store.read(doc_id, partition_key)
+
+    def query(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+              before: tuple[str, Any] | None = None, limit: int = 100) -> list[Document]:
+        return self.store.query(conditions, partition_key=partition_key, before=before, limit=limit)
+
+    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        return self.store.execute_batch(partition_key, operations)
+
+
+class ReadThenCreate(_Delegating):
+    """Bug 1: the order's create done as "read, and write if absent" (an upsert): two copies both find it absent."""
+
+    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        first = operations[0]
+        if not (isinstance(first, Create) and OrderDocument.is_kind(first.document)):
+            return self.store.execute_batch(partition_key, operations)
+        try:
+            self.store.read(partition_key, partition_key)
+        except NotFound:
+            pass
+        else:
+            raise BatchFailed(0, AlreadyExists(f"document {partition_key} already exists"))
+        try:
+            return self.store.execute_batch(partition_key, operations)
+        except BatchFailed as exc:
+            if not isinstance(exc.error, AlreadyExists):
+                raise
+        overwrite = [Replace(op.document) if isinstance(op, Create) else op for op in operations]
+        return self.store.execute_batch(partition_key, overwrite)
+
+
+class VersionUnchecked(_Delegating):
+    """Bug 3: the order's version check removed: patches without their condition, replaces without the etag."""
+
+    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        return self.store.execute_batch(partition_key, [_unchecked(op, partition_key) for op in operations])
+
+
+def _unchecked(operation: BatchOperation, order_id: str) -> BatchOperation:
+    if isinstance(operation, Patch) and operation.doc_id == order_id:
+        return Patch(operation.doc_id, operation.set_fields)
+    if isinstance(operation, Replace) and operation.document["id"] == order_id:
+        return Replace(operation.document)
+    return operation
+
+
+class KeyPerCall:
+    """Bug 2: the idempotency key derived per delivery: every call carries a fresh nonce."""
+
+    def __init__(self, fulfilment: FulfilmentService) -> None:
+        self.fulfilment = fulfilment
+        self.nonces = itertools.count(1)
+
+    def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        return self.fulfilment.reserve(f"{idempotency_key}.{next(self.nonces)}", request)
+
+
+def fresh_sequence_numbers(handler: OrderHandler) -> OrderHandler:
+    """Bug 4: every delivery looks like another message, so a redelivery cannot take over its own claim."""
+    numbers = itertools.count(10**9)
+
+    def place(message: InboundMessage, services: OrderServices) -> Result:
+        return handler(dataclasses.replace(message, sequence_number=next(numbers)), services)
+
+    return place
+
+
+def first_seed_failing(wiring: Wiring, rule: str) -> int | None:
+    """The first seed below MAX_SEEDS whose run breaks ``rule``."""
+    for seed in range(MAX_SEEDS):
+        if any(v.rule == rule for v in simulate(seed, wiring=wiring).violations):
+            return seed
+    return None
+
+
+def assert_found(wiring: Wiring, rule: str) -> None:
+    seed = first_seed_failing(wiring, rule)
+    assert seed is not None, f"no seed below {MAX_SEEDS} broke {rule}"
+    print(f"{rule} broken at seed {seed}")
+    assert simulate(seed).violations == [], f"seed {seed} fails without the bug too"
+
+
+def test_a_read_then_create_is_found_as_an_order_created_twice() -> None:
+    assert_found(Wiring(store=ReadThenCreate), "one-order")
+
+
+def test_an_idempotency_key_per_delivery_is_found_as_a_second_reservation() -> None:
+    assert_found(Wiring(fulfilment=KeyPerCall), "reservation")
+
+
+def test_a_removed_version_check_is_found_as_events_applied_out_of_order() -> None:
+    assert_found(Wiring(store=VersionUnchecked), "events")
+
+
+def test_a_redelivery_that_cannot_take_over_its_own_claim_is_found_as_a_side_effect_left_in_progress() -> None:
+    assert_found(Wiring(place_order=fresh_sequence_numbers), "stuck")
