@@ -32,6 +32,8 @@ def _replay(seed: int, *, trace: bool) -> int:
     print(report.summary())
     for violation in report.violations:
         print(f"  {violation}")
+    if report.violations and not trace:
+        print(f"replay: {report.replay()}")
     return 1 if report.violations else 0
 
 

@@ -11,7 +11,7 @@ from simulation.broker import Delivery, LockLost
 from simulation.faults import SETTLE_FAULTS
 from simulation.scheduler import EPOCH, Crash
 from simulation.workload import Send
-from simulation.world import DETECTION_WINDOW_SECONDS, World
+from simulation.world import World
 
 RESTART_SECONDS = (1.0, 10.0)  # how long a crashed process takes to come back
 FEED_LATENCY_SECONDS = (0.5, 5.0)  # from a write to its change-feed batch
@@ -118,7 +118,7 @@ class Producer:
                 first = world.accepted[send.after]
                 while not first.settled:
                     sched.wait(world.broker.settled)
-                earliest = max(earliest, first.enqueued_at + DETECTION_WINDOW_SECONDS + 1.0)
+                earliest = max(earliest, first.enqueued_at + world.detection_window + 1.0)
             sched.sleep(earliest - world.clock.now)
             out = send.message
             sent = world.queue(out.queue).send(message_id=out.message_id, body=out.body, session_id=out.session_id,

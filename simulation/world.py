@@ -28,7 +28,9 @@ OrderHandler = Callable[[InboundMessage, OrderServices], Result]
 Handler = Callable[[InboundMessage], Result]
 T = TypeVar("T")
 
-DETECTION_WINDOW_SECONDS = 600.0  # duplicateDetectionWindow PT10M, on the queues and on order-accepted
+# duplicateDetectionWindow, on the queues and on order-accepted: Bicep's default PT10M, and a short one
+# under which a producer's retry can meet its original still being processed.
+DETECTION_WINDOWS_SECONDS = (60.0, 600.0)
 SETTINGS = Settings(fulfillment_url="http://fulfilment.simulated", abandon_delay_seconds=10.0)
 
 
@@ -59,17 +61,17 @@ class World:
 
     def __init__(self, seed: int, wiring: Wiring, *, trace: bool) -> None:
         settings = SETTINGS
-        self.seed = seed
         self.settings = settings
         self.rng = random.Random(seed)  # noqa: S311 - a simulation, reproducible by seed; not security
         self.clock = Clock()
         self.sched = Scheduler(self.rng, self.clock, [] if trace else None)
         self.consumers = self.rng.randint(2, 4)
+        self.detection_window = self.rng.choice(DETECTION_WINDOWS_SECONDS)
         self.chaos = Chaos(self.sched, chaos_profile(self.rng), settings.servicebus_lock_duration_seconds)
-        self.broker = Broker(self.sched, settings, detection_window=DETECTION_WINDOW_SECONDS)
+        self.broker = Broker(self.sched, settings, detection_window=self.detection_window)
         self.store = InMemoryStore(default_ttl=-1, clock=self.clock)
         self.fulfilment = InMemoryFulfilment()
-        self.sender = RecordingSender(detection_window_seconds=DETECTION_WINDOW_SECONDS, clock=self.clock,
+        self.sender = RecordingSender(detection_window_seconds=self.detection_window, clock=self.clock,
                                       destinations=[settings.outbox_destination])
         self.feed = Signal()
         self.history = History(lambda: self.sched.notify(self.feed))
@@ -83,7 +85,7 @@ class World:
         }
         self.outbox = OutboxPublisher(store_port, FaultySender(self.sender, self.chaos),
                                       dispatched_ttl_seconds=settings.outbox_dispatched_ttl_seconds, clock=self.clock)
-        self.workload: Workload = build_workload(self.rng, settings, self.clock, DETECTION_WINDOW_SECONDS)
+        self.workload: Workload = build_workload(self.rng, settings, self.clock, self.detection_window)
         self.accepted: dict[int, BrokerMessage] = {}  # workload tag -> the broker message it became
         self.producing = len(self.workload.scripts)
         self.busy = 0  # deliveries and publisher runs under way
