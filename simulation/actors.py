@@ -95,6 +95,7 @@ class Consumer:
             result = world.handlers[delivery.queue.name](inbound)
         except Exception as exc:
             result = Result(Outcome.ERROR, f"unexpected {type(exc).__name__}: {exc}")
+            world.errors.append(f"{delivery.message}: {result.description}")
         world.outcomes[result.outcome.value] += 1
         if result.outcome is Outcome.CREATED and inbound.message_id:
             world.creators[inbound.message_id] += 1

@@ -133,6 +133,12 @@ def settled_as_expected(world: World, documents: list[Document]) -> Iterable[Vio
                                               f" not dead-lettered {sent.expect}")
 
 
+def no_unexpected_error(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """No handler raised an unexpected exception (outcome ``error``): the README calls that a bug."""
+    for error in world.errors:
+        yield Violation("unexpected-error", error)
+
+
 def nothing_left_waiting(world: World, documents: list[Document]) -> Iterable[Violation]:
     """No side effect left in progress, no event left parked, no order left pending once all was delivered."""
     for document in documents:
@@ -157,5 +163,5 @@ def _unfinished(document: Document) -> str | None:
 
 RULES: tuple[Callable[[World, list[Document]], Iterable[Violation]], ...] = (
     one_order_each, one_reservation_each, one_order_accepted_each, events_once_in_order, settled_as_expected,
-    nothing_left_waiting,
+    no_unexpected_error, nothing_left_waiting,
 )

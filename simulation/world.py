@@ -62,12 +62,12 @@ class World:
     def __init__(self, seed: int, wiring: Wiring, *, trace: bool) -> None:
         settings = SETTINGS
         self.settings = settings
-        self.rng = random.Random(seed)  # noqa: S311 - a simulation, reproducible by seed; not security
+        rng = random.Random(seed)  # noqa: S311 - a simulation, reproducible by seed; not security
         self.clock = Clock()
-        self.sched = Scheduler(self.rng, self.clock, [] if trace else None)
-        self.consumers = self.rng.randint(2, 4)
-        self.detection_window = self.rng.choice(DETECTION_WINDOWS_SECONDS)
-        self.chaos = Chaos(self.sched, chaos_profile(self.rng), settings.servicebus_lock_duration_seconds)
+        self.sched = Scheduler(rng, self.clock, [] if trace else None)
+        self.consumers = rng.randint(2, 4)
+        self.detection_window = rng.choice(DETECTION_WINDOWS_SECONDS)
+        self.chaos = Chaos(self.sched, chaos_profile(rng), settings.servicebus_lock_duration_seconds)
         self.broker = Broker(self.sched, settings, detection_window=self.detection_window)
         self.store = InMemoryStore(default_ttl=-1, clock=self.clock)
         self.fulfilment = InMemoryFulfilment()
@@ -85,7 +85,7 @@ class World:
         }
         self.outbox = OutboxPublisher(store_port, FaultySender(self.sender, self.chaos),
                                       dispatched_ttl_seconds=settings.outbox_dispatched_ttl_seconds, clock=self.clock)
-        self.workload: Workload = build_workload(self.rng, settings, self.clock, self.detection_window)
+        self.workload: Workload = build_workload(rng, settings, self.clock, self.detection_window)
         self.accepted: dict[int, BrokerMessage] = {}  # workload tag -> the broker message it became
         self.producing = len(self.workload.scripts)
         self.busy = 0  # deliveries and publisher runs under way
@@ -93,6 +93,7 @@ class World:
         self.outcomes: Counter[str] = Counter()
         self.settlements: Counter[str] = Counter()
         self.creators: Counter[str] = Counter()  # message id -> deliveries that reported creating the order
+        self.errors: list[str] = []  # deliveries a handler failed with an unexpected exception
 
     def queue(self, name: str) -> Queue:
         """A queue by name."""
