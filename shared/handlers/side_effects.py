@@ -30,6 +30,7 @@ from shared.errors import AlreadyExists, BatchFailed, DownstreamUnavailable, Not
 from shared.ports.store import DocumentStore, Replace
 
 MAX_REASON_CHARS = 200
+MAX_RACES = 5  # how often the record may change between our read and our write before we give up
 
 
 class ReplyKind(StrEnum):
@@ -54,7 +55,7 @@ class EffectOutcome(StrEnum):
     """What the caller should do with the message."""
 
     DONE = "done"  # the effect happened (now or before): complete
-    BUSY = "busy"  # another message holds a live claim, or took the claim over: it finishes the effect
+    BUSY = "busy"  # another message holds a live claim, or took it over: its deliveries finish the effect
     TRANSIENT = "transient"  # the service may succeed later
     REJECTED = "rejected"  # the service refused for good: dead-letter DownstreamRejected
 
@@ -106,11 +107,11 @@ class SideEffect:
             self._release(record)
             return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: {exc}")
         if reply.kind is ReplyKind.SUCCEEDED:
-            return self._finish(record, EffectStatus.COMPLETED, reply, EffectOutcome.DONE)
+            return self._finish(record, EffectStatus.COMPLETED, reply, message)
         if reply.kind is ReplyKind.TRANSIENT:
             self._release(record)
             return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: HTTP {reply.status}")
-        return self._finish(record, EffectStatus.FAILED, reply, EffectOutcome.REJECTED)
+        return self._finish(record, EffectStatus.FAILED, reply, message)
 
     def _claim(
         self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage
@@ -120,38 +121,58 @@ class SideEffect:
             return SideEffectRecord.from_document(self.store.create(record.to_document()))
         except AlreadyExists:
             pass
+        for _ in range(MAX_RACES):
+            current = self._read(record)
+            if isinstance(current, EffectResult):
+                return current
+            if current.lease_until > self.clock() and not _same_message(current, message):
+                return EffectResult(EffectOutcome.BUSY, f"{self.name}: claimed by message {current.message_sequence},"
+                                                        f" attempt {current.attempt}, whose redeliveries finish it")
+            if message.locked_until_utc is not None and message.locked_until_utc.timestamp() <= self.clock():
+                # Our lock has run out: the message is someone else's now, and so is the claim.
+                return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: this delivery's lock ran out")
+            taken = msgspec.structs.replace(current, attempt=current.attempt + 1,
+                                            message_sequence=message.sequence_number,
+                                            lease_until=self._lease_until(message.locked_until_utc))
+            if (written := self._replace(current, taken)) is not None:
+                return written
+        return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: the claim kept changing under us")
+
+    def _finish(
+        self, record: SideEffectRecord, status: EffectStatus, reply: EffectReply, message: InboundMessage
+    ) -> EffectResult:
+        """Record the call's answer. If the record changed while we called, read it again: finished by
+        someone else, it stands; taken over by another delivery of our own message (one whose lock ran
+        out, say), we finish it ourselves, since we hold the answer; taken by another message, that
+        message's deliveries finish it."""
+        outcome = EffectOutcome.DONE if status is EffectStatus.COMPLETED else EffectOutcome.REJECTED
+        for _ in range(MAX_RACES):
+            finished = msgspec.structs.replace(
+                record, status=status, response_status=reply.status, reference=reply.reference,
+                reason=(reply.reason or "")[:MAX_REASON_CHARS] or None, finished_at=self.clock(),
+            )
+            if self._replace(record, finished) is not None:
+                return EffectResult(outcome, summary(finished))
+            current = self._read(record)
+            if isinstance(current, EffectResult):
+                return current
+            if not _same_message(current, message):
+                return EffectResult(EffectOutcome.BUSY, f"{self.name}: message {current.message_sequence} took the"
+                                                        " claim over after our lease; it finishes the record")
+            record = current
+        return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: the record kept changing under us")
+
+    def _read(self, record: SideEffectRecord) -> SideEffectRecord | EffectResult:
+        """The stored record if still in progress; DONE or REJECTED if finished; TRANSIENT if gone."""
         try:
-            current = SideEffectRecord.from_document(self.store.read(record.id, order_id))
-        except NotFound:  # removed between the 409 and the read: the redelivery claims it anew
+            current = SideEffectRecord.from_document(self.store.read(record.id, record.order_id))
+        except NotFound:  # removed under us: the redelivery claims it anew
             return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: record removed under us")
         if current.status is EffectStatus.COMPLETED:
             return EffectResult(EffectOutcome.DONE, summary(current))
         if current.status is EffectStatus.FAILED:
             return EffectResult(EffectOutcome.REJECTED, summary(current))
-        if current.lease_until > self.clock() and not _same_message(current, message):
-            return EffectResult(EffectOutcome.BUSY, f"{self.name}: claimed by message {current.message_sequence},"
-                                                    f" attempt {current.attempt}, whose redeliveries finish it")
-        return self._take_over(current, message)
-
-    def _take_over(self, current: SideEffectRecord, message: InboundMessage) -> SideEffectRecord | EffectResult:
-        taken = msgspec.structs.replace(current, attempt=current.attempt + 1, message_sequence=message.sequence_number,
-                                        lease_until=self._lease_until(message.locked_until_utc))
-        written = self._replace(current, taken)
-        if written is None:
-            return EffectResult(EffectOutcome.BUSY, f"{self.name}: another instance took the expired lease")
-        return written
-
-    def _finish(
-        self, record: SideEffectRecord, status: EffectStatus, reply: EffectReply, outcome: EffectOutcome
-    ) -> EffectResult:
-        finished = msgspec.structs.replace(
-            record, status=status, response_status=reply.status, reference=reply.reference,
-            reason=(reply.reason or "")[:MAX_REASON_CHARS] or None, finished_at=self.clock(),
-        )
-        if self._replace(record, finished) is None:
-            # Our lease was taken over while we called; the other instance finishes the record.
-            return EffectResult(EffectOutcome.BUSY, f"{self.name}: lease lost before the record was finished")
-        return EffectResult(outcome, summary(finished))
+        return current
 
     def _release(self, record: SideEffectRecord) -> None:
         """End the lease early after a failed call, so that the redelivery may take over at once."""

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import pytest
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from shared.domain.documents import EffectStatus, SideEffectRecord
+from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import NotFound, StoreError, TransientStoreError
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
-from shared.ports.store import BatchOperation, Document
+from shared.handlers.side_effects import EffectOutcome, EffectReply, ReplyKind, SideEffect
+from shared.ports.store import BatchOperation, Document, Replace
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body, rule_path
 
@@ -120,3 +124,34 @@ def test_document_without_request_hash_under_same_id_is_a_mismatch() -> None:
     store = InMemoryStore()
     store.create({"id": "ord-1", "orderId": "ord-1", "type": "something-else"})
     assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.PAYLOAD_MISMATCH
+
+
+def test_a_delivery_whose_lock_ran_out_does_not_take_a_claim_over() -> None:
+    store = InMemoryStore()
+    now = [1_000_000.0]
+    effect = SideEffect(store, "order-intake", "reserve-stock", 60, lambda: now[0])
+    lock = datetime.fromtimestamp(now[0] + 30, UTC)
+    first = InboundMessage(message_id="o", body=None, sequence_number=5, locked_until_utc=lock)
+    store.create(effect.claim("o", ("o",), first).to_document())
+    now[0] += 31  # the lock has run out; the same message's live redelivery owns the claim now
+    succeed = lambda key: EffectReply(ReplyKind.SUCCEEDED)  # noqa: E731
+    result = effect.run(order_id="o", dedup_key=("o",), message=first, call=succeed)
+    assert result.outcome is EffectOutcome.TRANSIENT
+    assert SideEffectRecord.from_document(store.read(store.documents()[0]["id"], "o")).attempt == 1
+
+
+def test_a_finish_that_finds_its_own_message_took_the_claim_over_finishes_it() -> None:
+    store = InMemoryStore()
+    effect = SideEffect(store, "order-intake", "reserve-stock", 60)
+    message = InboundMessage(message_id="o", body=None, sequence_number=5)
+    record_id = effect.claim("o", ("o",), message).id
+
+    def call_while_a_stale_delivery_takes_over(key: str) -> EffectReply:
+        current = store.read(record_id, "o")
+        store.execute_batch("o", [Replace({**current, "attempt": 9}, if_match=current["_etag"])])
+        return EffectReply(ReplyKind.SUCCEEDED, 201, reference="res-1")
+
+    result = effect.run(order_id="o", dedup_key=("o",), message=message, call=call_while_a_stale_delivery_takes_over)
+    assert result.outcome is EffectOutcome.DONE
+    stored = SideEffectRecord.from_document(store.read(record_id, "o"))
+    assert (stored.status, stored.reference) == (EffectStatus.COMPLETED, "res-1")
