@@ -1,6 +1,8 @@
 # The README's test command is `make test`: it sets everything up from a fresh clone, then runs
 # ruff, mypy (strict) and pytest. CI runs exactly that through .ci/run.
-PYTHON ?= python3.11
+# Python 3.13 (azure-functions 2.x and the azure-functions-runtime worker library); the first that runs.
+PYTHON ?= $(firstword $(foreach p,python3.13 $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) \
+	/usr/local/bin/python3.13 /usr/bin/python3.13,$(if $(shell $(p) -c 'import sys' 2>/dev/null && echo ok),$(p))))
 VENV := .venv
 BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov

@@ -66,7 +66,7 @@ param consumerName string = 'order-projection'
   '3.12'
 ])
 @description('Python version of the function app.')
-param pythonVersion string = '3.11'
+param pythonVersion string = '3.13'
 
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = {

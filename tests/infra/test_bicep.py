@@ -124,7 +124,7 @@ def test_function_app_is_flex_consumption_python_with_managed_identity(main: Sco
     assert app["plan"]["config"]["sku"] == {"tier": "FlexConsumption", "name": "FC1"}
     site = app["site"]["config"]
     assert site["identity"]["type"] == "SystemAssigned"
-    assert site["properties"]["functionAppConfig"]["runtime"] == {"name": "python", "version": "3.11"}
+    assert site["properties"]["functionAppConfig"]["runtime"] == {"name": "python", "version": "3.13"}
     assert site["properties"]["functionAppConfig"]["deployment"]["storage"]["authentication"]["type"] == (
         "SystemAssignedIdentity"
     )
