@@ -16,7 +16,8 @@
  *   1. reading a missing/deleted document crashes with a TypeError (500) instead of 404;
  *   2. transactional batch is not atomic, fails with 500 for every operation but Create (the Python
  *      SDK sends the partition key once, in the request header, and none on each operation), and
- *      rejects Patch operations with 400;
+ *      rejects Patch operations with 400 (corrected with an undo journal, so that a batch costs the
+ *      same whatever the container's size);
  *   3. TTL (container defaultTtl and item `ttl`) is not implemented;
  *   4. a query with a partition key header is not restricted to that partition;
  *   5. a patch filter predicate is lower-cased before it is evaluated ("c.Version" -> "c.version");
@@ -24,9 +25,9 @@
  * Also: error bodies are given Cosmos' {"code", "message"} shape, document routes on a missing
  * container answer 404 instead of crashing, and replacing a container keeps its documents.
  *
- * All of this relies on internals of 1.0.1 (module layout, the Items class and its _data/_index maps,
- * operation result shapes), hence the exact pin and the version check below. Re-read the package's
- * lib/ before changing the version.
+ * All of this relies on internals of 1.0.1 (module layout, the Items class with its _data/_index maps
+ * and its _set/delete primitives, operation result shapes), hence the exact pin and the version check
+ * below. Re-read the package's lib/ before changing the version.
  */
 "use strict";
 
@@ -228,6 +229,37 @@ Collections.prototype.replace = function replaceKeepingDocuments(data, original)
 };
 
 // ---------------------------------------------------------------------------------------------
+// 2. (continued) Undo journal for transactional batches. Every document write of the package ends in
+// one of two primitives of Items: _set(doc) stores a new version (create; replace, after deleting the
+// old one), delete(id, partition) removes one. While a batch runs, documents._undo is an array and
+// each primitive records its inverse there; rolling back replays the inverses last first. The cost
+// is one entry per write of the batch, whatever the container's size (copying both maps before
+// each batch, as this launcher first did, cost 0.2 ms of CPU per batch at 0 documents, 1.2 ms at
+// 6,000 and 6 ms at 30,000; with the journal, 0.15-0.25 ms at all three). Documents that TTL evicts
+// during a batch are not journaled: they are expired, so leaving them out is what a rollback must show.
+// ---------------------------------------------------------------------------------------------
+const baseSet = Items.prototype._set;
+Documents.prototype._set = function setJournaled(doc) {
+  if (this._undo) this._undo.push({ remove: doc });
+  return baseSet.call(this, doc);
+};
+
+const baseDelete = Items.prototype.delete;
+Documents.prototype.delete = function deleteJournaled(idOrRid, partition) {
+  const doc = this._undo ? this._item("/id", idOrRid, partition).read() : undefined;
+  baseDelete.call(this, idOrRid, partition);
+  if (doc) this._undo.push({ restore: doc });
+};
+
+function rollBack(documents, undo) {
+  for (let i = undo.length - 1; i >= 0; i -= 1) {
+    const { remove, restore } = undo[i];
+    if (remove) evict(documents, remove);
+    else baseSet.call(documents, restore); // the very version that was deleted: same _etag, _ts, _rid
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // 5. Patch filter predicates. The package lower-cases the whole condition before evaluating it, so
 // `from c where c.Version = 3` tests c.version and string literals lose their case. Evaluate the
 // predicate as written, against the one document, then let the package apply the patch without it.
@@ -314,9 +346,10 @@ const queryDocuments = () => async (account, req, res, { dbId, collId }) =>
 // one in the header for the whole batch) and has no Patch. This one:
 //   - gives every operation the header's partition key, and rejects documents of another partition;
 //   - supports Create, Upsert, Read, Replace, Delete and Patch (with ifMatch / filter predicate);
-//   - on the first failure restores the container's maps as they were before the batch (Node runs
-//     the loop without interruption, so no other request can observe the intermediate state) and
-//     answers 207 with the failing operation's own status and 424 for every other operation.
+//   - on the first failure undoes the writes of the operations before it with the undo journal
+//     above, last first (Node runs the loop without interruption, so no other request can observe
+//     the intermediate state), and answers 207 with the failing operation's own status and 424 for
+//     every other operation, as Cosmos does: all or nothing.
 // Non-atomic batches (bulk, from other SDKs) keep the package's behaviour: no rollback, 200.
 function runOperation(collection, op, partition) {
   const { documents } = collection;
@@ -362,33 +395,37 @@ const batchDocuments = () => async (account, req, res, params) => {
   const continueOnError = !atomic && trueHeader(req, "x-ms-cosmos-batch-continue-on-error");
   const collection = account.database(params.dbId).collection(params.collId);
   const { documents } = collection;
-  const before = atomic ? { data: new Map(documents._data), index: new Map(documents._index) } : null;
   const header = partitionHeader.default(req);
   const partition = requestPartition(req);
+  const undo = atomic ? [] : undefined;
   const results = [];
   let failedIndex = -1;
-  operations.forEach((operation, i) => {
-    if (failedIndex >= 0 && !continueOnError) {
-      results.push(errorResult(424, "Failed dependency."));
-      return;
-    }
-    let result;
-    try {
-      result = runOperation(collection, { partitionKey: header, ...operation }, partition);
-    } catch (err) {
-      result = errorResult(400, err.message);
-    }
-    results.push(result);
-    if (result.statusCode >= 400 && failedIndex < 0) failedIndex = i;
-  });
+  documents._undo = undo; // journal the writes (see "Undo journal" above)
+  try {
+    operations.forEach((operation, i) => {
+      if (failedIndex >= 0 && !continueOnError) {
+        results.push(errorResult(424, "Failed dependency."));
+        return;
+      }
+      let result;
+      try {
+        result = runOperation(collection, { partitionKey: header, ...operation }, partition);
+      } catch (err) {
+        result = errorResult(400, err.message);
+      }
+      results.push(result);
+      if (result.statusCode >= 400 && failedIndex < 0) failedIndex = i;
+    });
+  } finally {
+    documents._undo = undefined;
+  }
   const response = results.map(({ statusCode, body }, i) => {
     if (atomic && failedIndex >= 0 && i !== failedIndex) return { statusCode: 424, requestCharge: 0 };
     if (statusCode >= 400) return { statusCode, requestCharge: 1, resourceBody: body };
     return { statusCode, requestCharge: 1, eTag: body ? body._etag : undefined, resourceBody: body };
   });
   if (atomic && failedIndex >= 0) {
-    documents._data = before.data;
-    documents._index = before.index;
+    rollBack(documents, undo);
     res.statusCode = 207; // Multi-Status, as Cosmos answers a failed transactional batch
   } else {
     res.statusCode = 200;

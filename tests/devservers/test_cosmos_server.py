@@ -227,6 +227,78 @@ def test_batch_of_missing_item_is_404_and_more_than_100_operations_is_400(orders
     assert _ids(orders, "o1") == set()
 
 
+# Every kind of write, several of them on the same document, so that a rollback has to undo them in
+# reverse order: "new" is created then patched, "r" replaced then patched, "d" deleted then created again.
+_SUCCEEDING_OPERATIONS: list[tuple[Any, ...]] = [
+    ("create", ({"id": "new", "orderId": "o1", "v": 1},)),
+    ("patch", ("new", [{"op": "set", "path": "/v", "value": 2}])),
+    ("upsert", ({"id": "u", "orderId": "o1", "v": 2},)),
+    ("upsert", ({"id": "u-new", "orderId": "o1"},)),
+    ("replace", ("r", {"id": "r", "orderId": "o1", "v": 2})),
+    ("patch", ("r", [{"op": "incr", "path": "/v", "value": 1}])),
+    ("patch", ("p", [{"op": "set", "path": "/state", "value": "done"}])),
+    ("delete", ("d",)),
+    ("create", ({"id": "d", "orderId": "o1", "v": "again"},)),
+]
+
+
+def _failing_operation(kind: str) -> tuple[tuple[Any, ...], int]:
+    """An operation of that kind that fails, on a document no other operation touches, and its status.
+
+    Made afresh for every batch: the SDK pops the options (if_match_etag, filter_predicate) out of
+    the operation's dict.
+    """
+    stale = {"if_match_etag": '"stale"'}
+    false_filter = {"filter_predicate": "from c where c.v = 0"}
+    operations: dict[str, tuple[tuple[Any, ...], int]] = {
+        "create": (("create", ({"id": "x", "orderId": "o1"},)), 409),
+        "upsert": (("upsert", ({"id": "x", "orderId": "o1"},), stale), 412),
+        "replace": (("replace", ("x", {"id": "x", "orderId": "o1"}), stale), 412),
+        "patch": (("patch", ("x", [{"op": "set", "path": "/v", "value": 9}]), false_filter), 412),
+        "delete": (("delete", ("missing",)), 404),
+    }
+    return operations[kind]
+
+
+def _snapshot(container: ContainerProxy, partition: str) -> dict[str, dict[str, Any]]:
+    return {item["id"]: item for item in container.query_items("SELECT * FROM c", partition_key=partition)}
+
+
+@pytest.mark.parametrize("position", ["first", "middle", "last"])
+@pytest.mark.parametrize("failing", ["create", "upsert", "replace", "patch", "delete"])
+def test_failed_batch_undoes_every_kind_of_write_wherever_it_fails(
+    orders: ContainerProxy, failing: str, position: str
+) -> None:
+    seeds: list[dict[str, Any]] = [
+        {"id": "u", "v": 1},
+        {"id": "r", "v": 1},
+        {"id": "p", "state": "new"},
+        {"id": "d"},
+        {"id": "x", "v": 1},
+    ]
+    for item in seeds:
+        orders.create_item({**item, "orderId": "o1"})
+    orders.create_item({"id": "elsewhere", "orderId": "o2"})
+    before = _snapshot(orders, "o1")
+    failing_operation, status = _failing_operation(failing)
+    index = {"first": 0, "middle": len(_SUCCEEDING_OPERATIONS) // 2, "last": len(_SUCCEEDING_OPERATIONS)}[position]
+    operations = [*_SUCCEEDING_OPERATIONS[:index], failing_operation, *_SUCCEEDING_OPERATIONS[index:]]
+
+    with pytest.raises(exceptions.CosmosBatchOperationError) as err:
+        orders.execute_item_batch(operations, partition_key="o1")
+
+    assert err.value.error_index == index
+    statuses = [op["statusCode"] for op in err.value.operation_responses]
+    assert statuses == [status if i == index else 424 for i in range(len(operations))]
+    assert _snapshot(orders, "o1") == before  # the same versions: same bodies, _etag, _ts and _rid
+    assert _ids(orders, "o2") == {"elsewhere"}
+    # The container takes the same batch once the failing operation is gone.
+    orders.execute_item_batch(_SUCCEEDING_OPERATIONS, partition_key="o1")
+    after = _snapshot(orders, "o1")
+    assert (after["new"]["v"], after["r"]["v"], after["p"]["state"], after["d"]["v"]) == (2, 3, "done", "again")
+    assert "u-new" in after
+
+
 # --- 3. TTL ---------------------------------------------------------------------------------------
 
 
