@@ -1,0 +1,140 @@
+"""Cosmos DB triggers: the monitored container's change feed, polled, with its progress in the lease container.
+
+One lease document per trigger holds the change feed's continuation, its owner and how long the
+owner holds it. Of several host processes, the one holding a live lease reads the feed; an expired
+lease is taken over (an etag-conditional replace, so two hosts never both win). After each batch the
+continuation is saved, whether the function succeeded or not, as the host's trigger does without a
+retry policy: a restarted host resumes after the last batch it handed over, and a failed batch is
+not retried (the app's sweep covers what a failed batch left).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import AzureError
+from azure.cosmos import ContainerProxy, CosmosClient
+from azure.cosmos.exceptions import CosmosAccessConditionFailedError, CosmosResourceNotFoundError
+
+from devservers.host.process import Function, HostError
+from devservers.host.protos import protos
+
+logger = logging.getLogger("devservers.host")
+POLL_SECONDS = 1.0
+LEASE_SECONDS = 15.0
+MAX_BATCH = 100
+
+
+def cosmos_client(settings: dict[str, str], connection: str) -> CosmosClient:
+    """A client for a Cosmos DB connection setting: a connection string, or ``X__accountEndpoint``."""
+    if text := settings.get(connection):
+        parts = dict(re.findall(r"(\w+)=([^;]+)", text))
+        endpoint, key = parts.get("AccountEndpoint"), parts.get("AccountKey")
+        if not endpoint or not key:
+            raise HostError(f"{connection}: expected AccountEndpoint=...;AccountKey=...;")
+        options: dict[str, Any] = {"connection_verify": False} if endpoint.startswith("https://127.") else {}
+        if endpoint.startswith("http://"):
+            options["enable_endpoint_discovery"] = False  # a local server over plain HTTP has one region
+        return CosmosClient(endpoint, credential=key, **options)
+    if endpoint := settings.get(f"{connection}__accountEndpoint"):
+        from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only for identity connections
+
+        return CosmosClient(endpoint, credential=DefaultAzureCredential())
+    raise HostError(f"set {connection} (a connection string) or {connection}__accountEndpoint")
+
+
+class ChangeFeedListener:
+    """Polls one container's change feed for one function while this host holds the lease."""
+
+    def __init__(self, function: Function, monitored: ContainerProxy, leases: ContainerProxy, lease_id: str,
+                 invoke: Callable[[Function, dict[str, Any], dict[str, Any]], Any]) -> None:
+        self.function = function
+        self._monitored = monitored
+        self._leases = leases
+        self._lease_id = lease_id
+        self._invoke = invoke
+        self.owner = f"host-{uuid.uuid4()}"
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{function.name}-feed", daemon=True)
+
+    @classmethod
+    def for_function(cls, function: Function, settings: dict[str, str],
+                     invoke: Callable[[Function, dict[str, Any], dict[str, Any]], Any]) -> ChangeFeedListener:
+        """The listener for a cosmosDBTrigger's binding: its connection, container and lease container."""
+        trigger = function.trigger
+        client = cosmos_client(settings, str(trigger.get("connection") or "CosmosDBConnection"))
+        database = client.get_database_client(str(trigger["databaseName"]))
+        lease_database = client.get_database_client(str(trigger.get("leaseDatabaseName") or trigger["databaseName"]))
+        monitored = database.get_container_client(str(trigger["containerName"]))
+        leases = lease_database.get_container_client(str(trigger.get("leaseContainerName") or "leases"))
+        lease_id = f"{trigger.get('leaseContainerPrefix') or ''}{trigger['databaseName']}.{trigger['containerName']}.0"
+        return cls(function, monitored, leases, lease_id, invoke)
+
+    def start(self) -> None:
+        """Start polling."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling; a batch being handled finishes first, and the lease is let go."""
+        self._stopping.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(POLL_SECONDS):
+            try:
+                if (lease := self._hold_lease()) is not None:
+                    self._read_batch(lease)
+            except AzureError as exc:
+                logger.warning("%s: change feed of %s failed (%s); retrying", self.function.name,
+                               self._monitored.id, type(exc).__name__)
+
+    def _hold_lease(self) -> dict[str, Any] | None:
+        """The lease document if this host holds it now (taking or renewing it), else None."""
+        now = time.time()
+        try:
+            lease = self._leases.read_item(self._lease_id, partition_key=self._lease_id)
+        except CosmosResourceNotFoundError:
+            fresh = {"id": self._lease_id, "owner": self.owner, "leaseUntil": now + LEASE_SECONDS,
+                     "continuation": None}
+            try:
+                return dict(self._leases.create_item(fresh))
+            except AzureError:
+                return None  # another host created it first
+        if lease.get("owner") != self.owner and float(lease.get("leaseUntil") or 0) > now:
+            return None
+        return self._save(lease, owner=self.owner, leaseUntil=now + LEASE_SECONDS)
+
+    def _save(self, lease: dict[str, Any], **changes: Any) -> dict[str, Any] | None:
+        body = {k: v for k, v in lease.items() if not k.startswith("_")} | changes
+        try:
+            return dict(self._leases.replace_item(self._lease_id, body, etag=lease["_etag"],
+                                                  match_condition=MatchConditions.IfNotModified))
+        except CosmosAccessConditionFailedError:
+            return None  # another host took the lease meanwhile
+
+    def _read_batch(self, lease: dict[str, Any]) -> None:
+        start: dict[str, Any] = {"continuation": lease["continuation"]} if lease.get("continuation") else {
+            "start_time": "Beginning", "feed_range": next(iter(self._monitored.read_feed_ranges()))}
+        pages: Any = self._monitored.query_items_change_feed(max_item_count=MAX_BATCH, **start).by_page()
+        documents: list[dict[str, Any]] = []
+        for page in pages:
+            documents.extend(page)
+            if len(documents) >= MAX_BATCH:
+                break
+        if not documents:
+            return
+        started = time.perf_counter()
+        response = self._invoke(self.function, {self.function.parameter: protos.TypedData(
+            json=json.dumps(documents))}, {})
+        succeeded = response is not None and response.result.status == protos.StatusResult.Success
+        logger.info("%s documents=%d outcome=%s %.0f ms", self.function.name, len(documents),
+                    "Succeeded" if succeeded else "Failed", (time.perf_counter() - started) * 1000)
+        self._save(lease, continuation=pages.continuation_token, leaseUntil=time.time() + LEASE_SECONDS)

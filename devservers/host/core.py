@@ -1,0 +1,175 @@
+"""The local host: one loopback gRPC port (FunctionRpc EventStream and Settlement), a worker child, and
+a listener per trigger the worker reports.
+
+Settings are ``local.settings.json``'s ``Values`` with the process environment winning, as
+``func start`` does; ``host.json`` gives the Service Bus options and ``functionTimeout``. An
+invocation that outlives ``functionTimeout`` restarts the worker, as the host does: every
+invocation in flight dies with it, and their messages are abandoned. ``stop`` stops receiving,
+lets what runs finish, then stops the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+
+from devservers.host.channel import EventStreamService, WorkerGone
+from devservers.host.process import Function, HostError, WorkerProcess
+from devservers.host.protos import protos
+from devservers.host.servicebus import ServiceBusOptions
+from devservers.host.settlement import Deliveries, add_settlement
+
+logger = logging.getLogger("devservers.host")
+_DURATION = re.compile(r"^(?:(?P<days>\d+)\.)?(?P<hours>\d+):(?P<minutes>\d+):(?P<seconds>\d+(?:\.\d+)?)$")
+
+
+class Listener(Protocol):
+    """A trigger's listener: it starts, and stops after what it runs has finished."""
+
+    def start(self) -> None:
+        """Start listening."""
+
+    def stop(self) -> None:
+        """Stop listening; in-flight invocations finish first."""
+
+
+def timespan_seconds(text: str) -> float:
+    """A host.json TimeSpan such as ``00:05:00`` or ``1.02:00:00``, in seconds."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise HostError(f"host.json: {text!r} is not a TimeSpan such as 00:05:00")
+    days = int(match["days"] or 0)
+    return ((days * 24 + int(match["hours"])) * 60 + int(match["minutes"])) * 60 + float(match["seconds"])
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """What the host was told: the app, its settings and host.json."""
+
+    app_dir: Path
+    settings: dict[str, str]
+    host_json: dict[str, Any]
+
+    @classmethod
+    def load(cls, app_dir: Path, settings_file: Path | None) -> HostConfig:
+        """Read host.json and the settings file (if any), the process environment winning."""
+        host_json_path = app_dir / "host.json"
+        if not host_json_path.is_file():
+            raise HostError(f"{host_json_path} not found: --app-dir must be a Functions app")
+        values: dict[str, str] = {}
+        if settings_file is not None:
+            try:
+                values = {k: str(v) for k, v in json.loads(settings_file.read_text())["Values"].items()}
+            except (OSError, ValueError, KeyError) as exc:
+                raise HostError(f"{settings_file}: cannot read its Values ({type(exc).__name__}: {exc})") from None
+        return cls(app_dir, {**values, **os.environ}, json.loads(host_json_path.read_text()))
+
+    def service_bus(self) -> ServiceBusOptions:
+        """extensions.serviceBus, with the host's defaults."""
+        section = self.host_json.get("extensions", {}).get("serviceBus", {})
+        defaults = ServiceBusOptions()
+        return ServiceBusOptions(
+            max_concurrent_calls=int(section.get("maxConcurrentCalls", defaults.max_concurrent_calls)),
+            max_concurrent_sessions=int(section.get("maxConcurrentSessions", defaults.max_concurrent_sessions)),
+            max_auto_lock_renewal_seconds=timespan_seconds(section.get("maxAutoLockRenewalDuration", "00:05:00")),
+            prefetch_count=int(section.get("prefetchCount", defaults.prefetch_count)),
+            auto_complete_messages=bool(section.get("autoCompleteMessages", True)),
+        )
+
+    def function_timeout(self) -> float | None:
+        """functionTimeout in seconds; None for ``-1`` (no limit)."""
+        text = str(self.host_json.get("functionTimeout", "00:05:00"))
+        return None if text.strip() == "-1" else timespan_seconds(text)
+
+
+class Host:
+    """Runs one Functions app locally: gRPC server, worker, listeners."""
+
+    def __init__(self, config: HostConfig, host: str = "127.0.0.1") -> None:
+        self.config = config
+        self.deliveries = Deliveries()
+        self._events = EventStreamService()
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="host-grpc"),
+                                   options=[("grpc.max_send_message_length", 2**31 - 1),
+                                            ("grpc.max_receive_message_length", 2**31 - 1)])
+        protos.add_FunctionRpcServicer_to_server(self._events, self._server)
+        add_settlement(self._server, self.deliveries)
+        port = self._server.add_insecure_port(f"{host}:0")
+        self.address = (host, port)
+        self._worker: WorkerProcess | None = None
+        self._worker_lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._timeout = config.function_timeout()
+        self.functions: list[Function] = []
+
+    def start(self) -> None:
+        """Serve, start the worker, learn the functions, start a listener per trigger."""
+        self._server.start()
+        self.functions = self._start_worker()
+        from devservers.host.listeners import listeners_for  # noqa: PLC0415 - imports the SDKs of the triggers
+
+        self._listeners = listeners_for(self)
+        for listener in self._listeners:
+            listener.start()
+        logger.info("host ready: %d functions on %s:%d (%s)", len(self.functions), *self.address,
+                    ", ".join(f"{f.name} [{f.trigger_type}]" for f in self.functions))
+
+    def _start_worker(self) -> list[Function]:
+        worker = WorkerProcess(self._events, self.address, self.config.app_dir, dict(self.config.settings))
+        functions = worker.start()
+        with self._worker_lock:
+            self._worker = worker
+        return functions
+
+    def invoke(self, function: Function, inputs: dict[str, Any], trigger_metadata: dict[str, Any]) -> Any:
+        """Invoke on the current worker; None when it died or timed out (then it is restarted)."""
+        with self._worker_lock:
+            worker = self._worker
+        if worker is None:
+            return None
+        try:
+            return worker.invoke(function, inputs, trigger_metadata, self._timeout)
+        except WorkerGone:
+            return None
+        except TimeoutError:
+            logger.error("%s exceeded functionTimeout (%.0f s): restarting the worker; invocations in flight"
+                         " die with it", function.name, self._timeout or 0)
+            self._restart(worker)
+            return None
+
+    def _restart(self, worker: WorkerProcess) -> None:
+        with self._worker_lock:
+            if self._worker is not worker:
+                return  # another timeout already restarted it
+            self._worker = None
+        worker.kill()
+        self._start_worker()
+
+    def stop(self, grace: float = 30.0) -> None:
+        """Stop receiving, let in-flight invocations finish, stop the worker and the server."""
+        for listener in self._listeners:
+            listener.stop()
+        with self._worker_lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop(grace)
+        self._server.stop(grace=1).wait()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Whether no message invocation is running within ``timeout`` seconds (for tests and drains)."""
+        deadline = time.monotonic() + timeout
+        while self.deliveries.count():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True

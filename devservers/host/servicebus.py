@@ -1,0 +1,199 @@
+"""Service Bus triggers: PeekLock receivers that hand each message to its function the way the host does.
+
+Each concurrency slot is a thread with its own receiver (so no receiver is used by two threads but
+for settlement and lock renewal, as in the host): ``maxConcurrentCalls`` slots for a queue, or
+``maxConcurrentSessions`` for a session queue, where a slot holds one session at a time and hands
+over its messages one by one. The message goes to the worker in the host's ``model_binding_data``
+layout (the 16-byte lock token, then the whole encoded AMQP message). While the function runs the
+lock is renewed, up to ``maxAutoLockRenewalDuration``, and the message can be settled through the
+Settlement service. Afterwards the host's rules apply: a function that failed has its message
+abandoned unless it settled it; one that succeeded is completed when ``autoCompleteMessages`` is
+true, and otherwise left alone (its lock expires; a warning says so).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from azure.servicebus import NEXT_AVAILABLE_SESSION, AutoLockRenewer, ServiceBusClient, ServiceBusReceivedMessage
+from azure.servicebus._pyamqp._encode import encode_annotations, encode_payload, encode_value
+from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
+from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
+
+from devservers.host.process import Function
+from devservers.host.protos import protos
+from devservers.host.settlement import Deliveries, Delivery
+
+logger = logging.getLogger("devservers.host")
+RECEIVE_WAIT_SECONDS = 1.0
+SESSION_IDLE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class ServiceBusOptions:
+    """host.json ``extensions.serviceBus``, with the defaults the host uses."""
+
+    max_concurrent_calls: int = 16
+    max_concurrent_sessions: int = 8
+    max_auto_lock_renewal_seconds: float = 300.0
+    prefetch_count: int = 0
+    auto_complete_messages: bool = True
+
+
+def model_binding_data(message: ServiceBusReceivedMessage) -> Any:
+    """The message as the host hands it to the worker: the lock token, then the encoded AMQP message."""
+    token = uuid.UUID(str(message.lock_token))
+    # The pyamqp Message the receiver decoded, every section of it (``.message`` is a uamqp-style wrapper).
+    amqp: Any = message._message  # noqa: SLF001
+    encoded = bytearray()
+    if amqp.header:
+        encode_payload(encoded, amqp._replace(delivery_annotations=None, message_annotations=None, properties=None,
+                                              application_properties=None, data=None, sequence=None, value=None,
+                                              footer=None))
+    marker: dict[str | bytes, Any] = {b"x-opt-lock-token": {TYPE: AMQPTypes.uuid, VALUE: token}}
+    encode_value(encoded, {TYPE: AMQPTypes.described, VALUE: ({TYPE: AMQPTypes.ulong, VALUE: 0x71},
+                                                                encode_annotations(marker))})
+    annotations = {k: _typed(v, timestamp=k in _TIMESTAMPS) for k, v in (amqp.message_annotations or {}).items()}
+    properties = {k: _typed(v) for k, v in (amqp.application_properties or {}).items()}
+    encode_payload(encoded, amqp._replace(header=None, delivery_annotations=None,
+                                          message_annotations=annotations or None,
+                                          application_properties=properties or None))
+    return protos.ModelBindingData(version="1.0", source="AzureServiceBusReceivedMessage",
+                                   content_type="application/octet-stream", content=token.bytes_le + bytes(encoded))
+
+
+_TIMESTAMPS = {b"x-opt-enqueued-time", b"x-opt-locked-until", b"x-opt-scheduled-enqueue-time"}
+
+
+def _typed(value: Any, *, timestamp: bool = False) -> Any:
+    """A decoded value with its AMQP type again where inference would get it wrong (ints are 64-bit)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {TYPE: AMQPTypes.timestamp if timestamp else AMQPTypes.long, VALUE: value}
+    return value
+
+
+def trigger_metadata(message: ServiceBusReceivedMessage) -> dict[str, Any]:
+    """What the host adds beside the binding data; every value as JSON, as the host sends numbers and dates."""
+    values = {"MessageId": message.message_id, "SessionId": message.session_id,
+              "CorrelationId": message.correlation_id, "DeliveryCount": (message.delivery_count or 0) + 1,
+              "SequenceNumber": message.sequence_number, "LockToken": str(message.lock_token),
+              "EnqueuedTimeUtc": message.enqueued_time_utc.isoformat() if message.enqueued_time_utc else None}
+    return {k: protos.TypedData(json=_json(v)) for k, v in values.items() if v is not None}
+
+
+def _json(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+# (function, delivery, response or None when the worker died or timed out) -> the settlement the host made
+Invoker = Callable[[Function, dict[str, Any], dict[str, Any]], Any]
+
+
+class ServiceBusListener:
+    """Receives for one Service Bus trigger and invokes its function per message."""
+
+    def __init__(self, function: Function, client: ServiceBusClient, options: ServiceBusOptions,
+                 deliveries: Deliveries, invoke: Invoker) -> None:
+        self.function = function
+        self._client = client
+        self._options = options
+        self._deliveries = deliveries
+        self._invoke = invoke
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        trigger = function.trigger
+        self.entity = str(trigger.get("queueName") or f"{trigger['topicName']}/{trigger['subscriptionName']}")
+        self._sessions = bool(trigger.get("isSessionsEnabled"))
+        self._auto_complete = bool(trigger.get("autoCompleteMessages", options.auto_complete_messages))
+        self._renewer = AutoLockRenewer(max_lock_renewal_duration=options.max_auto_lock_renewal_seconds,
+                                        max_workers=4)
+
+    def start(self) -> None:
+        """Start the concurrency slots."""
+        slots = self._options.max_concurrent_sessions if self._sessions else self._options.max_concurrent_calls
+        for n in range(slots):
+            thread = threading.Thread(target=self._slot, name=f"{self.function.name}-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop receiving; the messages being handled finish first."""
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join()
+        self._renewer.close()
+
+    def _receiver(self) -> Any:
+        trigger = self.function.trigger
+        options: dict[str, Any] = {"prefetch_count": self._options.prefetch_count,
+                                   "max_wait_time": SESSION_IDLE_SECONDS if self._sessions else None}
+        if self._sessions:
+            options["session_id"] = NEXT_AVAILABLE_SESSION
+        if trigger.get("queueName"):
+            return self._client.get_queue_receiver(str(trigger["queueName"]), **options)
+        return self._client.get_subscription_receiver(str(trigger["topicName"]), str(trigger["subscriptionName"]),
+                                                      **options)
+
+    def _slot(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                with self._receiver() as receiver:
+                    if self._sessions:
+                        self._renewer.register(receiver, receiver.session)
+                    self._drain(receiver)
+            except OperationTimeoutError:
+                continue  # no session had messages
+            except ServiceBusError as exc:
+                logger.warning("%s: receiving from %s failed (%s: %s); retrying", self.function.name, self.entity,
+                               type(exc).__name__, str(exc)[:300])
+                self._stopping.wait(1.0)
+
+    def _drain(self, receiver: Any) -> None:
+        idle_since = time.monotonic()
+        while not self._stopping.is_set():
+            batch = receiver.receive_messages(max_message_count=1, max_wait_time=RECEIVE_WAIT_SECONDS)
+            if not batch:
+                if self._sessions and time.monotonic() - idle_since >= SESSION_IDLE_SECONDS:
+                    return  # let the session go, so another can be taken
+                continue
+            self._handle(receiver, batch[0])
+            idle_since = time.monotonic()
+
+    def _handle(self, receiver: Any, message: ServiceBusReceivedMessage) -> None:
+        delivery = Delivery(receiver, message)
+        if not self._sessions:
+            self._renewer.register(receiver, message)
+        token = self._deliveries.register(delivery)
+        started = time.perf_counter()
+        try:
+            response = self._invoke(self.function, {self.function.parameter: protos.TypedData(
+                model_binding_data=model_binding_data(message))}, trigger_metadata(message))
+        finally:
+            self._deliveries.unregister(token)
+        succeeded = response is not None and response.result.status == protos.StatusResult.Success
+        host_action = self._host_settlement(delivery, succeeded)
+        logger.info("%s messageId=%s outcome=%s settlement=%s %.0f ms", self.function.name, message.message_id,
+                    "Succeeded" if succeeded else "Failed", delivery.settled or host_action,
+                    (time.perf_counter() - started) * 1000)
+
+    def _host_settlement(self, delivery: Delivery, succeeded: bool) -> str:
+        if delivery.settled is not None:
+            return delivery.settled
+        action = "complete" if succeeded and self._auto_complete else "abandon" if not succeeded else ""
+        if not action:
+            logger.warning("%s returned without settling messageId=%s; with autoCompleteMessages false its lock"
+                           " expires and it is redelivered", self.function.name, delivery.message.message_id)
+            return "none"
+        try:
+            delivery.settle(action)
+        except (ServiceBusError, ValueError) as exc:
+            logger.warning("%s: the host's %s of messageId=%s failed (%s)", self.function.name, action,
+                           delivery.message.message_id, type(exc).__name__)
+            return f"{action} failed"
+        return f"{action} (host)"
