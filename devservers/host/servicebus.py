@@ -50,7 +50,7 @@ def model_binding_data(message: ServiceBusReceivedMessage) -> Any:
     """The message as the host hands it to the worker: the lock token, then the encoded AMQP message."""
     token = uuid.UUID(str(message.lock_token))
     # The pyamqp Message the receiver decoded, every section of it (``.message`` is a uamqp-style wrapper).
-    amqp: Any = message._message  # noqa: SLF001
+    amqp: Any = message._message
     encoded = bytearray()
     if amqp.header:
         encode_payload(encoded, amqp._replace(delivery_annotations=None, message_annotations=None, properties=None,
