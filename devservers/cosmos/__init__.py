@@ -2,7 +2,8 @@
 
 It runs ``launcher.js`` under Node: npm ``@vercel/cosmosdb-server`` (pinned in ``package.json``) with
 the corrections the launcher documents (404s, atomic transactional batch, TTL, partition-scoped
-queries, case-sensitive patch filter predicates, HTTP keep-alive). Install it once with
+queries, case-sensitive patch filter predicates, HTTP keep-alive, Cosmos' refusals of invalid TTLs,
+long ids and items over 2 MB, empty answers to ``no_response`` writes). Install it once with
 ``npm ci --prefix devservers/cosmos``.
 
 The server speaks plain HTTP on loopback and does not check keys, so connect with::

@@ -21,7 +21,10 @@
  *   3. TTL (container defaultTtl and item `ttl`) is not implemented;
  *   4. a query with a partition key header is not restricted to that partition;
  *   5. a patch filter predicate is lower-cased before it is evaluated ("c.Version" -> "c.version");
- *   6. the CLI answers every request with `connection: close` (~36 creates/s from Python).
+ *   6. the CLI answers every request with `connection: close` (~36 creates/s from Python);
+ *   7. it accepts what Cosmos refuses (a container defaultTtl or item `ttl` other than -1 or
+ *      1..2147483647, ids over 255 characters, items over 2 MB) and ignores `Prefer: return=minimal`
+ *      (the SDK's no_response=True), answering with the whole document instead of an empty body.
  * Also: error bodies are given Cosmos' {"code", "message"} shape, document routes on a missing
  * container answer 404 instead of crashing, and replacing a container keeps its documents.
  *
@@ -37,6 +40,9 @@ const PACKAGE = "@vercel/cosmosdb-server";
 const PINNED_VERSION = "1.0.1";
 const MAX_BATCH_OPERATIONS = 100; // Cosmos limits a transactional batch to 100 operations...
 const MAX_BATCH_BYTES = 2 * 1024 * 1024; // ...and 2 MB.
+const MAX_ITEM_BYTES = 2 * 1024 * 1024; // An item is at most 2 MB of JSON...
+const MAX_ID_LENGTH = 255; // ...and its id at most 255 characters.
+const MAX_TTL = 2147483647; // defaultTtl and ttl: -1 or 1 to 2^31 - 1 seconds.
 
 function fail(message) {
   process.stderr.write(`cosmos launcher: ${message}\n`);
@@ -112,6 +118,14 @@ const NOT_FOUND_MESSAGE = "Entity with the specified id does not exist in the sy
 
 function errorResult(statusCode, message) {
   return { statusCode, body: { code: ERROR_CODES[statusCode] || "Error", message } };
+}
+
+/** Thrown by the model (see 7.) and turned into an error answer with this status wherever it is caught. */
+class CosmosError extends Error {
+  constructor(statusCode, message) {
+    super(message);
+    this.statusCode = statusCode;
+  }
 }
 
 /**
@@ -218,6 +232,7 @@ Documents.prototype.query = function queryUnexpired(params, options = {}) {
 // Hand the old object's documents and functions over to the new one.
 const baseReplace = Items.prototype.replace;
 Collections.prototype.replace = function replaceKeepingDocuments(data, original) {
+  checkContainer(data); // 7.
   const old = this._item("/id", original.id, original.id);
   const result = baseReplace.call(this, data, original);
   const replacement = this._item("/id", result.id, result.id);
@@ -258,6 +273,61 @@ function rollBack(documents, undo) {
     else baseSet.call(documents, restore); // the very version that was deleted: same _etag, _ts, _rid
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// 7. What Cosmos refuses. Every document write ends in Documents.create or Documents.replace (upsert
+// calls one of them, patch calls replace with the patched document) and every container write in
+// Collections.create or Collections.replace, so the checks sit there; a CosmosError thrown there
+// becomes the answer (withCosmosErrors below, and each operation of a batch).
+//   - An item is at most 2 MB as JSON: larger ones get 413 RequestEntityTooLarge.
+//   - Its id is at most 255 characters: 400.
+//   - Its `ttl`, when present, must be -1 (never expire) or 1 to 2147483647 seconds: 0, other
+//     negative numbers, null or a non-integer get 400. The azure-cosmos test suite expects 400 for
+//     0, -10 and null on a container with TTL on; this server refuses them whatever the container's
+//     TTL setting.
+//   - A container's defaultTtl must be null/absent (TTL off), -1 (on, no default) or 1 to 2147483647:
+//     400 otherwise, on create and on replace.
+// ---------------------------------------------------------------------------------------------
+const isValidTtl = value => value === -1 || (Number.isInteger(value) && value >= 1 && value <= MAX_TTL);
+
+function checkDocument(doc) {
+  if (Buffer.byteLength(JSON.stringify(doc)) > MAX_ITEM_BYTES) {
+    throw new CosmosError(413, "Request size is too large.");
+  }
+  if (typeof doc.id === "string" && doc.id.length > MAX_ID_LENGTH) {
+    throw new CosmosError(400, `The id is ${doc.id.length} characters long; at most ${MAX_ID_LENGTH} are allowed.`);
+  }
+  if (Object.prototype.hasOwnProperty.call(doc, "ttl") && !isValidTtl(doc.ttl)) {
+    throw new CosmosError(400, `The input ttl '${doc.ttl}' is invalid. Ensure to provide a nonzero positive ` +
+      `integer less than or equal to '${MAX_TTL}', or '-1' which means never expire.`);
+  }
+}
+
+function checkContainer(container) {
+  const { defaultTtl } = container;
+  if (defaultTtl !== undefined && defaultTtl !== null && !isValidTtl(defaultTtl)) {
+    throw new CosmosError(400, `The value of defaultTtl '${defaultTtl}' is invalid. It must be -1 or a nonzero ` +
+      `positive integer less than or equal to '${MAX_TTL}'.`);
+  }
+}
+
+const baseDocumentCreate = Items.prototype.create;
+Documents.prototype.create = function createChecked(data) {
+  checkDocument(data);
+  return baseDocumentCreate.call(this, data);
+};
+
+const baseDocumentReplace = Items.prototype.replace;
+Documents.prototype.replace = function replaceChecked(data, original) {
+  checkDocument(data);
+  return baseDocumentReplace.call(this, data, original);
+};
+
+const baseCollectionCreate = Items.prototype.create;
+Collections.prototype.create = function createChecked(data) {
+  checkContainer(data);
+  return baseCollectionCreate.call(this, data);
+};
 
 // ---------------------------------------------------------------------------------------------
 // 5. Patch filter predicates. The package lower-cases the whole condition before evaluating it, so
@@ -411,7 +481,7 @@ const batchDocuments = () => async (account, req, res, params) => {
       try {
         result = runOperation(collection, { partitionKey: header, ...operation }, partition);
       } catch (err) {
-        result = errorResult(400, err.message);
+        result = errorResult(err instanceof CosmosError ? err.statusCode : 400, err.message);
       }
       results.push(result);
       if (result.statusCode >= 400 && failedIndex < 0) failedIndex = i;
@@ -450,13 +520,33 @@ const withCosmosErrors = handler => async (account, req, res, params) => {
     res.statusCode = 404;
     return errorResult(404, "Resource Not Found").body;
   }
-  let body = await handler(account, req, res, params);
+  let body;
+  try {
+    body = await handler(account, req, res, params);
+  } catch (err) {
+    if (!(err instanceof CosmosError)) throw err;
+    res.statusCode = err.statusCode;
+    return errorResult(err.statusCode, err.message).body;
+  }
   if (res.statusCode >= 400) {
     body = body && typeof body === "object" ? body : {};
     if (!body.code) body.code = ERROR_CODES[res.statusCode] || "Error";
     if (!body.message) body.message = res.statusCode === 404 ? NOT_FOUND_MESSAGE : body.code;
   }
   return body;
+};
+
+// 7. `Prefer: return=minimal`, which the Python SDK sends on document writes for no_response=True
+// (or a client's no_response_on_write). Cosmos then answers a create, upsert, replace or patch with
+// its usual status and headers, the document's etag among them, and an empty body; the SDK returns
+// an empty dict. Errors keep their body.
+const MINIMAL_RESPONSE_ROUTES = { POST: [DOC], POST_UPSERT: [DOC], PUT: [`${DOC}/:docId`], PATCH: [`${DOC}/:docId`] };
+
+const withoutBodyIfMinimal = handler => async (account, req, res, params) => {
+  const body = await handler(account, req, res, params);
+  if (res.statusCode >= 400 || !/\breturn=minimal\b/i.test(req.headers.prefer || "")) return body;
+  if (body && body._etag) res.setHeader("etag", body._etag);
+  return undefined; // lib/index.js then ends the response with no body
 };
 
 const baseRouter = router.default;
@@ -466,7 +556,9 @@ router.default = rules => {
     patched[method] = {};
     for (const [route, handler] of Object.entries(routes)) {
       const replace = (REPLACEMENTS[method] || {})[route];
-      patched[method][route] = withCosmosErrors(replace ? replace(handler) : handler);
+      let wrapped = replace ? replace(handler) : handler;
+      if ((MINIMAL_RESPONSE_ROUTES[method] || []).includes(route)) wrapped = withoutBodyIfMinimal(wrapped);
+      patched[method][route] = withCosmosErrors(wrapped);
     }
   }
   return baseRouter(patched);

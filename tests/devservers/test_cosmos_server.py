@@ -7,6 +7,7 @@ relies on. Set COSMOS_TEST_ENDPOINT to run them against another server (see test
 
 from __future__ import annotations
 
+import functools
 import http.client
 import ssl
 import time
@@ -400,6 +401,100 @@ def test_one_connection_serves_several_requests(cosmos_endpoint: CosmosEndpoint)
         assert len(local_ports) == 1
     finally:
         connection.close()
+
+
+# --- 7. what Cosmos refuses, and Prefer: return=minimal ---------------------------------------------
+
+ITEM_LIMIT_BYTES = 2 * 1024 * 1024
+
+
+def _status_and_code(write: Callable[[], object]) -> tuple[int | None, str | None]:
+    with pytest.raises(exceptions.CosmosHttpResponseError) as err:
+        write()
+    return err.value.status_code, _error_code(err.value)
+
+
+def _batch_status(container: ContainerProxy, operation: tuple[Any, ...], partition: str) -> int:
+    with pytest.raises(exceptions.CosmosBatchOperationError) as err:
+        container.execute_item_batch([operation], partition_key=partition)
+    status: int = err.value.operation_responses[0]["statusCode"]
+    return status
+
+
+def test_container_default_ttl_other_than_minus_one_or_positive_is_400(database: DatabaseProxy) -> None:
+    key = PartitionKey(path="/orderId")
+    for ttl in (-10, 0):
+        name = _unique("c")
+        create = functools.partial(database.create_container, name, key, default_ttl=ttl)
+        assert _status_and_code(create) == (400, "BadRequest")
+        assert name not in {c["id"] for c in database.list_containers()}
+
+    container = database.create_container(_unique("c"), key, default_ttl=-1)
+    refused = _status_and_code(lambda: database.replace_container(container, key, default_ttl=-10))
+    assert refused == (400, "BadRequest")
+    assert container.read()["defaultTtl"] == -1
+
+
+@pytest.mark.parametrize("ttl", [0, -2, -10, None])
+def test_item_ttl_other_than_minus_one_or_positive_is_400(
+    make_container: Callable[..., ContainerProxy], ttl: int | None
+) -> None:
+    container = make_container(default_ttl=-1)
+    container.create_item({"id": "kept", "orderId": "o1", "ttl": 60})
+    bad = {"orderId": "o1", "ttl": ttl}
+    writes: list[Callable[[], object]] = [
+        lambda: container.create_item({"id": "new", **bad}),
+        lambda: container.upsert_item({"id": "kept", **bad}),
+        lambda: container.replace_item("kept", {"id": "kept", **bad}),
+        lambda: container.patch_item("kept", "o1", [{"op": "set", "path": "/ttl", "value": ttl}]),
+    ]
+    for write in writes:
+        assert _status_and_code(write) == (400, "BadRequest")
+    assert _batch_status(container, ("create", ({"id": "new", **bad},)), "o1") == 400
+    assert _ids(container, "o1") == {"kept"}
+    assert container.read_item("kept", "o1")["ttl"] == 60
+
+
+def test_id_over_255_characters_is_400(orders: ContainerProxy) -> None:
+    orders.create_item({"id": "i" * 255, "orderId": "o1"})
+    too_long = {"id": "i" * 256, "orderId": "o1"}
+    assert _status_and_code(lambda: orders.create_item(too_long)) == (400, "BadRequest")
+    assert _status_and_code(lambda: orders.upsert_item(too_long)) == (400, "BadRequest")
+    assert _batch_status(orders, ("create", (too_long,)), "o1") == 400
+    assert _ids(orders, "o1") == {"i" * 255}
+
+
+def test_item_over_2_mb_is_413_request_entity_too_large(orders: ContainerProxy) -> None:
+    orders.create_item({"id": "big", "orderId": "o1", "pad": "x" * (ITEM_LIMIT_BYTES - 1024)})
+    too_big = {"id": "big", "orderId": "o1", "pad": "x" * ITEM_LIMIT_BYTES}
+    writes: list[Callable[[], object]] = [
+        lambda: orders.create_item({**too_big, "id": "new"}),
+        lambda: orders.upsert_item(too_big),
+        lambda: orders.replace_item("big", too_big),
+        lambda: orders.patch_item("big", "o1", [{"op": "set", "path": "/more", "value": "x" * 2048}]),
+    ]
+    for write in writes:
+        assert _status_and_code(write) == (413, "RequestEntityTooLarge")
+    assert _ids(orders, "o1") == {"big"}
+    assert "more" not in orders.read_item("big", "o1")
+
+
+def test_writes_with_no_response_answer_an_empty_body_and_the_new_etag(orders: ContainerProxy) -> None:
+    def current_etag() -> str:
+        etag: str = orders.read_item("a", "o1")["_etag"]
+        return etag
+
+    answers = [
+        orders.create_item({"id": "a", "orderId": "o1", "n": 1}, no_response=True),
+        orders.upsert_item({"id": "a", "orderId": "o1", "n": 2}, no_response=True),
+        orders.replace_item("a", {"id": "a", "orderId": "o1", "n": 3}, no_response=True),
+        orders.patch_item("a", "o1", [{"op": "incr", "path": "/n", "value": 1}], no_response=True),
+    ]
+    assert [dict(answer) for answer in answers] == [{}, {}, {}, {}]
+    assert answers[-1].get_response_headers()["etag"] == current_etag()
+    assert len({answer.get_response_headers()["etag"] for answer in answers}) == 4
+    assert orders.read_item("a", "o1")["n"] == 4
+    assert orders.upsert_item({"id": "a", "orderId": "o1", "n": 5})["n"] == 5  # without it, the whole document
 
 
 # --- setup script ---------------------------------------------------------------------------------
