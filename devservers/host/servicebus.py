@@ -177,10 +177,9 @@ class ServiceBusListener:
         finally:
             self._deliveries.unregister(token)
         succeeded = response is not None and response.result.status == protos.StatusResult.Success
-        host_action = self._host_settlement(delivery, succeeded)
+        settlement = self._host_settlement(delivery, succeeded)
         logger.info("%s messageId=%s outcome=%s settlement=%s %.0f ms", self.function.name, message.message_id,
-                    "Succeeded" if succeeded else "Failed", delivery.settled or host_action,
-                    (time.perf_counter() - started) * 1000)
+                    "Succeeded" if succeeded else "Failed", settlement, (time.perf_counter() - started) * 1000)
 
     def _host_settlement(self, delivery: Delivery, succeeded: bool) -> str:
         if delivery.settled is not None:

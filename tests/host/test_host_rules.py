@@ -1,0 +1,90 @@
+"""The host's settlement rules, seen through an app that breaks them on purpose (tests/host/rules_app)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devservers.servicebus import Broker
+from tests.host.conftest import RULES_APP, HostProcess, eventually, peek, send
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Path:
+    return tmp_path / "journal.jsonl"
+
+
+@pytest.fixture
+def rules_host(broker: Broker, journal: Path, start_host: Callable[..., HostProcess]) -> Iterator[HostProcess]:
+    values = {"FUNCTIONS_WORKER_RUNTIME": "python", "ServiceBusConnection": broker.connection_string,
+              "RULES_JOURNAL": str(journal)}
+    yield start_host(RULES_APP, values)
+
+
+def entries(journal: Path, message_id: str) -> list[dict[str, Any]]:
+    if not journal.exists():
+        return []
+    lines = [json.loads(line) for line in journal.read_text().splitlines() if line]
+    return [e for e in lines if e["messageId"] == message_id]
+
+
+def test_a_function_that_raises_has_its_message_abandoned_and_redelivered(
+    broker: Broker, rules_host: HostProcess, journal: Path
+) -> None:
+    message_id = f"m-{uuid.uuid4()}"
+    send(broker, "raises", b"{}", message_id=message_id)
+    # MaxDeliveryCount 3: three calls, each abandoned by the host, then the broker dead-letters it.
+    eventually(lambda: [m for m in peek(broker, "raises", dead_letters=True) if m.message_id == message_id],
+               what="the message dead-lettered after its deliveries")
+    assert [e["event"] for e in entries(journal, message_id)] == ["called"] * 3
+    assert "raises" in rules_host.output() and "settlement=abandon (host)" in rules_host.output()
+
+
+def test_a_settlement_after_the_function_returned_fails(
+    broker: Broker, rules_host: HostProcess, journal: Path
+) -> None:
+    message_id = f"m-{uuid.uuid4()}"
+    send(broker, "settles-late", b"{}", message_id=message_id)
+    refused = eventually(lambda: [e for e in entries(journal, message_id) if "late complete" in e["event"]],
+                         what="the late settlement's answer")
+    assert refused[0]["event"].startswith("late complete refused")
+    assert "not found" in refused[0]["event"]
+
+
+def test_an_unsettled_message_comes_back_after_its_lock_and_the_host_warns(
+    broker: Broker, rules_host: HostProcess, journal: Path
+) -> None:
+    message_id = f"m-{uuid.uuid4()}"
+    send(broker, "unsettled", b"{}", message_id=message_id)
+    eventually(lambda: [e for e in entries(journal, message_id) if e["event"] == "completed"],
+               what="the redelivery after the lock expired")
+    assert [e["event"] for e in entries(journal, message_id)] == ["left unsettled", "completed"]
+    assert f"unsettled returned without settling messageId={message_id}" in rules_host.output()
+    assert not [m for m in peek(broker, "unsettled") if m.message_id == message_id]
+
+
+def test_sigterm_lets_the_invocation_in_flight_finish_then_exits_0(
+    broker: Broker, rules_host: HostProcess, journal: Path
+) -> None:
+    message_id = f"m-{uuid.uuid4()}"
+    send(broker, "slow", b"{}", message_id=message_id)
+    eventually(lambda: entries(journal, message_id), what="the slow function starting")
+    assert rules_host.terminate() == 0
+    assert [e["event"] for e in entries(journal, message_id)] == ["started", "completed"]
+    assert not [m for m in peek(broker, "slow") if m.message_id == message_id]
+
+
+def test_function_timeout_restarts_the_worker_and_the_message_in_flight_is_abandoned(
+    broker: Broker, rules_host: HostProcess, journal: Path
+) -> None:
+    message_id = f"m-{uuid.uuid4()}"
+    send(broker, "hangs", b"{}", message_id=message_id)
+    eventually(lambda: [e for e in entries(journal, message_id) if e["event"] == "completed"], timeout=45,
+               what="the redelivery on the restarted worker")
+    assert [e["event"] for e in entries(journal, message_id)] == ["hanging", "completed"]
+    assert "exceeded functionTimeout" in rules_host.output()
