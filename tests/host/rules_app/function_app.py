@@ -8,12 +8,19 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 
 import azure.functions as func
 import azurefunctions.extensions.bindings.servicebus as servicebus
 
 app = func.FunctionApp()
 _journal_lock = threading.Lock()
+
+
+def seen_before(function: str, msg: servicebus.ServiceBusReceivedMessage) -> bool:
+    """Whether the journal already has a line for this function and message."""
+    path = Path(os.environ["RULES_JOURNAL"])
+    return path.exists() and f'"{function}", "messageId": "{msg.message_id}"' in path.read_text()
 
 
 def journal(function: str, msg: servicebus.ServiceBusReceivedMessage, event: str) -> None:
@@ -41,7 +48,7 @@ def settles_late(msg: servicebus.ServiceBusReceivedMessage,
         try:
             message_actions.complete(msg)
             journal("settles_late", msg, "late complete accepted")
-        except Exception as exc:  # noqa: BLE001 - the journal records what the host answered
+        except Exception as exc:  # the journal records what the host answered
             journal("settles_late", msg, f"late complete refused: {exc}")
 
     threading.Thread(target=complete_later).start()
@@ -52,9 +59,7 @@ def settles_late(msg: servicebus.ServiceBusReceivedMessage,
                                auto_complete_messages=False)
 def unsettled(msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions) -> None:
     """Leaves the first delivery unsettled (its lock expires), completes the next."""
-    path = os.environ["RULES_JOURNAL"]
-    seen = os.path.exists(path) and f'"unsettled", "messageId": "{msg.message_id}"' in open(path).read()
-    if seen:
+    if seen_before("unsettled", msg):
         message_actions.complete(msg)
         journal("unsettled", msg, "completed")
     else:
@@ -75,8 +80,7 @@ def slow(msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.
                                auto_complete_messages=False)
 def hangs(msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions) -> None:
     """Outlives functionTimeout (5 s in host.json) on its first delivery; completes the next."""
-    path = os.environ["RULES_JOURNAL"]
-    if f'"hangs", "messageId": "{msg.message_id}"' in (open(path).read() if os.path.exists(path) else ""):
+    if seen_before("hangs", msg):
         message_actions.complete(msg)
         journal("hangs", msg, "completed")
         return
