@@ -3,7 +3,8 @@
 It runs ``launcher.js`` under Node: npm ``@vercel/cosmosdb-server`` (pinned in ``package.json``) with
 the corrections the launcher documents (404s, atomic transactional batch, TTL, partition-scoped
 queries, case-sensitive patch filter predicates, HTTP keep-alive, Cosmos' refusals of invalid TTLs,
-long ids and items over 2 MB, empty answers to ``no_response`` writes). Install it once with
+long ids and items over 2 MB, empty answers to ``no_response`` writes, an incremental change feed
+that ``ContainerProxy.query_items_change_feed`` reads and resumes). Install it once with
 ``npm ci --prefix devservers/cosmos``.
 
 The server speaks plain HTTP on loopback and does not check keys, so connect with::

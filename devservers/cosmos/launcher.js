@@ -24,7 +24,9 @@
  *   6. the CLI answers every request with `connection: close` (~36 creates/s from Python);
  *   7. it accepts what Cosmos refuses (a container defaultTtl or item `ttl` other than -1 or
  *      1..2147483647, ids over 255 characters, items over 2 MB) and ignores `Prefer: return=minimal`
- *      (the SDK's no_response=True), answering with the whole document instead of an empty body.
+ *      (the SDK's no_response=True), answering with the whole document instead of an empty body;
+ *   8. the change feed is a stub: with `A-IM: Incremental feed` the first read returns every document
+ *      and any read with a continuation answers 304, so a reader never sees a later change.
  * Also: error bodies are given Cosmos' {"code", "message"} shape, document routes on a missing
  * container answer 404 instead of crashing, and replacing a container keeps its documents.
  *
@@ -244,6 +246,20 @@ Collections.prototype.replace = function replaceKeepingDocuments(data, original)
 };
 
 // ---------------------------------------------------------------------------------------------
+// 8. Change feed, part 1: logical sequence numbers. Cosmos stamps every write of a partition with
+// the next LSN, and its change feed lists documents in LSN order, with `_lsn` in each. Here the
+// counter is per container (the server has one partition key range) and every new version gets
+// the next number when Items._set stores it. The stamp is not enumerable, so that point reads and
+// queries do not show it (they do not in Cosmos either); the change feed adds it to what it returns.
+// A version that a failed batch removes takes its number with it; the version the rollback puts
+// back keeps its own, so the feed never shows a write that was undone.
+// ---------------------------------------------------------------------------------------------
+function stampLsn(documents, doc) {
+  documents._lastLsn = (documents._lastLsn || 0) + 1;
+  Object.defineProperty(doc, "_lsn", { value: documents._lastLsn, writable: true, configurable: true });
+}
+
+// ---------------------------------------------------------------------------------------------
 // 2. (continued) Undo journal for transactional batches. Every document write of the package ends in
 // one of two primitives of Items: _set(doc) stores a new version (create; replace, after deleting the
 // old one), delete(id, partition) removes one. While a batch runs, documents._undo is an array and
@@ -254,7 +270,8 @@ Collections.prototype.replace = function replaceKeepingDocuments(data, original)
 // during a batch are not journaled: they are expired, so leaving them out is what a rollback must show.
 // ---------------------------------------------------------------------------------------------
 const baseSet = Items.prototype._set;
-Documents.prototype._set = function setJournaled(doc) {
+Documents.prototype._set = function setStampedAndJournaled(doc) {
+  stampLsn(this, doc); // 8.
   if (this._undo) this._undo.push({ remove: doc });
   return baseSet.call(this, doc);
 };
@@ -411,6 +428,81 @@ const queryDocuments = () => async (account, req, res, { dbId, collId }) =>
     }
   });
 
+// 8. Change feed, part 2: GET .../docs with `A-IM: Incremental feed` (the latest-version mode).
+// lib/handler/read-documents.js returned every document whatever the headers, and lib/index.js turns
+// any 200 answer to a request with A-IM and If-None-Match into 304 with etag "1". What the Python SDK
+// sends (azure/cosmos/_change_feed) and what Cosmos answers:
+//   - If-None-Match: absent = from the beginning; "*" = from now; otherwise the etag of an earlier
+//     answer (here the quoted LSN, e.g. "42"), to resume after the change it ended with;
+//   - If-Modified-Since (start_time=datetime): only documents written at or after that second;
+//   - x-ms-max-item-count: at most that many documents (absent or -1: every change, here);
+//   - x-ms-documentdb-partitionkey (with partition_key_range_id): only that logical partition.
+// The answer is 200 with {"Documents": [...]}: the latest version of each document changed after the
+// continuation, oldest change first, each with its `_lsn`, and an etag header that resumes after the
+// last of them; or 304, no body, when nothing is new, with an etag that resumes from there. Deleted
+// and expired documents do not appear (the latest-version mode has no deletes). Not served: the
+// all-versions-and-deletes mode, and a feed range narrower than the container (the SDK's
+// partition_key or feed_range option, sent as an effective-partition-key range this server cannot
+// compute): both answer 400 rather than a feed with other partitions' documents in it.
+const lsnEtag = lsn => `"${lsn}"`;
+
+function changeFeedStart(req, documents) {
+  const ifNoneMatch = req.headers["if-none-match"];
+  if (!ifNoneMatch) return 0;
+  if (ifNoneMatch === "*") return documents._lastLsn || 0;
+  const lsn = /^"?(\d+)"?$/.exec(ifNoneMatch);
+  if (!lsn) throw new CosmosError(400, `Invalid change feed continuation (If-None-Match) ${ifNoneMatch}.`);
+  return Number(lsn[1]);
+}
+
+function changeFeedSince(req) {
+  const header = req.headers["if-modified-since"];
+  if (!header) return undefined;
+  const millis = Date.parse(header);
+  if (Number.isNaN(millis)) throw new CosmosError(400, `Invalid If-Modified-Since header ${header}.`);
+  return Math.floor(millis / 1000);
+}
+
+function readChanges(collection, req, res) {
+  const { documents } = collection;
+  if (req.headers["x-ms-read-key-type"] === "EffectivePartitionKeyRange") {
+    throw new CosmosError(400, "This local server serves the change feed of a whole container only, " +
+      "not of a partition key or feed range.");
+  }
+  const after = changeFeedStart(req, documents);
+  const since = changeFeedSince(req);
+  const maxItemCount = parseInt(req.headers["x-ms-max-item-count"], 10);
+  const partition = requestPartition(req);
+  purgeExpired(documents);
+  const changes = [];
+  for (const item of documents._data.values()) {
+    const doc = item.read();
+    if (doc._lsn > after && (since === undefined || doc._ts >= since) &&
+        (!partition || inPartition(documents, doc, partition))) changes.push(doc);
+  }
+  changes.sort((a, b) => a._lsn - b._lsn);
+  const page = maxItemCount > 0 ? changes.slice(0, maxItemCount) : changes;
+  if (page.length === 0) {
+    res.statusCode = 304;
+    res.setHeader("etag", lsnEtag(Math.max(after, documents._lastLsn || 0)));
+    return undefined;
+  }
+  res.statusCode = 200;
+  res.setHeader("etag", lsnEtag(page[page.length - 1]._lsn));
+  res.setHeader("x-ms-item-count", String(page.length));
+  return { _rid: collection.read()._rid, Documents: page.map(doc => ({ ...doc, _lsn: doc._lsn })), _count: page.length };
+}
+
+const readDocumentsOrChanges = original => (account, req, res, params) => {
+  const aim = req.headers["a-im"];
+  if (!aim) return original(account, req, res, params);
+  delete req.headers["a-im"]; // so that lib/index.js leaves this answer's status and etag alone
+  if (aim.toLowerCase() !== "incremental feed") {
+    throw new CosmosError(400, `This local server serves the latest-version change feed only (A-IM: ${aim}).`);
+  }
+  return readChanges(account.database(params.dbId).collection(params.collId), req, res);
+};
+
 // 2. Transactional batch. The package's handler runs operations one by one and keeps the writes
 // of the ones before a failure; it needs a partition key on each operation (the Python SDK sends
 // one in the header for the whole batch) and has no Patch. This one:
@@ -509,7 +601,7 @@ const batchDocuments = () => async (account, req, res, params) => {
 // ---------------------------------------------------------------------------------------------
 const DOC = "/dbs/:dbId/colls/:collId/docs";
 const REPLACEMENTS = {
-  GET: { [`${DOC}/:docId`]: fixReadDocument },
+  GET: { [`${DOC}/:docId`]: fixReadDocument, [DOC]: readDocumentsOrChanges },
   POST_QUERY: { [DOC]: queryDocuments },
   POST_BATCH: { [DOC]: batchDocuments },
 };
