@@ -86,6 +86,12 @@ class ChangeFeedListener:
         """Stop polling; a batch being handled finishes first, and the lease is let go."""
         self._stopping.set()
         self._thread.join()
+        try:
+            lease = self._leases.read_item(self._lease_id, partition_key=self._lease_id)
+            if lease.get("owner") == self.owner:
+                self._save(lease, leaseUntil=0)  # another host may take it at once
+        except AzureError:
+            pass  # it expires by itself
 
     def _run(self) -> None:
         while not self._stopping.wait(POLL_SECONDS):

@@ -2,7 +2,8 @@
 a listener per trigger the worker reports.
 
 Settings are ``local.settings.json``'s ``Values`` with the process environment winning, as
-``func start`` does; ``host.json`` gives the Service Bus options and ``functionTimeout``. An
+``func start`` does; ``host.json`` gives the Service Bus options and ``functionTimeout``, and an app
+setting ``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls`` overrides its value. An
 invocation that outlives ``functionTimeout`` restarts the worker, as the host does: every
 invocation in flight dies with it, and their messages are abandoned. ``stop`` stops receiving,
 lets what runs finish, then stops the worker.
@@ -72,7 +73,8 @@ class HostConfig:
                 values = {k: str(v) for k, v in json.loads(settings_file.read_text())["Values"].items()}
             except (OSError, ValueError, KeyError) as exc:
                 raise HostError(f"{settings_file}: cannot read its Values ({type(exc).__name__}: {exc})") from None
-        return cls(app_dir, {**values, **os.environ}, json.loads(host_json_path.read_text()))
+        settings = {**values, **os.environ}
+        return cls(app_dir, settings, _overridden(json.loads(host_json_path.read_text()), settings))
 
     def service_bus(self) -> ServiceBusOptions:
         """extensions.serviceBus, with the host's defaults."""
@@ -90,6 +92,19 @@ class HostConfig:
         """functionTimeout in seconds; None for ``-1`` (no limit)."""
         text = str(self.host_json.get("functionTimeout", "00:05:00"))
         return None if text.strip() == "-1" else timespan_seconds(text)
+
+
+def _overridden(host_json: dict[str, Any], settings: dict[str, str]) -> dict[str, Any]:
+    """host.json with the app settings ``AzureFunctionsJobHost__a__b`` applied at path a.b, as the host does."""
+    for name, value in settings.items():
+        if not name.startswith("AzureFunctionsJobHost__"):
+            continue
+        *parents, leaf = name.split("__")[1:]
+        node = host_json
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return host_json
 
 
 class Host:

@@ -1,0 +1,141 @@
+"""The app's real functions on the local host, against the local broker, Cosmos server and fulfilment stand-in."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+from devservers.fulfilment import FulfilmentServer
+from devservers.servicebus import Broker
+from tests.host.conftest import ROOT, HostProcess, Store, app_settings, eventually, peek, send
+from tests.support.events import event_body
+from tests.support.orders import order_body
+
+PARKED, SHIPPED = "com.example.orders.PaymentCaptured", "com.example.orders.OrderShipped"
+
+
+def received(broker: Broker, queue: str, seconds: float = 1.0) -> list[Any]:
+    """Receive and complete what the queue holds now."""
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+            client.get_queue_receiver(queue, max_wait_time=seconds) as receiver:
+        found = []
+        while batch := receiver.receive_messages(max_message_count=50, max_wait_time=seconds):
+            for message in batch:
+                receiver.complete_message(message)
+                found.append(message)
+        return found
+
+
+def test_an_order_becomes_one_document_and_its_message_is_completed(
+    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
+) -> None:
+    host = start_host(ROOT, app_settings(broker, store, fulfilment_service))
+    order_id = f"ord-{uuid.uuid4()}"
+    send(broker, "orders", json.dumps(order_body(order_id)), message_id=order_id)
+    eventually(lambda: store.documents(order_id, "order"), what="the order document")
+    eventually(lambda: f"process_order messageId={order_id} outcome=Succeeded settlement=complete" in host.output(),
+               what="the completed settlement")
+    assert len(store.documents(order_id, "order")) == 1
+    assert not [m for m in peek(broker, "orders") if m.message_id == order_id]
+
+
+def test_an_invalid_order_is_dead_lettered_with_its_reason(
+    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
+) -> None:
+    start_host(ROOT, app_settings(broker, store, fulfilment_service))
+    message_id = f"bad-{uuid.uuid4()}"
+    send(broker, "orders", b"{not json", message_id=message_id)
+    [dead] = eventually(lambda: [m for m in peek(broker, "orders", dead_letters=True) if m.message_id == message_id],
+                        what="the dead letter")
+    assert dead.dead_letter_reason == "InvalidMessage"
+    assert (dead.dead_letter_error_description or "").startswith("body is not UTF-8 JSON")
+
+
+def test_a_session_of_events_is_applied_in_order(
+    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
+) -> None:
+    start_host(ROOT, app_settings(broker, store, fulfilment_service))
+    order_id = f"ord-{uuid.uuid4()}"
+    send(broker, "orders", json.dumps(order_body(order_id)), message_id=order_id)
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+            client.get_queue_sender("order-events") as sender:
+        for sequence, event_type in ((3, SHIPPED), (2, PARKED)):  # 3 first: parked until 2 releases it
+            body = event_body(order_id, sequence, event_type)
+            sender.send_messages(ServiceBusMessage(json.dumps(body), message_id=body["id"], session_id=order_id))
+    final = eventually(lambda: [d for d in store.documents(order_id, "order") if d["version"] == 3],
+                       what="the order at version 3")
+    assert final[0]["status"] == "shipped" and final[0]["parked"] == 0
+    assert store.documents(order_id, "parked-event") == []
+
+
+def test_publish_outbox_delivers_order_accepted_through_the_change_feed(
+    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
+) -> None:
+    host = start_host(ROOT, app_settings(broker, store, fulfilment_service, OUTBOX_DESTINATION="order-accepted-plain",
+                                         OUTBOX_SWEEP_SCHEDULE="0 0 0 1 1 *"))
+    order_id = f"ord-{uuid.uuid4()}"
+    send(broker, "orders", json.dumps(order_body(order_id)), message_id=order_id)
+    eventually(lambda: [d for d in store.documents(order_id, "outbox") if d["status"] == "dispatched"],
+               what="the outbox entry marked dispatched")
+    bodies = [(m, json.loads(b"".join(m.body))) for m in received(broker, "order-accepted-plain")]
+    accepted = [m for m, body in bodies if body["orderId"] == order_id]
+    assert len(accepted) == 1 and accepted[0].subject == "OrderAccepted"
+    assert "publish_outbox documents=" in host.output()
+
+
+def test_sweep_outbox_runs_on_its_timer(
+    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
+) -> None:
+    host = start_host(ROOT, app_settings(broker, store, fulfilment_service, OUTBOX_SWEEP_SCHEDULE="*/1 * * * * *"))
+    eventually(lambda: host.output().count("sweep_outbox timer outcome=Succeeded") >= 2, what="two sweeps")
+
+
+def test_two_hosts_with_16_competing_copies_of_one_order_give_one_document_and_one_reservation(
+    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
+) -> None:
+    values = app_settings(broker, store, fulfilment_service, ORDERS_QUEUE="orders-plain",
+                          AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls="2")
+    hosts = [start_host(ROOT, values) for _ in range(2)]
+    order_id = f"ord-{uuid.uuid4()}"
+    body = json.dumps(order_body(order_id))
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+            client.get_queue_sender("orders-plain") as sender:
+        sender.send_messages([ServiceBusMessage(body, message_id=order_id) for _ in range(16)])
+    eventually(lambda: sum(h.output().count(f"process_order messageId={order_id} ") for h in hosts) >= 16,
+               timeout=60, what="16 deliveries settled")
+    eventually(lambda: not peek(broker, "orders-plain"), what="the queue drained")
+    assert len(store.documents(order_id, "order")) == 1
+    assert all(h.output().count(f"process_order messageId={order_id} ") for h in hosts), "both hosts took copies"
+    [record] = store.documents(order_id, "side-effect")
+    assert record["status"] == "completed"
+    assert fulfilment_service.keys().count(record["idempotencyKey"]) == 1
+    assert peek(broker, "orders-plain", dead_letters=True) == []
+
+
+def test_a_restarted_host_resumes_the_change_feed_where_it_stopped(
+    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
+) -> None:
+    values = app_settings(broker, store, fulfilment_service, OUTBOX_DESTINATION="order-accepted-plain",
+                          OUTBOX_SWEEP_SCHEDULE="0 0 0 1 1 *")
+    first = start_host(ROOT, values)
+    before = f"ord-{uuid.uuid4()}"
+    send(broker, "orders", json.dumps(order_body(before)), message_id=before)
+    eventually(lambda: [d for d in store.documents(before, "outbox") if d["status"] == "dispatched"],
+               what="the first order's OrderAccepted dispatched")
+    eventually(lambda: "publish_outbox documents=" in first.output(), what="the first host's feed batch")
+    time.sleep(2)  # the dispatch mark's own change is read and skipped, and the continuation saved
+    assert first.terminate() == 0
+    second = start_host(ROOT, values)
+    time.sleep(4)  # several polls: nothing new since the first host's continuation
+    assert "publish_outbox documents=" not in second.output(), "the second host read old changes again"
+    after = f"ord-{uuid.uuid4()}"
+    send(broker, "orders", json.dumps(order_body(after)), message_id=after)
+    eventually(lambda: [d for d in store.documents(after, "outbox") if d["status"] == "dispatched"],
+               what="the second order's OrderAccepted dispatched by the second host")
+    ids = [json.loads(b"".join(m.body))["orderId"] for m in received(broker, "order-accepted-plain")]
+    assert ids.count(before) == 1 and ids.count(after) == 1
