@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 COSMOS_DIR := devservers/cosmos
 
-.PHONY: test setup lint typecheck pytest cosmos-server servicebus-server checkov simulate clean
+.PHONY: test setup lint typecheck pytest run cosmos-server servicebus-server checkov simulate clean
 
 test: setup lint typecheck pytest
 
@@ -36,6 +36,11 @@ typecheck: setup
 
 pytest: setup
 	$(BIN)/python -m pytest -n 4
+
+# The whole local stack in the foreground: broker, Cosmos server, fulfilment stand-in and the app on the
+# local Functions host (devservers/host), on local.settings.sample.json's ports. Ctrl-C stops it all.
+run: setup
+	$(BIN)/python -m devservers.run
 
 # A local Cosmos DB NoSQL server on 127.0.0.1:8081 for workstation runs without the emulator.
 cosmos-server: setup

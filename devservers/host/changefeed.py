@@ -98,9 +98,9 @@ class ChangeFeedListener:
             try:
                 if (lease := self._hold_lease()) is not None:
                     self._read_batch(lease)
-            except AzureError as exc:
-                logger.warning("%s: change feed of %s failed (%s); retrying", self.function.name,
-                               self._monitored.id, type(exc).__name__)
+            except Exception as exc:
+                logger.warning("%s: change feed of %s failed (%s: %s); retrying", self.function.name,
+                               self._monitored.id, type(exc).__name__, str(exc)[:300])
 
     def _hold_lease(self) -> dict[str, Any] | None:
         """The lease document if this host holds it now (taking or renewing it), else None."""
