@@ -251,12 +251,50 @@ Collections.prototype.replace = function replaceKeepingDocuments(data, original)
 // counter is per container (the server has one partition key range) and every new version gets
 // the next number when Items._set stores it. The stamp is not enumerable, so that point reads and
 // queries do not show it (they do not in Cosmos either); the change feed adds it to what it returns.
-// A version that a failed batch removes takes its number with it; the version the rollback puts
-// back keeps its own, so the feed never shows a write that was undone.
+// Each stamped version is also appended to documents._changeLog, which is therefore in LSN order: a
+// read of the feed finds where its continuation stops by binary search and walks on from there, so
+// that a poll costs what it returns, not the container's size (scanning the container cost 2 ms per
+// poll at 6,000 documents and 8 ms at 30,000). A logged version is current while _data still holds
+// that very object; superseded, deleted and expired versions are skipped when read and dropped when
+// the log has grown to twice the live documents. A version a failed batch removes stops being
+// current; the one the rollback puts back is current again, under its old number, so the feed never
+// shows a write that was undone. No compaction while a batch runs, so that nothing it may put back
+// has left the log.
 // ---------------------------------------------------------------------------------------------
+const COMPACT_LOG_ABOVE = 1000; // entries, on top of twice the live documents
+
 function stampLsn(documents, doc) {
   documents._lastLsn = (documents._lastLsn || 0) + 1;
   Object.defineProperty(doc, "_lsn", { value: documents._lastLsn, writable: true, configurable: true });
+  if (!documents._changeLog) documents._changeLog = [];
+  const log = documents._changeLog;
+  log.push(doc);
+  if (!documents._undo && log.length > 2 * documents._data.size + COMPACT_LOG_ABOVE) {
+    documents._changeLog = log.filter(version => version === doc || isCurrent(documents, version));
+  }
+}
+
+function isCurrent(documents, version) {
+  const item = documents._data.get(version._rid);
+  return item !== undefined && item.read() === version;
+}
+
+/** The current, unexpired versions with an LSN above `after`, in LSN order, as long as `accept` takes them. */
+function changesAfter(documents, after, accept) {
+  const log = documents._changeLog || [];
+  let low = 0;
+  let high = log.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (log[middle]._lsn <= after) low = middle + 1;
+    else high = middle;
+  }
+  for (let i = low; i < log.length; i += 1) {
+    const version = log[i];
+    if (!isCurrent(documents, version)) continue;
+    if (isExpired(documents, version)) evict(documents, version);
+    else if (!accept(version)) break;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -472,16 +510,15 @@ function readChanges(collection, req, res) {
   const after = changeFeedStart(req, documents);
   const since = changeFeedSince(req);
   const maxItemCount = parseInt(req.headers["x-ms-max-item-count"], 10);
+  const limit = maxItemCount > 0 ? maxItemCount : Infinity;
   const partition = requestPartition(req);
-  purgeExpired(documents);
-  const changes = [];
-  for (const item of documents._data.values()) {
-    const doc = item.read();
-    if (doc._lsn > after && (since === undefined || doc._ts >= since) &&
-        (!partition || inPartition(documents, doc, partition))) changes.push(doc);
-  }
-  changes.sort((a, b) => a._lsn - b._lsn);
-  const page = maxItemCount > 0 ? changes.slice(0, maxItemCount) : changes;
+  const page = [];
+  changesAfter(documents, after, doc => {
+    if ((since === undefined || doc._ts >= since) && (!partition || inPartition(documents, doc, partition))) {
+      page.push(doc);
+    }
+    return page.length < limit;
+  });
   if (page.length === 0) {
     res.statusCode = 304;
     res.setHeader("etag", lsnEtag(Math.max(after, documents._lastLsn || 0)));
@@ -490,7 +527,8 @@ function readChanges(collection, req, res) {
   res.statusCode = 200;
   res.setHeader("etag", lsnEtag(page[page.length - 1]._lsn));
   res.setHeader("x-ms-item-count", String(page.length));
-  return { _rid: collection.read()._rid, Documents: page.map(doc => ({ ...doc, _lsn: doc._lsn })), _count: page.length };
+  const changes = page.map(doc => ({ ...doc, _lsn: doc._lsn }));
+  return { _rid: collection.read()._rid, Documents: changes, _count: changes.length };
 }
 
 const readDocumentsOrChanges = original => (account, req, res, params) => {

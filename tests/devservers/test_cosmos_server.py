@@ -646,6 +646,47 @@ def test_change_feed_never_shows_the_writes_of_a_failed_batch(orders: ContainerP
     assert _ids_in_order(_read_changes(orders, continuation=continuation)[0]) == ["new", "a"]
 
 
+def test_change_feed_stays_right_after_many_versions_of_one_document(orders: ContainerProxy) -> None:
+    orders.create_item({"id": "a", "orderId": "o1", "n": 0})
+    _, continuation, _ = _read_changes(orders, start_time="Beginning")
+    orders.create_item({"id": "b", "orderId": "o2"})
+    bump = ("patch", ("a", [{"op": "incr", "path": "/n", "value": 1}]))
+    for _ in range(12):  # 1,200 superseded versions of "a"
+        orders.execute_item_batch([bump] * 100, partition_key="o1")
+    orders.create_item({"id": "c", "orderId": "o1"})
+    orders.patch_item("b", "o2", [{"op": "set", "path": "/last", "value": True}])
+
+    for start in ({"continuation": continuation}, {"start_time": "Beginning"}):
+        items, _, _ = _read_changes(orders, **start)
+        assert [(item["id"], item.get("n"), item.get("last")) for item in items] == [
+            ("a", 1200, None),
+            ("c", None, None),
+            ("b", None, True),
+        ]
+
+
+def test_change_feed_shows_the_versions_failed_batches_put_back_among_many_undone_writes(
+    orders: ContainerProxy,
+) -> None:
+    orders.create_item({"id": "z", "orderId": "o1", "n": 0})
+    _, continuation, _ = _read_changes(orders, start_time="Beginning")
+    orders.create_item({"id": "a", "orderId": "o1", "v": 1})
+    failing = [
+        ("patch", ("a", [{"op": "set", "path": "/v", "value": 2}])),
+        *[("patch", ("z", [{"op": "incr", "path": "/n", "value": 1}]))] * 98,
+        ("create", ({"id": "a", "orderId": "o1"},)),  # 409
+    ]
+    for _ in range(12):  # about 1,200 writes, all undone
+        with pytest.raises(exceptions.CosmosBatchOperationError):
+            orders.execute_item_batch(failing, partition_key="o1")
+
+    def versions(items: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+        return [(item["id"], item.get("v", item.get("n"))) for item in items]
+
+    assert versions(_read_changes(orders, continuation=continuation)[0]) == [("a", 1)]
+    assert versions(_read_changes(orders, start_time="Beginning")[0]) == [("z", 0), ("a", 1)]
+
+
 def test_partition_scoped_change_feed_is_refused_not_answered_with_other_partitions(
     cosmos_endpoint: CosmosEndpoint, orders: ContainerProxy
 ) -> None:
