@@ -1,11 +1,13 @@
 """Cosmos DB triggers: the monitored container's change feed, polled, with its progress in the lease container.
 
-One lease document per trigger holds the change feed's continuation, its owner and how long the
-owner holds it. Of several host processes, the one holding a live lease reads the feed; an expired
-lease is taken over (an etag-conditional replace, so two hosts never both win). After each batch the
-continuation is saved, whether the function succeeded or not, as the host's trigger does without a
-retry policy: a restarted host resumes after the last batch it handed over, and a failed batch is
-not retried (the app's sweep covers what a failed batch left).
+One lease document per trigger holds the feed's continuation, its owner and how long the owner holds
+it; it covers partition key range 0, the only one of the local server and the emulator. Of several
+host processes, the one holding a live lease reads the feed; an expired lease is taken over (an
+etag-conditional replace, so two hosts never both win). After each batch the continuation is saved,
+whether the function succeeded or not, as the host's trigger does without a retry policy: a
+restarted host resumes after the last batch it handed over, and a failed batch is not retried (the
+app's sweep covers what a failed batch left). A trigger without a lease starts from its first poll
+("now"), or from the beginning with ``startFromBeginning``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from azure.core import MatchConditions
@@ -127,15 +130,18 @@ class ChangeFeedListener:
             return None  # another host took the lease meanwhile
 
     def _read_batch(self, lease: dict[str, Any]) -> None:
-        start: dict[str, Any] = {"continuation": lease["continuation"]} if lease.get("continuation") else {
-            "start_time": "Beginning", "feed_range": next(iter(self._monitored.read_feed_ranges()))}
-        pages: Any = self._monitored.query_items_change_feed(max_item_count=MAX_BATCH, **start).by_page()
-        documents: list[dict[str, Any]] = []
-        for page in pages:
-            documents.extend(page)
-            if len(documents) >= MAX_BATCH:
-                break
+        # The partition-key-range form of the feed, whose continuation is the bare etag the server
+        # answers with: it resumes exactly, and "now" is the etag of the first poll.
+        options: dict[str, Any] = {"partition_key_range_id": "0", "max_item_count": MAX_BATCH}
+        if lease.get("continuation"):
+            options["continuation"] = lease["continuation"]
+        else:
+            options["is_start_from_beginning"] = bool(self.function.trigger.get("startFromBeginning"))
+        documents = list(islice(self._monitored.query_items_change_feed(**options), MAX_BATCH))
+        continuation = self._monitored.client_connection.last_response_headers.get("etag")
         if not documents:
+            if continuation != lease.get("continuation"):
+                self._save(lease, continuation=continuation)  # the first poll fixes "now"
             return
         started = time.perf_counter()
         response = self._invoke(self.function, {self.function.parameter: protos.TypedData(
@@ -143,4 +149,4 @@ class ChangeFeedListener:
         succeeded = response is not None and response.result.status == protos.StatusResult.Success
         logger.info("%s documents=%d outcome=%s %.0f ms", self.function.name, len(documents),
                     "Succeeded" if succeeded else "Failed", (time.perf_counter() - started) * 1000)
-        self._save(lease, continuation=pages.continuation_token, leaseUntil=time.time() + LEASE_SECONDS)
+        self._save(lease, continuation=continuation, leaseUntil=time.time() + LEASE_SECONDS)
