@@ -10,6 +10,9 @@ the ``$cbs`` link pair; the rest is delegated to the classes that own each conce
   and the settlements of those deliveries;
 * :class:`requests.RequestResponder`: the ``$cbs`` and ``$management`` request/response nodes.
 
+Bytes between the sockets and proton pass through :class:`iohandler.TranslatingIOHandler`, which
+renumbers delivery-ids the way Service Bus tolerates them (see ``frames.py``).
+
 All broker state is touched only on the reactor thread.
 """
 
@@ -28,6 +31,7 @@ from proton import Delivery, Event, Link
 from proton.reactor import ApplicationEvent, Container, EventInjector, Handler
 
 from devservers.servicebus.amqp import INTERNAL_ERROR, Kind, LinkInfo, condition, entity_path, info_of
+from devservers.servicebus.iohandler import TranslatingIOHandler
 from devservers.servicebus.pump import DeliveryPump
 from devservers.servicebus.requests import RequestResponder
 from devservers.servicebus.routing import LinkRouter, LinkTable
@@ -269,7 +273,9 @@ class ReactorThreadBroker:
 
     def __init__(self, namespace: Namespace, host: str, port: int) -> None:
         self.handler = BrokerHandler(namespace)
-        self.container = Container(self.handler)
+        # Transfers are renumbered on their way into proton (see frames.py): the SDK's threads send
+        # delivery-ids out of order, which proton would answer by closing the connection.
+        self.container = Container(self.handler, global_handler=TranslatingIOHandler())
         self.handler.container = self.container
         self.handler.acceptor = self.container.acceptor(host, str(port))
         self.host = host

@@ -22,7 +22,9 @@ from devservers.servicebus.messages import Envelope, MessageState, StoredMessage
 __all__ = [
     "DecodeError",
     "ParsedMessage",
+    "decode_value",
     "encode_delivery",
+    "encode_value",
     "envelope_of",
     "parse_message",
     "unpack_batch",
@@ -87,7 +89,8 @@ class ParsedMessage:
         return self.properties[index] if index < len(self.properties) else None
 
 
-def _decode_value(buffer: bytes) -> tuple[Any, int]:
+def decode_value(buffer: bytes) -> tuple[Any, int]:
+    """The first AMQP value in ``buffer`` (binary values copied out) and how many bytes it took."""
     data = Data()
     try:
         consumed = data.decode(buffer)
@@ -112,7 +115,8 @@ def _owned(value: Any) -> Any:
     return value
 
 
-def _encode_value(value: Any) -> bytes:
+def encode_value(value: Any) -> bytes:
+    """``value`` AMQP-encoded, with proton's type mapping (``symbol``, ``ulong``, ``Described``, ...)."""
     data = Data()
     data.put_object(value)
     return bytes(data.encode())
@@ -133,7 +137,7 @@ def parse_message(raw: bytes) -> ParsedMessage:
     parsed = ParsedMessage()
     position = 0
     while position < len(raw):
-        value, consumed = _decode_value(raw[position:])
+        value, consumed = decode_value(raw[position:])
         if consumed <= 0 or not isinstance(value, Described):
             raise DecodeError("a message section must be a described value")
         _add_section(parsed, _section_code(value.descriptor), value.value, raw[position : position + consumed])
@@ -273,12 +277,12 @@ def encode_delivery(message: StoredMessage, *, delivering: bool, locked_until: f
         if message.dead_letter_description is not None:
             app_properties["DeadLetterErrorDescription"] = message.dead_letter_description
     parts = [
-        _encode_value(Described(ulong(HEADER), header)),
-        _encode_value(Described(ulong(MESSAGE_ANNOTATIONS), annotations)),
+        encode_value(Described(ulong(HEADER), header)),
+        encode_value(Described(ulong(MESSAGE_ANNOTATIONS), annotations)),
         parsed.properties_raw,
     ]
     if app_properties is not None:
-        parts.append(_encode_value(Described(ulong(APPLICATION_PROPERTIES), app_properties)))
+        parts.append(encode_value(Described(ulong(APPLICATION_PROPERTIES), app_properties)))
     parts += [parsed.body_raw, parsed.footer_raw]
     return b"".join(parts)
 

@@ -62,6 +62,8 @@ QUEUES: dict[str, dict[str, Any]] = {
     "sessions-required": {"RequiresSession": True},
     "not-sessionful": {},
     "deferred-missing": {},
+    "concurrent-renew": {"LockDuration": "PT5S"},
+    "concurrent-peek": {},
 }
 
 TOPICS: dict[str, dict[str, Any]] = {
