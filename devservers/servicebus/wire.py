@@ -94,22 +94,62 @@ def decode_value(buffer: bytes) -> tuple[Any, int]:
     data = Data()
     try:
         consumed = data.decode(buffer)
-        value = _owned(data.get_object())
+        data.rewind()
+        data.next()
+        value = _read(data)
+    except DecodeError:
+        raise
     except Exception as err:  # proton raises DataException and a few others on malformed input
         raise DecodeError(f"malformed AMQP value: {err}") from None
     return value, consumed
+
+
+def _read(data: Data) -> Any:
+    """The value at ``data``'s cursor, as proton's ``get_object`` gives it but with binary copied out.
+
+    ``get_object`` builds maps from proton's memoryviews, which cannot be dict keys: a map with binary
+    keys (legal AMQP, e.g. a value body ``{b"k": b"v"}``) would fail to decode. Maps, lists and
+    described values are therefore walked here, their binary keys and values made ``bytes``.
+    """
+    kind = data.type()
+    if kind == Data.MAP:
+        count = data.get_map()
+        data.enter()
+        result = {}
+        for _ in range(count // 2):
+            data.next()
+            key = _read(data)
+            data.next()
+            try:
+                result[key] = _read(data)
+            except TypeError:  # a list or map as a key: legal AMQP, but not a Python dict key
+                raise DecodeError(f"a map key of type {type(key).__name__} is not supported here") from None
+        data.exit()
+        return result
+    if kind == Data.LIST:
+        count = data.get_list()
+        data.enter()
+        items = []
+        for _ in range(count):
+            data.next()
+            items.append(_read(data))
+        data.exit()
+        return items
+    if kind == Data.DESCRIBED:
+        data.enter()
+        data.next()
+        descriptor = _read(data)
+        data.next()
+        value = _read(data)
+        data.exit()
+        return Described(descriptor, value)
+    return _owned(data.get_object())
 
 
 def _owned(value: Any) -> Any:
     """Copy binary values out of proton's buffer: its memoryviews die with the Data object."""
     if isinstance(value, memoryview):
         return value.tobytes()
-    if isinstance(value, Described):
-        return Described(value.descriptor, _owned(value.value))
-    if isinstance(value, list):
-        return [_owned(item) for item in value]
-    if isinstance(value, dict):
-        return {_owned(key): _owned(item) for key, item in value.items()}
     if isinstance(value, Array):
         return Array(value.descriptor, value.type, *[_owned(item) for item in value.elements])
     return value
@@ -137,12 +177,35 @@ def parse_message(raw: bytes) -> ParsedMessage:
     parsed = ParsedMessage()
     position = 0
     while position < len(raw):
-        value, consumed = decode_value(raw[position:])
-        if consumed <= 0 or not isinstance(value, Described):
-            raise DecodeError("a message section must be a described value")
-        _add_section(parsed, _section_code(value.descriptor), value.value, raw[position : position + consumed])
+        code, content, consumed = _decode_section(raw[position:])
+        _add_section(parsed, code, content, raw[position : position + consumed])
         position += consumed
     return parsed
+
+
+# Sections the broker keeps only as bytes: their content is checked (proton decodes it whole) but not
+# turned into Python values, which some legal AMQP (a map keyed by lists, say) could not be.
+_ENCODED_ONLY = {DELIVERY_ANNOTATIONS, AMQP_SEQUENCE, AMQP_VALUE, FOOTER}
+
+
+def _decode_section(buffer: bytes) -> tuple[int, Any, int]:
+    """The code, content (None if kept encoded) and size of the message section ``buffer`` starts with."""
+    data = Data()
+    try:
+        consumed = data.decode(buffer)
+        data.rewind()
+        if consumed <= 0 or data.next() != Data.DESCRIBED:
+            raise DecodeError("a message section must be a described value")
+        data.enter()
+        data.next()
+        code = _section_code(_read(data))
+        data.next()
+        content = None if code in _ENCODED_ONLY else _read(data)
+    except DecodeError:
+        raise
+    except Exception as err:  # proton raises DataException and a few others on malformed input
+        raise DecodeError(f"malformed AMQP value: {err}") from None
+    return code, content, consumed
 
 
 def _add_section(parsed: ParsedMessage, code: int, content: Any, chunk: bytes) -> None:

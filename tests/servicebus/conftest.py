@@ -64,6 +64,7 @@ QUEUES: dict[str, dict[str, Any]] = {
     "deferred-missing": {},
     "concurrent-renew": {"LockDuration": "PT5S"},
     "concurrent-peek": {},
+    "value-body": {},
 }
 
 TOPICS: dict[str, dict[str, Any]] = {

@@ -77,6 +77,30 @@ def test_delivery_keeps_the_body_and_sets_broker_header_and_annotations() -> Non
     assert decoded.properties == {"k": "v", "DeadLetterReason": "Because"}
 
 
+def test_a_value_body_keyed_by_lists_is_kept_as_sent_and_binary_keys_elsewhere_decode() -> None:
+    data = Data()
+    data.put_described()
+    data.enter()
+    data.put_ulong(wire.AMQP_VALUE)
+    data.put_map()  # {[1, 2]: "by list", b"k": "by binary"}: legal AMQP, not a Python dict
+    data.enter()
+    data.put_list()
+    data.enter()
+    data.put_int(1)
+    data.put_int(2)
+    data.exit()
+    data.put_string("by list")
+    data.put_binary(b"k")
+    data.put_string("by binary")
+    data.exit()
+    data.exit()
+    body = bytes(data.encode())
+    annotations = {symbol("x-opt-nested"): {b"k": b"v"}}
+    parsed = wire.parse_message(_encoded(annotations=annotations) + body)  # proton adds no body section
+    assert parsed.body_raw == body and parsed.has_other_body
+    assert parsed.message_annotations == annotations
+
+
 def test_malformed_bytes_raise_decode_error() -> None:
     with pytest.raises(wire.DecodeError):
         wire.parse_message(b"\x00\x53\x77\xa1\x05ab")  # a string cut short
