@@ -31,6 +31,7 @@ from devservers.host.servicebus import ServiceBusOptions
 from devservers.host.settlement import Deliveries, add_settlement
 
 logger = logging.getLogger("devservers.host")
+START_WAIT_SECONDS = 120
 _DURATION = re.compile(r"^(?:(?P<days>\d+)\.)?(?P<hours>\d+):(?P<minutes>\d+):(?P<seconds>\d+(?:\.\d+)?)$")
 
 
@@ -123,6 +124,7 @@ class Host:
         self.address = (host, port)
         self._worker: WorkerProcess | None = None
         self._worker_lock = threading.Lock()
+        self._worker_ready = threading.Event()
         self._listeners: list[Listener] = []
         self._timeout = config.function_timeout()
         self.functions: list[Function] = []
@@ -144,10 +146,16 @@ class Host:
         functions = worker.start()
         with self._worker_lock:
             self._worker = worker
+        self._worker_ready.set()
         return functions
 
     def invoke(self, function: Function, inputs: dict[str, Any], trigger_metadata: dict[str, Any]) -> Any:
-        """Invoke on the current worker; None when it died or timed out (then it is restarted)."""
+        """Invoke on the current worker; None when it died or timed out (then it is restarted).
+
+        While a worker restarts, invocations wait for it rather than fail: a failure would abandon the
+        message, and Service Bus would offer it again at once.
+        """
+        self._worker_ready.wait(START_WAIT_SECONDS)
         with self._worker_lock:
             worker = self._worker
         if worker is None:
@@ -167,6 +175,7 @@ class Host:
             if self._worker is not worker:
                 return  # another timeout already restarted it
             self._worker = None
+            self._worker_ready.clear()
         worker.kill()
         self._start_worker()
 
