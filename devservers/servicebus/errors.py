@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "ARGUMENT_ERROR",
+    "ARGUMENT_OUT_OF_RANGE",
     "MESSAGE_LOCK_LOST",
     "MESSAGE_NOT_FOUND",
     "NOT_ALLOWED",
@@ -25,6 +26,7 @@ SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
 SESSION_CANNOT_BE_LOCKED = "com.microsoft:session-cannot-be-locked"
 MESSAGE_NOT_FOUND = "com.microsoft:message-not-found"
 ARGUMENT_ERROR = "com.microsoft:argument-error"
+ARGUMENT_OUT_OF_RANGE = "com.microsoft:argument-out-of-range"
 TIMEOUT = "com.microsoft:timeout"
 
 

@@ -15,8 +15,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from proton import UNDESCRIBED, Array, Data, Described, symbol, timestamp, ubyte, uint, ulong
+from proton import UNDESCRIBED, Array, Data, Described, decimal128, symbol, timestamp, ubyte, uint, ulong
 
+from devservers.servicebus import decimals
+from devservers.servicebus.errors import ARGUMENT_OUT_OF_RANGE, BrokerError
 from devservers.servicebus.messages import Envelope, MessageState, StoredMessage
 
 __all__ = [
@@ -217,7 +219,7 @@ def _add_section(parsed: ParsedMessage, code: int, content: Any, chunk: bytes) -
         parsed.properties = _as_list(content)
         parsed.properties_raw = chunk
     elif code == APPLICATION_PROPERTIES:
-        parsed.application_properties = _as_dict(content)
+        parsed.application_properties = _service_bus_properties(_as_dict(content))
     elif code == DATA:
         if not isinstance(content, bytes):
             raise DecodeError("a data section must hold binary")
@@ -246,6 +248,26 @@ def _as_dict(content: Any) -> dict[Any, Any]:
     if not isinstance(content, dict):
         raise DecodeError("an annotations or application-properties section must hold a map")
     return content
+
+
+def _service_bus_properties(properties: dict[Any, Any]) -> dict[Any, Any]:
+    """Application properties as Service Bus keeps them: decimals become System.Decimal (see decimals.py).
+
+    Raises BrokerError (``com.microsoft:argument-out-of-range``) for a decimal Service Bus cannot hold,
+    so that the sender is told instead of the message being stored in a form nobody can read.
+    """
+    if not any(isinstance(value, decimals.AMQP_DECIMALS) for value in properties.values()):
+        return properties
+    kept = dict(properties)
+    for key, value in properties.items():
+        if isinstance(value, decimals.AMQP_DECIMALS):
+            try:
+                kept[key] = decimals.to_service_bus(decimals.from_amqp(value))
+            except decimals.UnrepresentableDecimal as err:
+                raise BrokerError(
+                    ARGUMENT_OUT_OF_RANGE, f"The application property {str(key)!r} cannot be sent: {err}."
+                ) from None
+    return kept
 
 
 def unpack_batch(parsed: ParsedMessage) -> list[ParsedMessage] | None:
@@ -285,7 +307,7 @@ def envelope_of(parsed: ParsedMessage) -> Envelope:
     """What the store routes on, read from the message's properties, header and annotations."""
     ttl_ms = parsed.header_field(2)
     scheduled = parsed.message_annotations.get(SCHEDULED_ENQUEUE_TIME)
-    app_properties = {str(key): value for key, value in (parsed.application_properties or {}).items()}
+    app_properties = {str(key): _routing_value(value) for key, value in (parsed.application_properties or {}).items()}
     return Envelope(
         payload=parsed,
         message_id=_text(parsed.property_field(0)),
@@ -300,6 +322,11 @@ def envelope_of(parsed: ParsedMessage) -> Envelope:
         ttl=ttl_ms / 1000.0 if isinstance(ttl_ms, int) and ttl_ms > 0 else None,
         scheduled_enqueue_time=scheduled / 1000.0 if isinstance(scheduled, int) and scheduled > 0 else None,
     )
+
+
+def _routing_value(value: Any) -> Any:
+    """An application property's value as filters compare it (a decimal as a ``Decimal``)."""
+    return decimals.from_service_bus(value) if isinstance(value, decimal128) else value
 
 
 def _ms(seconds: float) -> int:

@@ -65,6 +65,8 @@ QUEUES: dict[str, dict[str, Any]] = {
     "concurrent-renew": {"LockDuration": "PT5S"},
     "concurrent-peek": {},
     "value-body": {},
+    "decimal-property": {},
+    "decimal-refused": {},
 }
 
 TOPICS: dict[str, dict[str, Any]] = {

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 
 import pytest
-from proton import Data, Described, Message, symbol, ulong
+from proton import Data, Described, Message, decimal64, decimal128, symbol, ulong
 
-from devservers.servicebus import wire
+from devservers.servicebus import decimals, wire
+from devservers.servicebus.config import CorrelationFilter
+from devservers.servicebus.errors import BrokerError
 from devservers.servicebus.server import entity_path
-from devservers.servicebus.store import StoredMessage
+from devservers.servicebus.store import StoredMessage, correlation_matches
 
 
 def _encoded(**fields: object) -> bytes:
@@ -99,6 +102,19 @@ def test_a_value_body_keyed_by_lists_is_kept_as_sent_and_binary_keys_elsewhere_d
     parsed = wire.parse_message(_encoded(annotations=annotations) + body)  # proton adds no body section
     assert parsed.body_raw == body and parsed.has_other_body
     assert parsed.message_annotations == annotations
+
+
+def test_decimal_properties_are_kept_in_service_bus_layout_and_filtered_as_numbers() -> None:
+    ieee = decimal128(bytes.fromhex("303e000000000000000000000000000f"))  # 1.5, as the SDK encodes it
+    parsed = wire.parse_message(_encoded(properties={"price": ieee, "region": "eu"}, body=b"x"))
+    assert parsed.application_properties == {"price": decimals.to_service_bus(Decimal("1.5")), "region": "eu"}
+    envelope = wire.envelope_of(parsed)
+    assert envelope.application_properties == {"price": Decimal("1.5"), "region": "eu"}
+    assert correlation_matches(CorrelationFilter(properties={"price": 1.5}), envelope)
+    assert not correlation_matches(CorrelationFilter(properties={"price": 2}), envelope)
+    with pytest.raises(BrokerError) as refused:
+        wire.parse_message(_encoded(properties={"price": decimal64(0x7800_0000_0000_0000)}, body=b"x"))
+    assert refused.value.condition == "com.microsoft:argument-out-of-range"
 
 
 def test_malformed_bytes_raise_decode_error() -> None:
