@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, command in (*SERVERS, ("local Functions host", ["-m", "devservers.host", "--app-dir", str(ROOT),
                                                                    "--settings", str(args.settings)])):
             if name == "local Functions host":
-                subprocess.run([sys.executable, *SETUP], cwd=ROOT, check=True)  # noqa: S603 - our own module
+                subprocess.run([sys.executable, *SETUP], cwd=ROOT, check=True)
             process, address, log = start_until_listening([sys.executable, *command], startup_timeout=90, cwd=ROOT)
             running.append((name, process, log))
             print(f"{name}: {address}", flush=True)

@@ -12,11 +12,13 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from devservers.fulfilment import FulfilmentServer
 from devservers.servicebus import Broker
-from tests.host.conftest import ROOT, HostProcess, Store, app_settings, eventually, peek, send
+from tests.host.conftest import NEEDS_313, ROOT, HostProcess, Store, app_settings, eventually, peek, send
 from tests.support.events import event_body
 from tests.support.orders import order_body
 
 PARKED, SHIPPED = "com.example.orders.PaymentCaptured", "com.example.orders.OrderShipped"
+
+pytestmark = NEEDS_313
 
 
 def received(broker: Broker, queue: str, seconds: float = 1.0) -> list[Any]:

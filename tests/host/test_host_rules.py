@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from devservers.servicebus import Broker
-from tests.host.conftest import RULES_APP, HostProcess, eventually, peek, send
+from tests.host.conftest import NEEDS_313, RULES_APP, HostProcess, eventually, peek, send
+
+pytestmark = NEEDS_313
 
 
 @pytest.fixture
