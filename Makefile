@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 COSMOS_DIR := devservers/cosmos
 
-.PHONY: test setup lint typecheck pytest run cosmos-server servicebus-server checkov simulate clean
+.PHONY: test setup lint typecheck pytest run demo cosmos-server servicebus-server checkov simulate clean
 
 test: setup lint typecheck pytest
 
@@ -41,6 +41,13 @@ pytest: setup
 # local Functions host (devservers/host), on local.settings.sample.json's ports. Ctrl-C stops it all.
 run: setup
 	$(BIN)/python -m devservers.run
+
+# The main job in one command: the local stack, three competing hosts, a realistic scenario (ORDERS,
+# SEED), a report with its invariants (exit 1 if one fails), results/demo/demo.{json,png}.
+ORDERS ?= 2000
+SEED ?= 1
+demo: setup
+	$(BIN)/python -m demo --orders $(ORDERS) --seed $(SEED) $(DEMO_ARGS)
 
 # A local Cosmos DB NoSQL server on 127.0.0.1:8081 for workstation runs without the emulator.
 cosmos-server: setup

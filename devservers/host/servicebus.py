@@ -32,7 +32,8 @@ from devservers.host.settlement import Deliveries, Delivery
 
 logger = logging.getLogger("devservers.host")
 RECEIVE_WAIT_SECONDS = 1.0
-SESSION_IDLE_SECONDS = 1.0
+# A session slot lets its session go after this long without a message, so that others get a turn.
+SESSION_IDLE_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,8 @@ class ServiceBusListener:
     def _drain(self, receiver: Any) -> None:
         idle_since = time.monotonic()
         while not self._stopping.is_set():
-            batch = receiver.receive_messages(max_message_count=1, max_wait_time=RECEIVE_WAIT_SECONDS)
+            wait = SESSION_IDLE_SECONDS if self._sessions else RECEIVE_WAIT_SECONDS
+            batch = receiver.receive_messages(max_message_count=1, max_wait_time=wait)
             if not batch:
                 if self._sessions and time.monotonic() - idle_since >= SESSION_IDLE_SECONDS:
                     return  # let the session go, so another can be taken

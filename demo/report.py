@@ -1,0 +1,186 @@
+"""What the demo measured, read from outside: the hosts' logs, Cosmos DB, the queues, the fulfilment stand-in.
+
+The invariants are the simulator's, measured on the real stack: one order document per valid order
+holding the first content, one reservation and one OrderAccepted per order, every event applied once
+and in order, every message applied, absorbed or dead-lettered as planned, nothing left in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from demo.scenario import Scenario
+from shared.domain.lifecycle import KINDS
+from shared.domain.messages import InboundMessage
+from shared.domain.orders import parse_order
+
+_DELIVERY = re.compile(r"delivery (?P<function>\w+) messageId=(?P<id>\S+) outcome=(?P<outcome>\w+)")
+_SETTLED = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) devservers\.host (?P<function>process_\w+) "
+                      r"messageId=(?P<id>\S+) outcome=\w+ settlement=(?P<settlement>\w+)", re.MULTILINE)
+
+
+@dataclass
+class Observed:
+    """Everything read after the run."""
+
+    documents: list[dict[str, Any]]
+    dead_letters: list[Any]
+    accepted: list[dict[str, Any]]
+    broker_accepted: int
+    reservations: dict[str, dict[str, Any]]
+    logs: str
+    sent_at: dict[str, float]
+    elapsed: float
+    queues_left: int
+
+
+@dataclass
+class Report:
+    """The figures, the invariants, and how to show them."""
+
+    figures: dict[str, Any] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    timeline: dict[str, list[float]] = field(default_factory=dict)
+
+
+def build(scenario: Scenario, seen: Observed) -> Report:
+    """Compute the report and check the invariants."""
+    report = Report()
+    outcomes = Counter(m["outcome"] for m in _DELIVERY.finditer(seen.logs))
+    by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for doc in seen.documents:
+        by_type[str(doc.get("type"))].append(doc)
+    reasons = Counter(str(m.dead_letter_reason) for m in seen.dead_letters)
+    planned_reasons = scenario.planned_dead_letters()
+    sent = len(scenario.everything())
+    latencies = _latencies(seen)
+    report.figures = {
+        "orders": len(scenario.orders), "messages sent": sent, "deliveries": sum(outcomes.values()),
+        "orders written": len(by_type["order"]),
+        "events applied": sum(len(by_type[k.record_type]) for k in KINDS.values()),
+        "events stale": outcomes["stale"], "events parked": outcomes["parked"],
+        "duplicates absorbed by the broker": sent - seen.broker_accepted,
+        "duplicates absorbed by the consumer": outcomes["duplicate"] + outcomes["in_progress"],
+        "dead letters": dict(reasons), "dead letters planned": dict(planned_reasons),
+        "reservations": len(seen.reservations), "OrderAccepted": len(seen.accepted),
+        "outcomes": dict(outcomes), "seconds": round(seen.elapsed, 1),
+        "messages per second": round(sent / seen.elapsed, 1) if seen.elapsed else 0.0,
+        "latency p50 ms": _percentile(latencies, 50), "latency p99 ms": _percentile(latencies, 99),
+    }
+    report.violations = _violations(scenario, seen, by_type, reasons)
+    report.timeline = _timeline(seen)
+    return report
+
+
+def _latencies(seen: Observed) -> list[float]:
+    first_settled: dict[str, float] = {}
+    for match in _SETTLED.finditer(seen.logs):
+        at = datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        first_settled.setdefault(match["id"], at)
+    return [(at - seen.sent_at[i]) * 1000 for i, at in first_settled.items() if i in seen.sent_at]
+
+
+def _percentile(values: list[float], pct: int) -> float:
+    if not values:
+        return 0.0
+    return round(statistics.quantiles(values, n=100)[pct - 1] if len(values) > 1 else values[0], 1)
+
+
+def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict[str, Any]]],
+                reasons: Counter[str]) -> list[str]:
+    found: list[str] = []
+    orders = Counter(d["orderId"] for d in by_type["order"])
+    for order_id, body in scenario.orders.items():
+        expected = parse_order(InboundMessage(order_id, json.dumps(body).encode())).request_hash()
+        docs = [d for d in by_type["order"] if d["orderId"] == order_id]
+        if orders[order_id] != 1 or docs[0]["requestHash"] != expected:
+            found.append(f"order {order_id}: {orders[order_id]} documents, or not the first content")
+            continue
+        lifecycle = scenario.lifecycles[order_id]
+        final = docs[0]
+        if final["version"] != 1 + len(lifecycle) or final["status"] != KINDS[lifecycle[-1]["type"]].status_after:
+            found.append(f"order {order_id}: {final['status']} at version {final['version']} after"
+                         f" {len(lifecycle)} events")
+    reserved = Counter(r.get("orderId") for r in seen.reservations.values())
+    accepted = Counter(a.get("orderId") for a in seen.accepted)
+    for order_id in scenario.orders:
+        if reserved[order_id] != 1:
+            found.append(f"order {order_id}: {reserved[order_id]} reservations")
+        if accepted[order_id] != 1:
+            found.append(f"order {order_id}: {accepted[order_id]} OrderAccepted messages")
+    records = Counter((d["orderId"], d["sequence"]) for k in KINDS.values() for d in by_type[k.record_type])
+    if any(count != 1 for count in records.values()):
+        found.append("an event was recorded more than once")
+    if reasons != scenario.planned_dead_letters():
+        found.append(f"dead letters {dict(reasons)} differ from the plan {dict(scenario.planned_dead_letters())}")
+    in_flight = [d for d in seen.documents if (d.get("type"), d.get("status")) in (
+        ("outbox", "pending"), ("side-effect", "in_progress"), ("parked-event", "parked"))
+        or d.get("type") == "order-pending"]
+    if in_flight or seen.queues_left:
+        found.append(f"{len(in_flight)} documents and {seen.queues_left} messages still in flight")
+    return found
+
+
+def _timeline(seen: Observed) -> dict[str, list[float]]:
+    series: dict[str, list[float]] = defaultdict(list)
+    for line in seen.logs.splitlines():
+        if (match := _DELIVERY.search(line)) and line[:23].count("-") == 2:
+            at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            series[match["outcome"]].append(at)
+    return dict(series)
+
+
+def table(report: Report) -> str:
+    """The report as a table a person reads at a glance."""
+    f = report.figures
+    rows = [
+        ("orders sent / written", f"{f['orders']} / {f['orders written']}"),
+        ("events applied / stale / parked first",
+         f"{f['events applied']} / {f['events stale']} / {f['events parked']}"),
+        ("messages sent / deliveries", f"{f['messages sent']} / {f['deliveries']}"),
+        ("duplicates absorbed by the broker", str(f["duplicates absorbed by the broker"])),
+        ("duplicates absorbed by the consumer", str(f["duplicates absorbed by the consumer"])),
+        *[(f"dead letters {reason}", f"{count} (planned {f['dead letters planned'].get(reason, 0)})")
+          for reason, count in sorted({**f["dead letters planned"], **f["dead letters"]}.items())],
+        ("reservations at the fulfilment service", str(f["reservations"])),
+        ("OrderAccepted at order-accepted", str(f["OrderAccepted"])),
+        ("time", f"{f['seconds']} s, {f['messages per second']} messages/s"),
+        ("end-to-end latency p50 / p99", f"{f['latency p50 ms']} ms / {f['latency p99 ms']} ms"),
+        ("invariant violations", str(len(report.violations))),
+    ]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"| {'':{width}} | result |", f"| {'-' * width} | ------ |"]
+    lines += [f"| {label:{width}} | {value} |" for label, value in rows]
+    return "\n".join(lines + [f"- {v}" for v in report.violations[:20]])
+
+
+def write(report: Report, results: Path) -> None:
+    """The figures as JSON and a PNG chart of outcomes and throughput over time."""
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "demo.json").write_text(json.dumps({**report.figures, "violations": report.violations}, indent=2))
+    import matplotlib  # noqa: PLC0415 - only the demo draws
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot  # noqa: PLC0415
+
+    start = min((t for ts in report.timeline.values() for t in ts), default=0.0)
+    figure, (outcomes, throughput) = pyplot.subplots(2, 1, figsize=(10, 7), sharex=True)
+    every = sorted(t - start for ts in report.timeline.values() for t in ts)
+    for outcome, times in sorted(report.timeline.items()):
+        outcomes.plot(sorted(t - start for t in times), range(1, len(times) + 1), label=outcome)
+    outcomes.set(ylabel="deliveries (cumulative)", title="Outcomes over time")
+    outcomes.legend(loc="upper left", fontsize="small")
+    seconds = int(every[-1]) + 1 if every else 1
+    per_second = Counter(int(t) for t in every)
+    throughput.bar(range(seconds), [per_second[s] for s in range(seconds)], width=1.0)
+    throughput.set(xlabel="seconds since the first delivery", ylabel="deliveries per second", title="Throughput")
+    figure.tight_layout()
+    figure.savefig(results / "demo.png", dpi=100)
+    pyplot.close(figure)

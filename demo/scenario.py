@@ -1,0 +1,92 @@
+"""The demo's traffic, planned from one seed, and what must become of each message.
+
+Orders and their lifecycle events come from ``sbctl.generate``. On top of them: producer retries sent
+right after their original (inside the queue's duplicate-detection window, so the broker drops
+them), late copies sent after the window (they reach the consumer, which absorbs them), reused ids
+with other content (sent late too: inside the window the broker would drop them as duplicates),
+malformed messages, and events shuffled within their session.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sbctl import generate
+
+EARLY_COPY_RATE = 0.05
+LATE_COPY_RATE = 0.03
+REUSED_ID_RATE = 0.01
+MALFORMED_RATE = 0.01
+SHUFFLED_RATE = 0.2
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One message to send: where, its ids and body, and what must become of it."""
+
+    queue: str
+    message_id: str
+    body: bytes
+    session_id: str | None = None
+    expect: str = "applied"  # applied | absorbed-by-broker | absorbed-by-consumer | InvalidMessage | PayloadMismatch
+
+
+@dataclass
+class Scenario:
+    """The whole run: what is sent first, what is sent after the window, and the expected end state."""
+
+    first: list[Planned] = field(default_factory=list)  # orders, early copies, malformed: in send order
+    events: list[Planned] = field(default_factory=list)  # lifecycle events, each session in its planned order
+    late: list[Planned] = field(default_factory=list)  # sent once the detection window has passed
+    orders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lifecycles: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def everything(self) -> list[Planned]:
+        """Every planned message."""
+        return [*self.first, *self.events, *self.late]
+
+    def planned_dead_letters(self) -> Counter[str]:
+        """Dead letters by reason, as planned."""
+        return Counter(p.expect for p in self.everything() if p.expect in ("InvalidMessage", "PayloadMismatch"))
+
+    def count(self, expect: str) -> int:
+        """How many messages are planned to end a given way."""
+        return sum(1 for p in self.everything() if p.expect == expect)
+
+
+def _encoded(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def plan(orders: int, seed: int) -> Scenario:
+    """The scenario for ``orders`` orders from ``seed``."""
+    rng = random.Random(seed)  # noqa: S311 - test traffic, reproducible by seed
+    scenario = Scenario()
+    for _ in range(orders):
+        body = generate.order(rng)
+        order_id = body["orderId"]
+        scenario.orders[order_id] = body
+        scenario.first.append(Planned("orders", order_id, _encoded(body)))
+        if rng.random() < EARLY_COPY_RATE:
+            scenario.first.append(Planned("orders", order_id, _encoded(body), expect="absorbed-by-broker"))
+        if rng.random() < LATE_COPY_RATE:
+            scenario.late.append(Planned("orders", order_id, _encoded(body), expect="absorbed-by-consumer"))
+        if rng.random() < REUSED_ID_RATE:
+            scenario.late.append(Planned("orders", order_id, _encoded(generate.altered(rng, body)),
+                                         expect="PayloadMismatch"))
+        lifecycle = generate.order_events(rng, body)
+        scenario.lifecycles[order_id] = lifecycle
+        sent = list(lifecycle)
+        if len(sent) > 1 and rng.random() < SHUFFLED_RATE:
+            sent.reverse()  # a later version first: it is parked until its predecessor comes
+        scenario.events += [Planned("order-events", e["id"], _encoded(e), session_id=order_id) for e in sent]
+        if rng.random() < MALFORMED_RATE:
+            bad_id = f"bad-{uuid.UUID(int=rng.getrandbits(128))}"
+            scenario.first.append(Planned("orders", bad_id, b'{"orderId": "' + bad_id.encode() + b'", "items": [',
+                                          expect="InvalidMessage"))
+    return scenario

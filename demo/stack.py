@@ -1,0 +1,125 @@
+"""The local stack the demo runs on: broker and fulfilment stand-in in this process, the Cosmos server and
+the local Functions hosts as child processes. Everything listens on loopback ports the OS picks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from devservers._child import start_until_listening
+from devservers.cosmos import CosmosServer, start_cosmos_server
+from devservers.cosmos_setup import container_specs, ensure_containers, make_client
+from devservers.fulfilment import FulfilmentServer
+from devservers.servicebus import Broker, start_broker
+
+ROOT = Path(__file__).resolve().parents[1]
+DETECTION_WINDOW_SECONDS = 10
+LOCK_SECONDS = 10
+
+
+def broker_config() -> dict[str, Any]:
+    """infra/local's Config.json with a 10-second detection window and lock, so that the demo's late
+    copies and its killed host's redeliveries come within minutes."""
+    config: dict[str, Any] = json.loads((ROOT / "infra/local/servicebus/Config.json").read_text())
+    for queue in config["UserConfig"]["Namespaces"][0]["Queues"]:
+        queue["Properties"].update(DuplicateDetectionHistoryTimeWindow=f"PT{DETECTION_WINDOW_SECONDS}S",
+                                   LockDuration=f"PT{LOCK_SECONDS}S")
+    return config
+
+
+@dataclass
+class HostProcess:
+    """One local Functions host child: its process and its log file."""
+
+    process: subprocess.Popen[str]
+    log: IO[bytes]
+
+    def text(self) -> str:
+        """The host's log so far (its lines, and its worker's)."""
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", errors="replace")
+
+
+@dataclass
+class Stack:
+    """The running servers and hosts."""
+
+    broker: Broker
+    cosmos: CosmosServer
+    fulfilment: FulfilmentServer
+    settings_file: Path
+    hosts: list[HostProcess] = field(default_factory=list)
+    retired: list[HostProcess] = field(default_factory=list)
+
+    @classmethod
+    def start(cls) -> Stack:
+        """Start the broker, the Cosmos server (database and containers made) and the fulfilment stand-in."""
+        broker = start_broker(broker_config())
+        cosmos = start_cosmos_server()
+        ensure_containers(make_client(cosmos.endpoint, verify_tls=False), "sales", container_specs())
+        fulfilment = FulfilmentServer().start()
+        values = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
+        values.update(
+            ServiceBusConnection=broker.connection_string, COSMOS_ENDPOINT=cosmos.endpoint, COSMOS_KEY=cosmos.key,
+            CosmosDBConnection=f"AccountEndpoint={cosmos.endpoint}/;AccountKey={cosmos.key};",
+            FULFILLMENT_URL=fulfilment.url, FULFILLMENT_READ_TIMEOUT_SECONDS="2", ABANDON_DELAY_SECONDS="2",
+            SERVICEBUS_LOCK_DURATION_SECONDS=str(LOCK_SECONDS), OUTBOX_STUCK_AFTER_SECONDS="20",
+            OUTBOX_SWEEP_SCHEDULE="*/10 * * * * *",
+        )
+        settings_file = Path(tempfile.mkdtemp(prefix="demo-")) / "local.settings.json"
+        settings_file.write_text(json.dumps({"IsEncrypted": False, "Values": values}))
+        return cls(broker, cosmos, fulfilment, settings_file)
+
+    def start_host(self) -> HostProcess:
+        """Start one more host process, competing with the others; wait until it listens."""
+        process, _, log = start_until_listening(
+            [sys.executable, "-m", "devservers.host", "--app-dir", str(ROOT), "--settings", str(self.settings_file)],
+            startup_timeout=120, cwd=ROOT)
+        host = HostProcess(process, log)
+        self.hosts.append(host)
+        return host
+
+    def kill_host(self, host: HostProcess) -> None:
+        """SIGKILL a host and its worker: what they held comes back once the locks expire."""
+        pid = host.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        workers = [int(p) for p in children.read_text().split()] if children.exists() else []
+        host.process.kill()
+        for worker in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
+        host.process.wait(10)
+        self.hosts.remove(host)
+        self.retired.append(host)
+
+    def logs(self) -> str:
+        """Every host's log, the retired ones' included."""
+        return "\n".join(h.text() for h in (*self.retired, *self.hosts))
+
+    def stop_hosts(self) -> None:
+        """Stop the hosts; each lets its in-flight invocations finish."""
+        for host in self.hosts:
+            if host.process.poll() is None:
+                host.process.send_signal(signal.SIGTERM)
+        for host in self.hosts:
+            try:
+                host.process.wait(60)
+            except subprocess.TimeoutExpired:
+                host.process.kill()
+        self.retired += self.hosts
+        self.hosts = []
+
+    def stop(self) -> None:
+        """Stop the hosts, then the servers."""
+        self.stop_hosts()
+        self.fulfilment.stop()
+        self.cosmos.stop()
+        self.broker.stop()
