@@ -134,8 +134,14 @@ def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool) -
             stack.kill_host(stack.hosts[0])
             for thread in senders:
                 thread.join()
-            time.sleep(max(0.0, started + DETECTION_WINDOW_SECONDS + 1 - time.time()))
-            _send(client, "orders", scenario.late, sent_at)  # past the window: late copies and reused ids
+            # Late copies and reused ids go once their originals are written (so "first" is well defined)
+            # and the detection window of the last original has passed (so the broker lets them through).
+            window_ends = time.time() + DETECTION_WINDOW_SECONDS + 1
+            written = lambda: sum(1 for d in _documents(stack) if d.get("type") == "order")  # noqa: E731
+            while written() < len(scenario.orders) and time.time() < started + DRAIN_TIMEOUT_SECONDS:
+                time.sleep(2)
+            time.sleep(max(0.0, window_ends - time.time()))
+            _send(client, "orders", scenario.late, sent_at)
             print("demo: waiting for the queues and the outbox to drain", flush=True)
             deadline = time.time() + DRAIN_TIMEOUT_SECONDS
             deliveries: list[int] = []
