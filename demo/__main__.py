@@ -62,6 +62,10 @@ def _documents(stack: Stack) -> list[dict[str, Any]]:
     return list(container.query_items("SELECT * FROM c", enable_cross_partition_query=True))
 
 
+def _orders_written(stack: Stack) -> int:
+    return sum(1 for d in _documents(stack) if d.get("type") == "order")
+
+
 def _session_messages(stack: Stack) -> int:
     """Messages waiting in an available session of order-events (a session a host holds is not available)."""
     with ServiceBusClient.from_connection_string(stack.broker.connection_string, retry_total=0) as client:
@@ -137,8 +141,7 @@ def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool) -
             # Late copies and reused ids go once their originals are written (so "first" is well defined)
             # and the detection window of the last original has passed (so the broker lets them through).
             window_ends = time.time() + DETECTION_WINDOW_SECONDS + 1
-            written = lambda: sum(1 for d in _documents(stack) if d.get("type") == "order")  # noqa: E731
-            while written() < len(scenario.orders) and time.time() < started + DRAIN_TIMEOUT_SECONDS:
+            while _orders_written(stack) < len(scenario.orders) and time.time() < started + DRAIN_TIMEOUT_SECONDS:
                 time.sleep(2)
             time.sleep(max(0.0, window_ends - time.time()))
             _send(client, "orders", scenario.late, sent_at)
