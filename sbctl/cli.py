@@ -1,160 +1,219 @@
-"""The sbctl command line: argument parsing, dispatch, and errors without stack traces."""
+"""The sbctl command line: dispatch, what each command reports, and errors as one line without a stack trace."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
+import logging
+import math
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-
-from azure.servicebus import ServiceBusClient
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 
 from sbctl import dlq, parked, schemas
-from sbctl.connection import CONNECTION_ENV, ToolError, open_client
-from sbctl.send import generated, read_jsonl, send, with_faults
+from sbctl.connection import Target, ToolError, open_client, target_of, translated
+from sbctl.detection import CLOCK_MARGIN, Detection, detection, note
+from sbctl.options import Exit, build_parser
+from sbctl.send import generated, generators, read_jsonl, send, with_faults
 
-
-def _rate(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
-
-
-def _connection_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("connection")
-    group.add_argument("--connection-string", help=f"Service Bus connection string (default: ${CONNECTION_ENV})")
-    group.add_argument("--namespace", help="fully qualified namespace, e.g. sb-x.servicebus.windows.net; "
-                                           "authenticates with DefaultAzureCredential")
-    return common
-
-
-def _selection_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--queue", required=True, help="queue whose dead-letter queue to act on")
-    parser.add_argument("--reason", help="only messages with this DeadLetterReason")
-    parser.add_argument("--ids", nargs="+", default=[], metavar="MESSAGE_ID", help="only these MessageIds")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; every command has --help."""
-    common = _connection_options()
-    parser = argparse.ArgumentParser(prog="python -m sbctl", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    send_cmd = commands.add_parser("send", parents=[common], help="send orders or events",
-                                   description="Send orders or events: MessageId = business id, SessionId = "
-                                               "orderId for events, CorrelationId carried through.")
-    send_cmd.add_argument("--queue", required=True)
-    source = send_cmd.add_mutually_exclusive_group(required=True)
-    source.add_argument("--file", type=Path, help="JSON Lines: one order or event body per line, or "
-                                                  '{"body": ..., "correlationId": ..., "applicationProperties": ...}')
-    source.add_argument("--generate", type=int, metavar="N", help="generate N realistic messages")
-    send_cmd.add_argument("--kind", choices=["orders", "events"], default="orders", help="what --generate makes")
-    send_cmd.add_argument("--duplicates", type=_rate, default=0.0, metavar="RATE",
-                          help="re-send an exact copy of this share of messages, as a retrying producer does")
-    send_cmd.add_argument("--reuse-ids", type=_rate, default=0.0, metavar="RATE",
-                          help="send other content under this share of ids (to exercise PayloadMismatch)")
-    send_cmd.add_argument("--seed", type=int, default=None, help="random seed, for reproducible traffic")
-
-    dlq_cmd = commands.add_parser("dlq", help="inspect and repair a dead-letter queue",
-                                  description="List, resubmit or purge dead-lettered messages.")
-    dlq_commands = dlq_cmd.add_subparsers(dest="dlq_command", required=True)
-    list_cmd = dlq_commands.add_parser("list", parents=[common], help="list dead-lettered messages (peek)")
-    list_cmd.add_argument("--queue", required=True)
-    list_cmd.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
-    list_cmd.add_argument("--max", type=int, default=None, help="at most this many")
-    resubmit_cmd = dlq_commands.add_parser("resubmit", parents=[common],
-                                           help="send dead-lettered messages back to their queue")
-    _selection_options(resubmit_cmd)
-    resubmit_cmd.add_argument("--dry-run", action="store_true", help="list what would be resubmitted")
-    purge_cmd = dlq_commands.add_parser("purge", parents=[common], help="delete dead-lettered messages")
-    _selection_options(purge_cmd)
-    purge_cmd.add_argument("--yes", action="store_true", help="don't ask for confirmation")
-    parked_cmd = commands.add_parser("parked", help="list, release or drop parked events",
-                                     description=parked.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parked_commands = parked_cmd.add_subparsers(dest="parked_command", required=True)
-    parked_list = parked_commands.add_parser("list", help="list parked events (all, or one order's)")
-    parked_list.add_argument("--order", help="only this order's")
-    for name, text in (("release", "apply a parked event now, its missing predecessors notwithstanding"),
-                       ("drop", "set a parked event aside for good (kept, marked dropped)")):
-        command = parked_commands.add_parser(name, help=text)
-        command.add_argument("--order", required=True, help="the orderId")
-        command.add_argument("--event", required=True, help="the parked event's id")
-    for command in (parked_list, *[parked_commands.choices[n] for n in ("release", "drop")]):
-        parked.add_options(command)
-
-    schemas_cmd = commands.add_parser("schemas", help="write the messages' JSON Schemas",
-                                      description="Write the JSON Schema of each message, generated from the "
-                                                  "consumer's models, for producers to validate against.")
-    schemas_cmd.add_argument("--out", type=Path, default=schemas.DEFAULT_DIR, help="directory to write into")
-    return parser
+__all__ = ["Exit", "build_parser", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; 0 on success, 1 on an error it explains, 2 on bad usage."""
+    """Run one command and return its exit status (see ``Exit``)."""
     args = build_parser().parse_args(argv)
     try:
-        return _run(args)
+        with _quiet_sdks():
+            return _run(args)
     except ToolError as exc:
         print(f"sbctl: error: {exc}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     except KeyboardInterrupt:
         print("sbctl: interrupted", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
+
+
+@contextmanager
+def _quiet_sdks() -> Iterator[None]:
+    """No SDK log records or warnings on stderr while a command runs: its own line says what went wrong."""
+    logger = logging.getLogger("azure")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. urllib3's InsecureRequestWarning after --no-verify-tls
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command == "send":
-        return _send(args)
     if args.command == "parked":
         return parked.run(args)
     if args.command == "schemas":
         for path in schemas.write(args.out):
             print(f"wrote {path}")
-        return 0
-    selection = dlq.Selection(getattr(args, "reason", None), frozenset(getattr(args, "ids", [])))
-    with open_client(args.connection_string, args.namespace) as client:
-        if args.dlq_command == "list":
-            rows = dlq.peek_all(client, args.queue, limit=args.max)
-            print(json.dumps([r.as_json() for r in rows], indent=2) if args.json else dlq.table(rows))
-            return 0
-        if args.dlq_command == "resubmit" and args.dry_run:
+        return Exit.DONE
+    if args.command == "send":
+        return _send(args)
+    target = target_of(args.connection_string, args.namespace)
+    if args.dlq_command == "list":
+        return _list(args, target)
+    selection = dlq.Selection(args.reason, frozenset(args.ids))
+    if args.dlq_command == "resubmit":
+        return _resubmit(args, target, selection)
+    return _purge(args, target, selection)
+
+
+def _list(args: argparse.Namespace, target: Target) -> int:
+    with open_client(target) as client, translated(target, args.queue):
+        rows = dlq.peek_all(client, args.queue, limit=args.max)
+    print(json.dumps([r.as_json() for r in rows], indent=2) if args.json else dlq.table(rows))
+    if not rows:
+        print(f"the dead-letter queue of {args.queue} is empty", file=sys.stderr)
+    return Exit.DONE if rows else Exit.NOTHING_MATCHED
+
+
+def _resubmit(args: argparse.Namespace, target: Target, selection: dlq.Selection) -> int:
+    found = _detection(target, args.queue, args.detection_window)
+    if args.dry_run:
+        return _dry_run(args, target, selection, found)
+    done = _resubmit_pass(target, args.queue, selection, found)
+    if done.held and args.wait:
+        until = max(h.until for h in done.held)
+        print(f"waiting {_seconds_until(until)} s, until {_time(until)}, for the duplicate-detection window of "
+              f"{len(done.held)} held-back message(s) to pass", file=sys.stderr, flush=True)
+        time.sleep(_seconds_until(until))
+        again = _resubmit_pass(target, args.queue, dlq.Selection(sequence_numbers=frozenset(
+            h.dead_letter.sequence_number for h in done.held if h.dead_letter.sequence_number is not None)), found)
+        done = dlq.Resubmission([*done.resubmitted, *again.resubmitted], again.held)
+    return _resubmit_summary(args, selection, found, done)
+
+
+def _resubmit_pass(target: Target, queue: str, selection: dlq.Selection, found: Detection) -> dlq.Resubmission:
+    with open_client(target) as client, translated(target, queue):
+        return dlq.resubmit(
+            client, queue, selection, found, report=lambda row: print(f"resubmitted {row.message_id}"),
+            report_held=lambda held: print(f"held {held.dead_letter.message_id} until {_time(held.until)}"))
+
+
+def _resubmit_summary(args: argparse.Namespace, selection: dlq.Selection, found: Detection,
+                      done: dlq.Resubmission) -> int:
+    _report_missing(args.queue, selection, done.selected)
+    print(f"resubmitted {len(done.resubmitted)} message(s) from the dead-letter queue of {args.queue}",
+          file=sys.stderr)
+    if done.held:
+        until = max(h.until for h in done.held)
+        print(f"held back {len(done.held)} message(s) in the dead-letter queue until {_time(until)}: inside the "
+              f"duplicate-detection window {found.describe()} of their original send, {args.queue} would drop "
+              "their resubmission; run again after that time, or add --wait", file=sys.stderr)
+        return Exit.HELD_BACK
+    if not done.selected:
+        print(f"nothing matched in the dead-letter queue of {args.queue}", file=sys.stderr)
+        return Exit.NOTHING_MATCHED
+    return Exit.DONE
+
+
+def _dry_run(args: argparse.Namespace, target: Target, selection: dlq.Selection, found: Detection) -> int:
+    with open_client(target) as client, translated(target, args.queue):
+        rows = dlq.peek_all(client, args.queue, selection)
+    print(dlq.table(rows))
+    _report_missing(args.queue, selection, rows)
+    now = datetime.now(UTC)
+    holds = [until for row in rows if (until := dlq.hold_until(row, found, now)) is not None]
+    held = f"; would hold back {len(holds)} until {_time(max(holds))}" if holds else ""
+    print(f"would resubmit {len(rows) - len(holds)} message(s) to {args.queue}{held}", file=sys.stderr)
+    return Exit.DONE if rows else Exit.NOTHING_MATCHED
+
+
+def _purge(args: argparse.Namespace, target: Target, selection: dlq.Selection) -> int:
+    with open_client(target) as client, translated(target, args.queue):
+        if not args.yes:
             rows = dlq.peek_all(client, args.queue, selection)
-            print(dlq.table(rows))
-            print(f"would resubmit {len(rows)} message(s) to {args.queue}", file=sys.stderr)
-            return 0
-        if args.dlq_command == "purge" and not args.yes and not _confirm(client, args.queue, selection):
-            print("nothing deleted", file=sys.stderr)
-            return 1
-        act = dlq.resubmit if args.dlq_command == "resubmit" else dlq.purge
-        verb = "resubmitted" if args.dlq_command == "resubmit" else "deleted"
-        count = act(client, args.queue, selection, lambda row: print(f"{verb} {row.message_id}"))
-        print(f"{verb} {count} message(s) from the dead-letter queue of {args.queue}", file=sys.stderr)
-        return 0
+            if not rows:
+                _report_missing(args.queue, selection, rows)
+                print(f"nothing matched in the dead-letter queue of {args.queue}", file=sys.stderr)
+                return Exit.NOTHING_MATCHED
+            if not _confirm(args.queue, len(rows)):
+                print("nothing deleted", file=sys.stderr)
+                return Exit.FAILED
+        deleted = dlq.purge(client, args.queue, selection, lambda row: print(f"deleted {row.message_id}"))
+    _report_missing(args.queue, selection, deleted)
+    if not deleted:
+        print(f"nothing matched in the dead-letter queue of {args.queue}", file=sys.stderr)
+        return Exit.NOTHING_MATCHED
+    print(f"deleted {len(deleted)} message(s) from the dead-letter queue of {args.queue}", file=sys.stderr)
+    return Exit.DONE
 
 
-def _confirm(client: ServiceBusClient, queue: str, selection: dlq.Selection) -> bool:
-    count = len(dlq.peek_all(client, queue, selection))
-    if count == 0:
-        return False
+def _confirm(queue: str, count: int) -> bool:
     print(f"Delete {count} dead-lettered message(s) from {queue}? [y/N] ", end="", file=sys.stderr, flush=True)
-    answer = sys.stdin.readline().strip().lower()
-    return answer in ("y", "yes")
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _report_missing(queue: str, selection: dlq.Selection, found: Sequence[dlq.DeadLetter]) -> None:
+    missing = selection.missing(found)
+    if missing:
+        reason = f" with reason {selection.reason}" if selection.reason else ""
+        print(f"not found in the dead-letter queue of {queue}{reason}: {', '.join(missing)}", file=sys.stderr)
+
+
+def _detection(target: Target, queue: str, given: timedelta | None) -> Detection:
+    found = detection(target, queue, given)
+    line = note(found, queue, given)
+    if line:
+        print(f"sbctl: note: {line}", file=sys.stderr)
+    return found
 
 
 def _send(args: argparse.Namespace) -> int:
-    if args.generate is not None and args.generate < 1:
-        raise ToolError("--generate needs a positive count")
-    rng = random.Random(args.seed)  # noqa: S311 - test traffic, reproducible by seed; not security
-    envelopes = read_jsonl(args.file) if args.file else generated(args.kind, args.generate, rng)
-    if args.file and not args.file.is_file():
-        raise ToolError(f"no such file: {args.file}")
-    planned = with_faults(envelopes, args.duplicates, args.reuse_ids, rng)
-    with open_client(args.connection_string, args.namespace) as client:
-        summary = send(client, args.queue, planned, expected=args.generate)
+    traffic, faults = generators(args.seed)
+    envelopes = read_jsonl(args.file) if args.file else list(generated(args.kind, args.generate, traffic))
+    planned = list(with_faults(envelopes, args.duplicates, args.reuse_ids, faults, args.late_duplicates))
+    target = target_of(args.connection_string, args.namespace)
+    labels = [label for label, _ in planned]
+    after = args.after
+    if labels.count("duplicate") or labels.count("late"):
+        found = detection(target, args.queue, args.detection_window)
+        if after is None and labels.count("late"):
+            after = math.ceil(((found.window if found.on and found.window else timedelta(0)) + CLOCK_MARGIN)
+                              .total_seconds())
+        warning = _fault_warning(args.queue, found, labels.count("duplicate"), labels.count("late"), after or 0)
+        if warning:
+            print(f"sbctl: warning: {warning}", file=sys.stderr)
+    with open_client(target) as client, translated(target, args.queue):
+        summary = send(client, args.queue, planned, late_after=after or 0)
     print(f"sent {summary.total} message(s) to {args.queue}: {summary.originals} original, "
-          f"{summary.duplicates} duplicate, {summary.reused} reused id", file=sys.stderr)
-    return 0
+          f"{summary.duplicates} duplicate, {summary.late} late duplicate, {summary.reused} reused id",
+          file=sys.stderr)
+    return Exit.DONE
+
+
+def _fault_warning(queue: str, found: Detection, copies: int, late: int, after: float) -> str | None:
+    """One line when copies will be dropped by the queue's duplicate detection; None when they will get through."""
+    if not found.on or found.window is None:
+        return None
+    dropped = []
+    if copies:
+        dropped.append(f"the {copies} --duplicates copies, sent right after their originals,")
+    if late and after < found.window.total_seconds():
+        dropped.append(f"the {late} --late-duplicates copies, sent {after:g} s after them,")
+    if not dropped:
+        return None
+    cure = "--late-duplicates RATE sends copies after the window" if copies else "leave --after out to wait it out"
+    assumed = (f"; the window is assumed ({found.unread}): if {queue} has no duplicate detection, give "
+               "--detection-window 0") if found.unread else ""
+    return (f"{queue} drops a MessageId it saw within {found.describe()}: {' and '.join(dropped)} will not reach "
+            f"the consumer ({cure}){assumed}")
+
+
+def _seconds_until(moment: datetime) -> int:
+    return max(0, math.ceil((moment - datetime.now(UTC)).total_seconds()))
+
+
+def _time(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from azure.servicebus import (
@@ -15,7 +16,7 @@ from azure.servicebus import (
     ServiceBusSubQueue,
 )
 
-from sbctl.connection import translated
+from sbctl.detection import Detection
 
 PAGE = 100
 RECEIVE_WAIT_SECONDS = 2
@@ -30,12 +31,20 @@ class Selection:
 
     reason: str | None = None
     ids: frozenset[str] = frozenset()
+    #: Only these (the messages a first resubmit pass held back).
+    sequence_numbers: frozenset[int] | None = None
 
     def matches(self, message: ServiceBusReceivedMessage) -> bool:
-        """True when the message passes both filters that were given."""
+        """True when the message passes every filter that was given."""
         if self.reason is not None and message.dead_letter_reason != self.reason:
             return False
+        if self.sequence_numbers is not None and message.sequence_number not in self.sequence_numbers:
+            return False
         return not self.ids or message.message_id in self.ids
+
+    def missing(self, found: Iterable[DeadLetter]) -> list[str]:
+        """The requested MessageIds that no matching dead letter had."""
+        return sorted(self.ids - {row.message_id for row in found if row.message_id is not None})
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,7 @@ class DeadLetter:
 def peek_all(client: ServiceBusClient, queue: str, selection: Selection = Selection(),
              limit: int | None = None) -> list[DeadLetter]:
     """Every dead-lettered message that matches, without locking or removing any."""
-    with translated(queue), client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
+    with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
         return _peek(receiver, selection, limit)
 
 
@@ -100,71 +109,137 @@ def resubmit_copy(message: ServiceBusReceivedMessage) -> ServiceBusMessage:
     )
 
 
-def _locked(
-    client: ServiceBusClient, queue: str, selection: Selection
-) -> Iterator[tuple[Any, ServiceBusReceivedMessage]]:
-    """Receive the DLQ in PeekLock and yield (receiver, message) for each match exactly once.
+def hold_until(row: DeadLetter, detection: Detection, now: datetime) -> datetime | None:
+    """Until when the queue would drop a resubmission of ``row`` (same MessageId); None if it would not now.
 
-    A peek first takes stock of what is there, so the loop ends as soon as all of it was seen rather
-    than after an idle wait. Messages that don't match stay locked until the end, so they are not
-    received again, and are then abandoned back to the dead-letter queue (their delivery count rises).
+    The window runs from the original send: the dead letter's enqueued time, which the local broker
+    keeps from the original when it dead-letters. Should Service Bus report the time of
+    dead-lettering there instead, that time is later, so the hold lasts longer than needed, never less.
+    A message without MessageId is never a duplicate.
     """
-    with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as peeker:
-        stock = {d.sequence_number for d in _peek(peeker, Selection(), None)}
-    if not stock:
-        return
-    held: list[ServiceBusReceivedMessage] = []
+    if row.message_id is None:
+        return None
+    until = detection.drops_until(row.enqueued_time or now)
+    return until if until is not None and until > now else None
+
+
+@dataclass(frozen=True)
+class Held:
+    """A dead letter left in the dead-letter queue because its resubmission would be dropped until ``until``."""
+
+    dead_letter: DeadLetter
+    until: datetime
+
+
+@dataclass
+class Resubmission:
+    """What a resubmit pass did with the dead letters it selected."""
+
+    resubmitted: list[DeadLetter] = field(default_factory=list)
+    held: list[Held] = field(default_factory=list)
+
+    @property
+    def selected(self) -> list[DeadLetter]:
+        return [*self.resubmitted, *(h.dead_letter for h in self.held)]
+
+
+def resubmit(client: ServiceBusClient, queue: str, selection: Selection, detection: Detection, *,
+             report: Callable[[DeadLetter], None], report_held: Callable[[Held], None]) -> Resubmission:
+    """Send each matching dead letter back to its queue, then remove it from the dead-letter queue.
+
+    One whose resubmission the queue's duplicate detection would drop stays in the dead-letter queue
+    (its lock is abandoned), so that no message ever ends up in neither queue.
+    """
+    done = Resubmission()
+    with ExitStack() as senders:
+        sender: Any = None
+
+        def act(receiver: Any, message: ServiceBusReceivedMessage) -> bool:
+            nonlocal sender
+            row = DeadLetter.of(message)
+            until = hold_until(row, detection, datetime.now(UTC))
+            if until is not None:
+                done.held.append(Held(row, until))
+                report_held(done.held[-1])
+                return False
+            sender = sender or senders.enter_context(client.get_queue_sender(queue))
+            sender.send_messages(resubmit_copy(message))
+            receiver.complete_message(message)  # only after the resubmission was sent
+            done.resubmitted.append(row)
+            report(row)
+            return True
+
+        _each_locked(client, queue, selection, act)
+    return done
+
+
+def purge(client: ServiceBusClient, queue: str, selection: Selection,
+          report: Callable[[DeadLetter], None]) -> list[DeadLetter]:
+    """Delete every matching dead letter; return what was deleted."""
+    deleted: list[DeadLetter] = []
+
+    def act(receiver: Any, message: ServiceBusReceivedMessage) -> bool:
+        receiver.complete_message(message)
+        deleted.append(DeadLetter.of(message))
+        report(deleted[-1])
+        return True
+
+    _each_locked(client, queue, selection, act)
+    return deleted
+
+
+def _each_locked(client: ServiceBusClient, queue: str, selection: Selection,
+                 act: Callable[[Any, ServiceBusReceivedMessage], bool]) -> None:
+    """Receive the DLQ in PeekLock and call ``act(receiver, message)`` once for each match.
+
+    ``act`` returns True when it settled the message. A peek first takes stock of what is there, so
+    the loop ends as soon as all of it was seen rather than after an idle wait. Messages that don't
+    match, and those ``act`` left alone, stay locked until the end, so they are not received again,
+    and are then abandoned back to the dead-letter queue (their delivery count rises).
+    """
+    kept: list[ServiceBusReceivedMessage] = []
     seen: set[int | None] = set()
     with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER,
                                    receive_mode=ServiceBusReceiveMode.PEEK_LOCK) as receiver:
+        stock = {d.sequence_number for d in _peek(receiver, Selection(), None)}
         try:
-            while not stock <= seen:
+            while stock and not stock <= seen:
                 batch = receiver.receive_messages(max_message_count=PAGE, max_wait_time=RECEIVE_WAIT_SECONDS)
                 if not batch:
                     break
                 for message in batch:
-                    if message.sequence_number in seen or not selection.matches(message):
-                        held.append(message)
-                    else:
-                        yield receiver, message
+                    fresh = message.sequence_number not in seen
                     seen.add(message.sequence_number)
+                    if not (fresh and selection.matches(message) and act(receiver, message)):
+                        kept.append(message)
         finally:
-            for message in held:
+            for message in kept:
                 receiver.abandon_message(message)
 
 
-def resubmit(client: ServiceBusClient, queue: str, selection: Selection,
-             report: Callable[[DeadLetter], None]) -> int:
-    """Send each matching dead-lettered message back to its queue, then remove it from the DLQ."""
-    count = 0
-    with translated(queue), client.get_queue_sender(queue) as sender:
-        for receiver, message in _locked(client, queue, selection):
-            sender.send_messages(resubmit_copy(message))
-            receiver.complete_message(message)  # only after the resubmission was sent
-            report(DeadLetter.of(message))
-            count += 1
-    return count
-
-
-def purge(client: ServiceBusClient, queue: str, selection: Selection,
-          report: Callable[[DeadLetter], None]) -> int:
-    """Delete every matching dead-lettered message."""
-    count = 0
-    with translated(queue):
-        for receiver, message in _locked(client, queue, selection):
-            receiver.complete_message(message)
-            report(DeadLetter.of(message))
-            count += 1
-    return count
+COLUMNS = ["messageId", "reason", "description", "deliveryCount", "enqueuedTime"]
+DESCRIPTION_WIDTH = 60
 
 
 def table(rows: Sequence[DeadLetter]) -> str:
-    """A plain-text table of dead letters."""
-    headers = ["messageId", "reason", "description", "deliveryCount", "enqueuedTime"]
-    cells = [[str(v if v is not None else "") for v in r.as_json().values()] for r in rows]
-    widths = [min(60, max([len(h)] + [len(c[i]) for c in cells])) for i, h in enumerate(headers)]
+    """A plain-text table of dead letters; a long description is cut at a word and marked with an ellipsis."""
+    cells = [[" ".join(str(v).split()) if v is not None else "" for v in r.as_json().values()] for r in rows]
+    for row in cells:
+        row[2] = clip(row[2], DESCRIPTION_WIDTH)
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(COLUMNS)]
 
     def line(values: Sequence[str]) -> str:
-        return "  ".join(v[:w].ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
+        return "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
 
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(c) for c in cells)])
+    return "\n".join([line(COLUMNS), line(["-" * w for w in widths]), *(line(c) for c in cells)])
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` if it fits in ``width``; else cut, at a word boundary where one is near, with a trailing ``…``."""
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    space = cut.rfind(" ")
+    if space >= width // 2:
+        cut = cut[:space]
+    return cut.rstrip() + "…"

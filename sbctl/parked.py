@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sbctl.connection import ToolError
+from sbctl.failures import cosmos_failure
 from shared.adapters.cosmos import CosmosStore
 from shared.domain.documents import ParkedEvent
 from shared.errors import ConfigurationError, NotFound, StoreError
@@ -49,8 +50,8 @@ def _store(args: argparse.Namespace) -> Iterator[CosmosStore]:
         raise ToolError(str(exc)) from None
     except NotFound as exc:
         raise ToolError(str(exc)) from None
-    except StoreError as exc:
-        raise ToolError(f"Cosmos DB at {args.cosmos_endpoint}: {exc}") from None
+    except (StoreError, ValueError) as exc:  # ValueError: a key that is not base64
+        raise ToolError(cosmos_failure(args.cosmos_endpoint, exc, key_option="--cosmos-key")) from None
 
 
 def table(events: list[ParkedEvent], now: float) -> str:
@@ -63,7 +64,7 @@ def table(events: list[ParkedEvent], now: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Carry out one parked command; 0 done, 3 nothing matched."""
+    """Carry out one parked command; 0 done, 3 nothing parked (list)."""
     with _store(args) as store:
         if args.parked_command == "list":
             found = resequencer.find_parked(store, args.consumer, args.order)

@@ -1,11 +1,12 @@
-"""sbctl send: orders or events from a JSON Lines file, or generated; with duplicates and reused ids."""
+"""sbctl send: orders or events, from a JSON Lines file or generated; with duplicates (early or late) and reused ids."""
 
 from __future__ import annotations
 
 import json
 import random
 import sys
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -14,7 +15,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import MessageSizeExceededError
 
 from sbctl import generate
-from sbctl.connection import ToolError, translated
+from sbctl.connection import ToolError
 
 PROGRESS_EVERY = 500
 
@@ -62,34 +63,61 @@ def envelope(record: Any, where: str, correlation_id: str | None = None) -> Enve
     return Envelope(body, body["orderId"], None, correlation_id, properties)
 
 
-def read_jsonl(path: Path) -> Iterator[Envelope]:
-    """Envelopes from a JSON Lines file; blank lines are skipped; a bad line names itself."""
+def read_jsonl(path: Path) -> list[Envelope]:
+    """Every envelope of a JSON Lines file, all checked before any is sent; blank lines are skipped.
+
+    The file is UTF-8, with or without a byte order mark; a line that is not names its file and number.
+    """
     try:
-        handle = path.open(encoding="utf-8")
+        lines = path.read_bytes().splitlines()
     except OSError as exc:
-        raise ToolError(f"cannot read {path}: {exc.strerror}") from None
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-                raise ToolError(f"{path}:{number}: not valid JSON ({reason})") from None
-            yield envelope(record, f"{path}:{number}")
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
+        raise ToolError(f"cannot read {path}: {reason}") from None
+    envelopes = []
+    for number, raw in enumerate(lines, start=1):
+        where = f"{path}:{number}"
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise ToolError(f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                            "save the file as UTF-8") from None
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise ToolError(f"{where}: not valid JSON ({reason})") from None
+        envelopes.append(envelope(record, where))
+    return envelopes
 
 
 def generated(kind: str, count: int, rng: random.Random) -> Iterator[Envelope]:
-    """``count`` realistic orders, or ``count`` events (whole lifecycles, in order, per order)."""
-    made = 0
-    while made < count:
-        placed = generate.order(rng)
-        trace = f"trace-{rng.getrandbits(64):016x}"
-        bodies = [placed] if kind == "orders" else generate.order_events(rng, placed)
-        for body in bodies[: count - made]:
+    """``count`` realistic orders; or, for ``events``, the lifecycle events of exactly those orders.
+
+    Each order draws from its own generator, seeded from ``rng``, and its events from another: so
+    the same seed makes the same orders for both kinds, and the events of ``events`` belong to the
+    orders that ``orders`` places. An order and its events share one trace id (the CorrelationId).
+    """
+    for _ in range(count):
+        order_rng = random.Random(rng.getrandbits(64))  # noqa: S311 - test traffic, reproducible by seed
+        events_rng = random.Random(rng.getrandbits(64))  # noqa: S311
+        placed = generate.order(order_rng)
+        trace = f"trace-{order_rng.getrandbits(64):016x}"
+        bodies = [placed] if kind == "orders" else generate.order_events(events_rng, placed)
+        for body in bodies:
             yield envelope(body, "generated", correlation_id=trace)
-            made += 1
+
+
+def generators(seed: int | None) -> tuple[random.Random, random.Random]:
+    """Independent generators for the traffic and for the faults in it.
+
+    Separate, so that --duplicates, --reuse-ids or --late-duplicates never change which orders a
+    seed makes.
+    """
+    if seed is None:
+        return random.Random(), random.Random()  # noqa: S311 - test traffic, not security
+    return random.Random(f"sbctl-traffic-{seed}"), random.Random(f"sbctl-faults-{seed}")  # noqa: S311
 
 
 @dataclass
@@ -99,15 +127,28 @@ class Summary:
     originals: int = 0
     duplicates: int = 0
     reused: int = 0
+    late: int = 0
 
     @property
     def total(self) -> int:
-        return self.originals + self.duplicates + self.reused
+        return self.originals + self.duplicates + self.reused + self.late
+
+    def add(self, label: str) -> None:
+        """Count one message sent under ``label`` (original, duplicate, reused or late)."""
+        name = _FIELD[label]
+        setattr(self, name, getattr(self, name) + 1)
+
+
+_FIELD = {"original": "originals", "duplicate": "duplicates", "reused": "reused", "late": "late"}
 
 
 def with_faults(envelopes: Iterable[Envelope], duplicates: float, reuse_ids: float,
-                rng: random.Random) -> Iterator[tuple[str, Envelope]]:
-    """Each envelope, then maybe an exact copy (a retrying producer), then maybe another payload under its id."""
+                rng: random.Random, late_duplicates: float = 0.0) -> Iterator[tuple[str, Envelope]]:
+    """Each envelope, then maybe an exact copy (a retrying producer), then maybe another payload under its id.
+
+    With ``late_duplicates``, also maybe an exact copy labelled ``late``, which :func:`send` sends only
+    after all the others, when the queue's duplicate detection has forgotten the id.
+    """
     for item in envelopes:
         yield "original", item
         if rng.random() < duplicates:
@@ -115,38 +156,69 @@ def with_faults(envelopes: Iterable[Envelope], duplicates: float, reuse_ids: flo
         if rng.random() < reuse_ids:
             yield "reused", Envelope(generate.altered(rng, item.body), item.message_id, item.session_id,
                                      item.correlation_id, item.application_properties)
+        if late_duplicates and rng.random() < late_duplicates:
+            yield "late", item
 
 
-def send(client: ServiceBusClient, queue: str, planned: Iterable[tuple[str, Envelope]], expected: int | None,
-         progress: TextIO | None = None) -> Summary:
-    """Send in batches, in order; report progress on stderr every few hundred messages."""
+def send(client: ServiceBusClient, queue: str, planned: Sequence[tuple[str, Envelope]], *,
+         late_after: float = 0.0, progress: TextIO | None = None) -> Summary:
+    """Send the plan in batches, in order; the ``late`` copies ``late_after`` seconds after all the rest.
+
+    Progress goes to ``progress`` (default stderr) every few hundred messages, against the plan's total.
+    """
     progress = progress or sys.stderr  # looked up per call, so a redirected stderr is honoured
     summary = Summary()
-    with translated(queue), client.get_queue_sender(queue) as sender:
-        batch = sender.create_message_batch()
-        session: str | None = None
+    late = [(label, item) for label, item in planned if label == "late"]
+    with client.get_queue_sender(queue) as sender:
+        batches = _Batches(sender, summary, len(planned), progress)
         for label, item in planned:
-            message = item.to_message()
-            if len(batch) and item.session_id != session:
-                # One session per batch: partitioned entities refuse batches that span partition keys.
-                sender.send_messages(batch)
-                batch = sender.create_message_batch()
-            session = item.session_id
-            try:
-                batch.add_message(message)
-            except MessageSizeExceededError:  # the batch is full
-                sender.send_messages(batch)
-                batch = sender.create_message_batch()
-                batch.add_message(message)
-            setattr(summary, _FIELD[label], getattr(summary, _FIELD[label]) + 1)
-            if summary.total % PROGRESS_EVERY == 0:
-                sender.send_messages(batch)
-                batch = sender.create_message_batch()
-                of = f"/{expected}" if expected else ""
-                print(f"sent {summary.total}{of} messages", file=progress, flush=True)
-        if len(batch):
-            sender.send_messages(batch)
+            if label != "late":
+                batches.add(label, item)
+        batches.flush()
+        if late:
+            print(f"waiting {late_after:g} s before sending {len(late)} late duplicate(s)", file=progress, flush=True)
+            time.sleep(late_after)
+            for label, item in late:
+                batches.add(label, item)
+            batches.flush()
     return summary
 
 
-_FIELD = {"original": "originals", "duplicate": "duplicates", "reused": "reused"}
+class _Batches:
+    """Messages sent in batches of one session each, counted, with a progress line every few hundred."""
+
+    def __init__(self, sender: Any, summary: Summary, total: int, progress: TextIO) -> None:
+        self._sender = sender
+        self._summary = summary
+        self._total = total
+        self._progress = progress
+        self._batch = sender.create_message_batch()
+        self._labels: list[str] = []
+        self._session: str | None = None
+
+    def add(self, label: str, item: Envelope) -> None:
+        message = item.to_message()
+        if self._labels and item.session_id != self._session:
+            # One session per batch: partitioned entities refuse batches that span partition keys.
+            self.flush()
+        self._session = item.session_id
+        try:
+            self._batch.add_message(message)
+        except MessageSizeExceededError:  # the batch is full
+            self.flush()
+            self._batch.add_message(message)
+        self._labels.append(label)
+        if (self._summary.total + len(self._labels)) % PROGRESS_EVERY == 0:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what the batch holds and count it; report progress at every multiple of PROGRESS_EVERY."""
+        if not self._labels:
+            return
+        self._sender.send_messages(self._batch)
+        for label in self._labels:
+            self._summary.add(label)
+        self._batch = self._sender.create_message_batch()
+        self._labels = []
+        if self._summary.total % PROGRESS_EVERY == 0:
+            print(f"sent {self._summary.total}/{self._total} messages", file=self._progress, flush=True)

@@ -50,15 +50,21 @@ def test_generated_orders_pass_the_consumers_validation() -> None:
         assert item.correlation_id and item.correlation_id.startswith("trace-")
 
 
-def test_generated_events_are_valid_in_order_per_session() -> None:
-    items = list(generated("events", 60, random.Random(2)))
-    assert len(items) == 60
+def test_generated_events_are_the_whole_lifecycles_of_the_orders_the_same_seed_places() -> None:
+    orders = list(generated("orders", 30, random.Random(2)))
+    events = list(generated("events", 30, random.Random(2)))
+    assert {e.session_id for e in events} == {o.message_id for o in orders}
     last: dict[str, int] = {}
-    for item in items:
+    for item in events:
         event = parse_event(inbound(item))
         assert item.message_id == event.id and item.session_id == event.order_id
         assert event.sequence == last.get(event.order_id, 1) + 1
         last[event.order_id] = event.sequence
+    assert all(event_type in {"OrderShipped", "OrderCancelled"} for event_type in (
+        json.loads(json.dumps(e.body))["type"].rsplit(".", 1)[-1] for e in events
+        if last[str(e.session_id)] == e.body["data"]["sequence"]))  # each lifecycle is complete
+    trace = {o.message_id: o.correlation_id for o in orders}
+    assert all(e.correlation_id == trace[e.session_id] for e in events if e.session_id)
 
 
 def test_generation_is_reproducible_by_seed() -> None:
@@ -144,18 +150,100 @@ def test_bad_connection_string_is_a_clear_error(capsys: pytest.CaptureFixture[st
     assert "bad connection string" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("rate", ["-0.1", "1.5"])
-def test_rates_must_be_between_zero_and_one(rate: str) -> None:
+@pytest.mark.parametrize("rate", ["-0.1", "1.5", "nan", "x"])
+@pytest.mark.parametrize("option", ["--duplicates", "--late-duplicates", "--reuse-ids"])
+def test_rates_must_be_between_zero_and_one(option: str, rate: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
-        main(["send", "--queue", "q", "--generate", "1", "--duplicates", rate])
+        main(["send", "--queue", "q", "--generate", "1", option, rate])
     assert caught.value.code == 2
+    assert option in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "command", [[], ["send"], ["dlq"], ["dlq", "list"], ["dlq", "resubmit"], ["dlq", "purge"]]
-)
-def test_every_command_has_help(command: list[str]) -> None:
-    run = subprocess.run([sys.executable, "-m", "sbctl", *command, "--help"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60, check=False)
-    assert run.returncode == 0
-    assert "usage: python -m sbctl" in run.stdout
+@pytest.mark.parametrize("arguments", [
+    ["dlq", "list", "--queue", "q", "--max", "-1"], ["dlq", "list", "--queue", "q", "--max", "0"],
+    ["send", "--queue", "q", "--generate", "0"], ["send", "--queue", "q", "--generate", "1.5"],
+    ["send", "--queue", "q", "--generate", "1", "--after", "-1"],
+    ["send", "--queue", "q", "--generate", "1", "--after", "inf"],
+    ["dlq", "resubmit", "--queue", "q", "--detection-window", "-PT1M"],
+    ["dlq", "resubmit", "--queue", "q", "--detection-window", "ten minutes"],
+    ["dlq", "resubmit", "--queue", ""], ["dlq", "purge", "--queue", "q", "--ids"],
+])
+def test_bad_numbers_and_names_are_bad_usage(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(arguments)
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: python -m sbctl" in err and "Traceback" not in err
+
+
+COMMANDS = [[], ["send"], ["dlq"], ["dlq", "list"], ["dlq", "resubmit"], ["dlq", "purge"], ["parked"],
+            ["parked", "list"], ["parked", "release"], ["parked", "drop"], ["schemas"]]
+
+
+def help_text(command: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as caught:
+        main([*command, "--help"])
+    assert caught.value.code == 0
+    return capsys.readouterr().out
+
+
+def options_without_help(text: str) -> list[str]:
+    """Option lines of argparse's help that have no text, neither beside them nor on the next line."""
+    lines = text.split("\n\n", 1)[1].splitlines()  # after the usage block
+    bare = []
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped.startswith("-"):
+            continue
+        beside = "  " in stripped  # argparse puts the help two or more spaces after the option
+        below = number + 1 < len(lines) and len(lines[number + 1]) - len(lines[number + 1].lstrip()) > len(
+            line) - len(line.lstrip()) and not lines[number + 1].strip().startswith("-")
+        if not (beside or below):
+            bare.append(stripped)
+    return bare
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "sbctl")
+def test_every_command_has_help_with_an_example_and_its_exit_statuses(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = help_text(command, capsys)
+    assert text.startswith("usage: python -m sbctl")
+    assert "examples:\n  python -m sbctl " + " ".join(command) in text
+    statuses = " ".join(text.split("exit status", 1)[-1].split())
+    assert statuses.startswith((": 0 ", "(the same for every command): 0 ")) and "2 bad usage" in statuses
+    assert options_without_help(text) == []
+
+
+def test_the_exit_statuses_are_the_same_for_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    top = help_text([], capsys)
+    for status in ("0 done", "1 failed", "2 bad usage", "3 nothing matched", "4 held back", "130 interrupted"):
+        assert status in " ".join(top.split())
+    assert "3 nothing matched" in help_text(["dlq", "purge"], capsys)
+    assert "4 some held back" in help_text(["dlq", "resubmit"], capsys)
+
+
+def test_the_module_entry_point_prints_help() -> None:
+    run = subprocess.run([sys.executable, "-m", "sbctl", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == 0 and "usage: python -m sbctl" in run.stdout
+
+
+def test_a_file_that_is_not_utf8_is_one_line_naming_the_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "latin1.jsonl"
+    order = generate.order(random.Random(10))
+    path.write_bytes(json.dumps(order).encode() + b"\n" + json.dumps({**order, "customerId": "Jos\u00e9"})
+                     .encode().replace(b"\\u00e9", b"\xe9") + b"\n")
+    assert main(["send", "--queue", "q", "--file", str(path), "--connection-string", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}:2: not UTF-8 (byte 0xe9" in err
+
+
+def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    order = generate.order(random.Random(11))
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(order).encode() + b"\r\n" + json.dumps(order).encode() + b"\n")
+    assert [e.message_id for e in read_jsonl(path)] == [order["orderId"]] * 2

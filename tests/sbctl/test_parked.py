@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
 
@@ -93,3 +94,32 @@ def test_release_of_an_event_not_parked_is_one_clear_error(
     assert cli(target, "release", "--order", order_id, "--event", "nope") == 1
     err = capsys.readouterr().err
     assert err.startswith("sbctl: error: ") and "no event nope waits parked" in err and "Traceback" not in err
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("sbctl: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_tls_against_the_plain_http_server_is_one_line_saying_use_http(
+    cosmos_endpoint: CosmosEndpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not cosmos_endpoint.local:
+        pytest.skip("the local server speaks plain HTTP; another endpoint may not")
+    https = cosmos_endpoint.url.replace("http://", "https://")
+    assert main(["parked", "list", "--cosmos-endpoint", https, "--cosmos-key", cosmos_endpoint.key]) == 1
+    err = one_line_error(capsys)
+    assert f"Cosmos DB at {https}" in err and f"use {cosmos_endpoint.url}" in err
+
+
+def test_a_server_that_is_not_running_and_a_bad_key_are_one_line_each(
+    cosmos_endpoint: CosmosEndpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    assert main(["parked", "list", "--cosmos-endpoint", closed, "--cosmos-key", cosmos_endpoint.key]) == 1
+    assert "connection refused, nothing listens there" in one_line_error(capsys)
+    assert main(["parked", "list", "--cosmos-endpoint", cosmos_endpoint.url, "--cosmos-key", "not-base64!"]) == 1
+    assert "the account key (--cosmos-key) is not valid base64" in one_line_error(capsys)

@@ -5,32 +5,28 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage
 
 from devservers.servicebus import Broker, start_broker
 from sbctl.cli import main
+from tests.sbctl.queues import config, dead_letter, drain, queue
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def queue(name: str, **properties: object) -> dict:
-    defaults = {"LockDuration": "PT30S", "MaxDeliveryCount": 10, "RequiresDuplicateDetection": False,
-                "RequiresSession": False, "DefaultMessageTimeToLive": "PT1H",
-                "DuplicateDetectionHistoryTimeWindow": "PT1M", "DeadLetteringOnMessageExpiration": False}
-    return {"Name": name, "Properties": {**defaults, **properties}}
-
-
-CONFIG = {"UserConfig": {"Namespaces": [{"Name": "sbctl", "Queues": [
+CONFIG = config(
     queue("plain"), queue("dedup", RequiresDuplicateDetection=True), queue("events", RequiresSession=True),
     queue("dlq-list"), queue("dlq-resubmit"), queue("dlq-ids"), queue("dlq-purge"), queue("dlq-confirm"),
-    queue("progress"), queue("reuse"),
-], "Topics": []}]}}
+    queue("progress"), queue("reuse"), queue("seed-orders"), queue("seed-events"), queue("dlq-long"),
+    queue("late", RequiresDuplicateDetection=True, DuplicateDetectionHistoryTimeWindow="PT2S"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,40 +38,6 @@ def broker() -> Iterator[Broker]:
 @pytest.fixture
 def conn(broker: Broker) -> str:
     return broker.connection_string
-
-
-def drain(conn: str, name: str, *, session: str | None = None, dead_letter: bool = False) -> list:
-    with ServiceBusClient.from_connection_string(conn) as client:
-        kwargs: dict = {"max_wait_time": 1}
-        if dead_letter:
-            kwargs["sub_queue"] = ServiceBusSubQueue.DEAD_LETTER
-        if session is not None:
-            kwargs["session_id"] = session
-        with client.get_queue_receiver(name, **kwargs) as receiver:
-            received = []
-            while batch := receiver.receive_messages(max_message_count=100, max_wait_time=0.5):
-                for message in batch:
-                    receiver.complete_message(message)
-                received.extend(batch)
-            return received
-
-
-def dead_letter(conn: str, name: str, messages: list[tuple[str, str]]) -> None:
-    """Send (messageId, reason) pairs and dead-letter each with its reason."""
-    with ServiceBusClient.from_connection_string(conn) as client:
-        with client.get_queue_sender(name) as sender:
-            sender.send_messages([ServiceBusMessage(json.dumps({"orderId": mid}), message_id=mid,
-                                                    application_properties={"origin": "test"})
-                                  for mid, _ in messages])
-        reasons = dict(messages)
-        with client.get_queue_receiver(name, max_wait_time=2) as receiver:
-            pending = len(messages)
-            while pending:
-                for message in receiver.receive_messages(max_message_count=pending, max_wait_time=2):
-                    mid = message.message_id
-                    assert mid is not None  # every message was sent with one
-                    receiver.dead_letter_message(message, reason=reasons[mid], error_description=f"because {mid}")
-                    pending -= 1
 
 
 def test_send_generated_orders_with_business_ids_and_correlation(conn: str) -> None:
@@ -156,11 +118,11 @@ def test_dlq_list_as_table_and_json(conn: str, capsys: pytest.CaptureFixture[str
 
 def test_dlq_resubmit_by_reason_sends_back_then_removes(conn: str) -> None:
     dead_letter(conn, "dlq-resubmit", [("r-1", "OutOfOrder"), ("r-2", "InvalidMessage"), ("r-3", "OutOfOrder")])
+    no_detection = ["--detection-window", "0", "--connection-string", conn]  # the broker cannot tell sbctl
     assert main(["dlq", "resubmit", "--queue", "dlq-resubmit", "--reason", "OutOfOrder", "--dry-run",
-                 "--connection-string", conn]) == 0
+                 *no_detection]) == 0
     assert drain(conn, "dlq-resubmit") == []  # dry run: nothing moved
-    assert main(["dlq", "resubmit", "--queue", "dlq-resubmit", "--reason", "OutOfOrder",
-                 "--connection-string", conn]) == 0
+    assert main(["dlq", "resubmit", "--queue", "dlq-resubmit", "--reason", "OutOfOrder", *no_detection]) == 0
     back = drain(conn, "dlq-resubmit")
     assert sorted(m.message_id for m in back) == ["r-1", "r-3"]
     for message in back:
@@ -172,7 +134,8 @@ def test_dlq_resubmit_by_reason_sends_back_then_removes(conn: str) -> None:
 
 def test_dlq_resubmit_by_ids(conn: str) -> None:
     dead_letter(conn, "dlq-ids", [("i-1", "X"), ("i-2", "X"), ("i-3", "X")])
-    assert main(["dlq", "resubmit", "--queue", "dlq-ids", "--ids", "i-1", "i-3", "--connection-string", conn]) == 0
+    assert main(["dlq", "resubmit", "--queue", "dlq-ids", "--ids", "i-1", "i-3", "--detection-window", "0",
+                 "--connection-string", conn]) == 0
     assert sorted(m.message_id for m in drain(conn, "dlq-ids")) == ["i-1", "i-3"]
 
 
@@ -201,14 +164,16 @@ def test_unreachable_broker_is_a_clear_error(capsys: pytest.CaptureFixture[str])
     with start_broker(CONFIG) as gone:
         dead = gone.connection_string
     assert main(["send", "--queue", "plain", "--generate", "1", "--connection-string", dead]) == 1
-    assert "cannot reach Service Bus" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"cannot reach Service Bus at 127.0.0.1:{gone.port} (plain AMQP)" in err and "connection refused" in err
 
 
 def test_connection_string_from_the_environment_and_module_entry_point(conn: str) -> None:
     run = subprocess.run([sys.executable, "-m", "sbctl", "dlq", "list", "--queue", "plain", "--json"], cwd=ROOT,
                          env={**os.environ, "SERVICEBUS_CONNECTION_STRING": conn}, capture_output=True, text=True,
                          timeout=120, check=False)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 3, run.stderr  # nothing matched: the dead-letter queue is empty
     assert json.loads(run.stdout) == []
 
 
@@ -216,3 +181,94 @@ def test_connection_string_from_the_environment_and_module_entry_point(conn: str
                     reason="needs a real Azure Service Bus namespace: set SBCTL_TEST_NAMESPACE (and sign in)")
 def test_namespace_with_default_azure_credential() -> None:
     assert main(["dlq", "list", "--queue", "orders", "--namespace", os.environ["SBCTL_TEST_NAMESPACE"]]) == 0
+
+
+def sent_total(err: str) -> int:
+    match = re.search(r"^sent (\d+) message\(s\) to ", err, re.MULTILINE)
+    assert match, err
+    return int(match.group(1))
+
+
+def test_events_of_a_seed_are_the_lifecycles_of_the_orders_that_seed_places(conn: str) -> None:
+    # Faults on the orders (drawn from their own generator) must not change which orders the seed makes.
+    assert main(["send", "--queue", "seed-orders", "--generate", "5", "--seed", "9", "--duplicates", "0.5",
+                 "--reuse-ids", "0.5", "--detection-window", "0", "--connection-string", conn]) == 0
+    assert main(["send", "--queue", "seed-events", "--generate", "5", "--kind", "events", "--seed", "9",
+                 "--connection-string", conn]) == 0
+    orders = {json.loads(b"".join(m.body))["orderId"] for m in drain(conn, "seed-orders")}
+    events = [json.loads(b"".join(m.body)) for m in drain(conn, "seed-events")]
+    assert len(orders) == 5 and {e["subject"] for e in events} == orders
+    assert {e["data"]["sequence"] for e in events} >= {2}
+
+
+def test_copies_the_queue_will_drop_are_warned_of_in_one_line(conn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    send = ["send", "--generate", "3", "--duplicates", "1", "--seed", "2", "--connection-string", conn]
+    assert main([*send, "--queue", "dedup", "--detection-window", "PT1M"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sbctl: warning:")]
+    assert len(warnings) == 1
+    assert "the 3 --duplicates copies" in warnings[0] and "will not reach the consumer" in warnings[0]
+    assert "--late-duplicates" in warnings[0]
+    assert len(drain(conn, "dedup")) == 3  # the copies were dropped
+
+    assert main([*send, "--queue", "plain", "--detection-window", "0"]) == 0  # a queue without detection
+    assert "warning" not in capsys.readouterr().err
+    assert len(drain(conn, "plain")) == 6
+
+    assert main([*send, "--queue", "plain"]) == 0  # the broker cannot say: the warning says it assumed
+    [warning] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sbctl: warning:")]
+    assert "assumed" in warning and "--detection-window 0" in warning
+    drain(conn, "plain")
+
+
+def test_late_duplicates_go_after_the_window_and_reach_the_consumer(conn: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["send", "--queue", "late", "--generate", "3", "--late-duplicates", "1", "--after", "3",
+                 "--detection-window", "PT2S", "--seed", "3", "--connection-string", conn]) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err and "3 late duplicate" in err and sent_total(err) == 6
+    received = [m.message_id for m in drain(conn, "late")]
+    assert len(received) == 6 and all(received.count(i) == 2 for i in received)
+
+
+def test_late_duplicates_inside_the_window_are_warned_of(conn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["send", "--queue", "late", "--generate", "1", "--late-duplicates", "1", "--after", "0",
+                 "--detection-window", "PT1M", "--connection-string", conn]) == 0
+    [warning] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sbctl: warning:")]
+    assert "the 1 --late-duplicates copies" in warning and "leave --after out" in warning
+    drain(conn, "late")
+
+
+def test_progress_counts_what_is_really_sent(conn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["send", "--queue", "progress", "--generate", "400", "--duplicates", "0.5", "--seed", "5",
+                 "--detection-window", "0", "--connection-string", conn]) == 0
+    err = capsys.readouterr().err
+    total = sent_total(err)
+    assert total > 500 and f"sent 500/{total} messages" in err
+    assert len(drain(conn, "progress")) == total
+
+
+def test_a_local_endpoint_without_the_emulator_flag_is_named_as_the_cause(
+    conn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tls = conn.replace("UseDevelopmentEmulator=true;", "")
+    assert main(["dlq", "list", "--queue", "plain", "--connection-string", tls]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "127.0.0.1:5671 (AMQP over TLS)" in err and "add UseDevelopmentEmulator=true" in err
+
+
+def test_dlq_list_cuts_a_long_description_at_a_word_with_an_ellipsis(conn: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    description = "Expected `int` >= 1 - at `$.items[0].quantity` " + "and then some more words " * 5
+    with ServiceBusClient.from_connection_string(conn) as client:
+        with client.get_queue_sender("dlq-long") as sender:
+            sender.send_messages(ServiceBusMessage("{}", message_id="long-1"))
+        with client.get_queue_receiver("dlq-long", max_wait_time=2) as receiver:
+            [message] = receiver.receive_messages(max_message_count=1, max_wait_time=2)
+            receiver.dead_letter_message(message, reason="InvalidMessage", error_description=description)
+    assert main(["dlq", "list", "--queue", "dlq-long", "--connection-string", conn]) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("long-1")]
+    shown = row.split("InvalidMessage", 1)[1].strip().split("…")[0]
+    assert "…" in row and description.startswith(shown) and description[len(shown)] == " "
+    assert main(["dlq", "list", "--queue", "dlq-long", "--json", "--connection-string", conn]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["description"] == description
