@@ -20,13 +20,20 @@ cannot be changed; recreate the container). The key defaults to the emulator's w
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from azure.core.exceptions import AzureError
 from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey
 
 from devservers.cosmos import EMULATOR_KEY
+from sbctl.failures import cosmos_failure
 
 
 @dataclass(frozen=True)
@@ -75,21 +82,33 @@ def ensure_containers(client: CosmosClient, database: str, specs: list[Container
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Create what is missing; 0 ready, 1 failed (one line on stderr says why), 2 bad usage."""
     parser = argparse.ArgumentParser(
         prog="python -m devservers.cosmos_setup",
         description="Create the Cosmos DB database and containers the consumer uses, if they don't exist.",
+        epilog="examples:\n"
+               "  python -m devservers.cosmos_setup --endpoint http://127.0.0.1:8081   # the local server\n"
+               "  python -m devservers.cosmos_setup --endpoint https://localhost:8081 --no-verify-tls  # the emulator\n"
+               "\nexit status: 0 ready; 1 failed (one line on stderr says why); 2 bad usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--endpoint", required=True, help="account endpoint, e.g. http://127.0.0.1:8081")
+    parser.add_argument("--endpoint", required=True, type=_endpoint,
+                        help="account endpoint: http://127.0.0.1:8081 for the local server, https://... otherwise")
     parser.add_argument("--key", default=EMULATOR_KEY, help="account key (default: the emulator's well-known key)")
     parser.add_argument("--no-verify-tls", action="store_true", help="accept a self-signed certificate (emulator)")
-    parser.add_argument("--database", default="sales")
+    parser.add_argument("--database", default="sales", help="database name (default: sales)")
     parser.add_argument("--container", default="orders", help="orders container (partition key /orderId)")
     parser.add_argument("--leases-container", default="leases", help="leases container (partition key /id)")
     args = parser.parse_args(argv)
 
-    client = make_client(args.endpoint, args.key, verify_tls=not args.no_verify_tls)
     specs = container_specs(args.container, args.leases_container)
-    problems = ensure_containers(client, args.database, specs)
+    try:
+        with _quiet_sdk():
+            client = make_client(args.endpoint, args.key, verify_tls=not args.no_verify_tls)
+            problems = ensure_containers(client, args.database, specs)
+    except (AzureError, ValueError) as exc:  # ValueError: an endpoint or key the SDK cannot use
+        print(f"error: {cosmos_failure(args.endpoint, exc, key_option='--key')}", file=sys.stderr)
+        return 1
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
@@ -97,6 +116,27 @@ def main(argv: list[str] | None = None) -> int:
     names = ", ".join(spec.name for spec in specs)
     print(f"database {args.database!r} ready with containers {names} at {args.endpoint}")
     return 0
+
+
+def _endpoint(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL, e.g. http://127.0.0.1:8081")
+    return text
+
+
+@contextmanager
+def _quiet_sdk() -> Iterator[None]:
+    """No SDK log records or warnings (region health, unverified TLS) on stderr: one error line says it all."""
+    logger = logging.getLogger("azure")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 if __name__ == "__main__":

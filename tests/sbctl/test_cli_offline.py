@@ -19,6 +19,7 @@ from sbctl.send import Envelope, envelope, generated, read_jsonl, with_faults
 from shared.domain.lifecycle import KINDS, CloudEvent, parse_event
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderPlaced, parse_order
+from tests.devservers.helptext import options_without_help
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,22 +186,6 @@ def help_text(command: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         main([*command, "--help"])
     assert caught.value.code == 0
     return capsys.readouterr().out
-
-
-def options_without_help(text: str) -> list[str]:
-    """Option lines of argparse's help that have no text, neither beside them nor on the next line."""
-    lines = text.split("\n\n", 1)[1].splitlines()  # after the usage block
-    bare = []
-    for number, line in enumerate(lines):
-        stripped = line.strip()
-        if not stripped.startswith("-"):
-            continue
-        beside = "  " in stripped  # argparse puts the help two or more spaces after the option
-        below = number + 1 < len(lines) and len(lines[number + 1]) - len(lines[number + 1].lstrip()) > len(
-            line) - len(line.lstrip()) and not lines[number + 1].strip().startswith("-")
-        if not (beside or below):
-            bare.append(stripped)
-    return bare
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "sbctl")
