@@ -18,7 +18,7 @@ import uuid
 
 from proton import Delivery, Disposition, Link
 
-from devservers.servicebus import wire
+from devservers.servicebus import requestlog, wire
 from devservers.servicebus.amqp import INCOMING_CREDIT, INTERNAL_ERROR, LinkInfo, condition, new_delivery
 from devservers.servicebus.errors import BrokerError
 from devservers.servicebus.routing import LinkRouter, LinkTable
@@ -60,15 +60,19 @@ class DeliveryPump:
             parsed = wire.parse_message(data)
             batch = wire.unpack_batch(parsed)
             messages = batch if batch is not None else [parsed]
-            info.target.intake.send([wire.envelope_of(m) for m in messages], time.time())
+            numbers = info.target.intake.send([wire.envelope_of(m) for m in messages], time.time())
         except wire.DecodeError as err:
+            requestlog.refused("send", info.address, DECODE_ERROR)
             _reject(delivery, DECODE_ERROR, str(err))
         except BrokerError as err:
+            requestlog.refused("send", info.address, err.condition)
             _reject(delivery, err.condition, err.description)
         except Exception:
             log.exception("failed to store a message sent to %s", info.address)
+            requestlog.refused("send", info.address, INTERNAL_ERROR)
             _reject(delivery, INTERNAL_ERROR, "The broker failed to store the message.")
         else:
+            requestlog.sent(info.address, numbers)
             if not delivery.settled:  # i.e. not pre-settled by the client
                 delivery.update(Disposition.ACCEPTED)
             delivery.settle()
@@ -105,13 +109,15 @@ class DeliveryPump:
         delivery.sb_done = True
         outcome, reason, description = _outcome_of(delivery)
         try:
-            info.entity.settle(
+            message = info.entity.settle(
                 token, outcome, time.time(), dead_letter_reason=reason, dead_letter_description=description
             )
         except BrokerError as err:
+            requestlog.refused(outcome.value, info.address, err.condition)
             delivery.local.condition = condition(err.condition, err.description)
             delivery.update(Disposition.REJECTED)
         else:
+            requestlog.settled(outcome.value, info.address, message)
             if state == Disposition.MODIFIED:
                 delivery.local.failed = delivery.remote.failed
                 delivery.local.undeliverable = delivery.remote.undeliverable
@@ -125,6 +131,7 @@ class DeliveryPump:
             if message is None:
                 break
             _send(link, message)
+            requestlog.delivered(info.address, message, peek_lock=info.peek_lock)
         if link.drain_mode:
             link.drained()  # nothing left to send: give the rest of the credit back, as drain asks
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from proton import Connection, Delivery, Disposition, Link, Message, symbol
 
-from devservers.servicebus import management
+from devservers.servicebus import management, requestlog
 from devservers.servicebus.amqp import Kind, LinkInfo, entity_path, new_delivery
 from devservers.servicebus.routing import LinkTable
 
@@ -54,6 +54,8 @@ class RequestResponder:
             correlation_id=request.id,
             properties={"status-code": 200, "status-description": "OK"},
         )
+        properties: dict[str, Any] = request.properties or {}
+        requestlog.cbs(str(properties.get("name", "$cbs")), 200)
         self._reply(connection, Kind.CBS_REPLIES, "$cbs", reply)
 
     def _answer_management(self, connection: Connection, info: LinkInfo, data: bytes) -> None:
@@ -68,8 +70,7 @@ class RequestResponder:
             now=time.time(),
         )
         response = management.handle(info.node, call)
-        if response.status_code >= 300:
-            log.info("%s on %s: %s %s", call.operation, info.address, response.status_code, response.description)
+        requestlog.management(call.operation, info.address, response.status_code, response.description)
         reply_to = entity_path(request.reply_to) if request.reply_to else info.address
         self._reply(connection, Kind.MANAGEMENT_REPLIES, reply_to, _management_reply(request, response))
 

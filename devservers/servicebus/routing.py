@@ -12,19 +12,17 @@ OperationTimeoutError).
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from typing import Any
 
 from proton import Connection, Link, Terminus, symbol
 
+from devservers.servicebus import requestlog
 from devservers.servicebus.amqp import INCOMING_CREDIT, Kind, LinkInfo, condition, entity_path, info_of
 from devservers.servicebus.errors import NOT_ALLOWED, TIMEOUT, BrokerError, session_lock_lost
 from devservers.servicebus.store import Namespace, ReceivableEntity, SessionLockExpired
 
 __all__ = ["LinkRouter", "LinkTable"]
-
-log = logging.getLogger("devservers.servicebus")
 
 SESSION_FILTER = symbol("com.microsoft:session-filter")
 LOCKED_UNTIL_UTC = symbol("com.microsoft:locked-until-utc")
@@ -128,7 +126,8 @@ class LinkRouter:
         try:
             self._classify(link, info, client_sends)
         except BrokerError as err:
-            log.info("refusing link %r to %r: %s", link.name, address, err.description)
+            requestlog.refused(f"attach {'sender' if client_sends else 'receiver'}", info.address, err.condition,
+                               err.description)
             _refuse(link, err.condition, err.description)
             return False
         self._table.add(link, info)
@@ -145,6 +144,7 @@ class LinkRouter:
             if client_sends:
                 link.max_message_size = MAX_MESSAGE_SIZE
             link.open()
+            _log_attach(info)
         if client_sends:
             link.flow(INCOMING_CREDIT)
 
@@ -156,6 +156,7 @@ class LinkRouter:
         link.properties = {LOCKED_UNTIL_UTC: _ticks(info.session.locked_until)}
         info.session_wait_deadline = None
         link.open()
+        _log_attach(info)
 
     def detach(self, link: Link) -> None:
         """The client detached ``link``: forget it and close our end."""
@@ -228,6 +229,16 @@ class LinkRouter:
             requested = filters[SESSION_FILTER]
             session_id = None if requested is None else str(requested)
             info.session = entity.sessions.accept(session_id, info, time.time())
+
+
+def _log_attach(info: LinkInfo) -> None:
+    """A request log line for a sender or receiver on an entity (not for the $cbs and $management pairs)."""
+    if info.kind is Kind.SEND:
+        requestlog.attached("sender", info.address)
+    elif info.kind is Kind.RECEIVE:
+        mode = "peek-lock" if info.peek_lock else "receive-and-delete"
+        session = f", session {info.session.session_id}" if info.session is not None else ""
+        requestlog.attached("receiver", info.address, mode + session)
 
 
 def _mirror(link: Link) -> None:
