@@ -40,14 +40,17 @@ class CosmosServerError(RuntimeError):
     """The local Cosmos server could not be started."""
 
 
-def launcher_command(host: str, port: int) -> list[str]:
-    """The command line that runs the launcher; raises CosmosServerError if Node or the package is missing."""
+def launcher_command(host: str, port: int, *, verbose: bool = False) -> list[str]:
+    """The command line that runs the launcher; raises CosmosServerError if Node or the package is missing.
+
+    ``verbose``: the launcher writes one line per request to stderr (operation, method, path, status).
+    """
     node = shutil.which("node")
     if node is None:
         raise CosmosServerError("`node` is not on PATH; the local Cosmos server needs Node.js 20 or newer")
     if not _SERVER_PACKAGE_JSON.is_file():
         raise CosmosServerError(f"@vercel/cosmosdb-server is not installed; {_INSTALL_HINT}")
-    return [node, str(LAUNCHER), "--host", host, "--port", str(port)]
+    return [node, str(LAUNCHER), "--host", host, "--port", str(port), *(["--verbose"] if verbose else [])]
 
 
 class CosmosServer:

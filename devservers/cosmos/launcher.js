@@ -2,10 +2,12 @@
 /*
  * Local Cosmos DB (NoSQL API) server for tests and workstation runs. Not deployed.
  *
- *   node devservers/cosmos/launcher.js --port 8081 [--host 127.0.0.1]
+ *   node devservers/cosmos/launcher.js --port 8081 [--host 127.0.0.1] [--verbose]
  *
  * Serves plain HTTP (clients need enable_endpoint_discovery=False); --port 0 picks a free port. When
  * ready it prints exactly one line to stdout: `listening on http://HOST:PORT`. SIGTERM/SIGINT stop it.
+ * With --verbose it writes one line per request to stderr: the operation, method, path, status and
+ * milliseconds, never a body.
  * With --exit-on-stdin-close it also stops when its stdin closes, so a parent that dies without
  * cleaning up (e.g. a killed pytest) does not leave it running.
  *
@@ -55,14 +57,16 @@ function fail(message) {
 // Command line
 // ---------------------------------------------------------------------------------------------
 function parseArgs(argv) {
-  const args = { host: "127.0.0.1", port: 8081, exitOnStdinClose: false };
+  const args = { host: "127.0.0.1", port: 8081, exitOnStdinClose: false, verbose: false };
   for (let i = 0; i < argv.length; i += 1) {
     const arg = argv[i];
     if (arg === "--port" || arg === "-p") args.port = Number(argv[(i += 1)]);
     else if (arg === "--host") args.host = argv[(i += 1)];
     else if (arg === "--exit-on-stdin-close") args.exitOnStdinClose = true;
+    else if (arg === "--verbose") args.verbose = true;
     else if (arg === "--help" || arg === "-h") {
-      process.stdout.write("usage: launcher.js [--port N (0 = any free port)] [--host 127.0.0.1] [--exit-on-stdin-close]\n");
+      process.stdout.write("usage: launcher.js [--port N (0 = any free port)] [--host 127.0.0.1] [--exit-on-stdin-close]" +
+        " [--verbose]\n");
       process.exit(0);
     } else fail(`unknown argument ${arg}`);
   }
@@ -702,8 +706,40 @@ router.default = rules => {
 // ---------------------------------------------------------------------------------------------
 const { createHttpServer } = load("index");
 
+// --verbose: one line per request on stderr. The operation is read from the headers as lib/router.js
+// reads them, before any handler runs (the change feed's handler removes its A-IM header).
+function operationOf(req) {
+  const flag = name => String(req.headers[name] || "").toLowerCase() === "true";
+  if (req.method === "POST" && (flag("x-ms-documentdb-isquery") || req.headers["content-type"] === "application/query+json")) {
+    return "query";
+  }
+  if (flag("x-ms-documentdb-is-upsert")) return "upsert";
+  if (flag("x-ms-cosmos-is-batch-request")) return "batch";
+  if (req.headers["a-im"]) return "change-feed";
+  return { GET: "read", POST: "create", PUT: "replace", PATCH: "patch", DELETE: "delete" }[req.method] || "other";
+}
+
+function pathOf(url) {
+  let path = (url || "/").split("?")[0];
+  if (path.startsWith("//")) path = path.slice(1); // the SDK sends a double slash, as lib/router.js notes
+  while (path.length > 1 && path.endsWith("/")) path = path.slice(0, -1);
+  return path;
+}
+
+function logRequest(req, res) {
+  const started = process.hrtime.bigint();
+  const operation = operationOf(req);
+  const path = pathOf(req.url);
+  res.on("close", () => {
+    const ms = Number(process.hrtime.bigint() - started) / 1e6;
+    const status = res.writableFinished ? res.statusCode : "aborted";
+    process.stderr.write(`${new Date().toISOString()} ${operation} ${req.method} ${path} ${status} ${ms.toFixed(1)} ms\n`);
+  });
+}
+
 function main(args) {
   const server = createHttpServer({ keepAlive: true });
+  if (args.verbose) server.prependListener("request", logRequest);
   server.keepAliveTimeout = 120 * 1000;
   server.headersTimeout = 125 * 1000;
   server.on("error", err => fail(`cannot listen on ${args.host}:${args.port}: ${err.message}`));
