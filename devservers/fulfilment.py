@@ -31,15 +31,19 @@ In-process use::
         ...  # point the app at server.url
         assert server.reservation_count() == 1
 
-From a shell: ``python -m devservers.fulfilment [--host 127.0.0.1] [--port 7072]`` prints
-``listening on http://127.0.0.1:<port>`` and serves until SIGTERM/SIGINT.
+From a shell: ``python -m devservers.fulfilment [--host 127.0.0.1] [--port 7072] [--verbose]`` prints
+``listening on http://127.0.0.1:<port>`` and serves until SIGTERM/SIGINT. Every request is logged at
+INFO on ``devservers.fulfilment.requests`` (method, path, status, and the Idempotency-Key of a
+reservation; never a body), which ``--verbose`` shows on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import json
+import logging
 import signal
 import socket
 import sys
@@ -65,6 +69,7 @@ __all__ = ["DEFAULT_PORT", "Call", "FulfilmentServer", "main"]
 
 DEFAULT_PORT = 7072
 _POLL_INTERVAL = 0.05
+_requests = logging.getLogger("devservers.fulfilment.requests")
 
 
 @dataclass(frozen=True)
@@ -239,10 +244,15 @@ class FulfilmentServer:
     # -- HTTP ------------------------------------------------------------------------------------
 
     def _wsgi(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        request = _Request(environ)
         try:
-            reply = self._route(_Request(environ))
+            reply = self._route(request)
         except HTTPException as err:
             reply = Reply(err.code or 500, {"reason": err.description})
+        except ConnectionAbortedError:
+            _log_request(request, "aborted")
+            raise
+        _log_request(request, str(reply.status))
         response = Response(json.dumps(reply.body), reply.status, mimetype="application/json")
         return response(environ, start_response)
 
@@ -283,6 +293,12 @@ class FulfilmentServer:
                 reply = self._ledger.reserve(key, body)
             self._calls.setdefault(key, []).append(Call(key, body, reply.status, time.time()))
         return reply
+
+
+def _log_request(request: Request, outcome: str) -> None:
+    """One line per request: method, path, status, and a reservation's Idempotency-Key; never the body."""
+    key = request.headers.get(IDEMPOTENCY_HEADER) if request.path == RESERVATIONS_PATH else None
+    _requests.info("%s %s %s%s", request.method, request.path, outcome, f" key={key}" if key is not None else "")
 
 
 def _call_json(call: Call) -> dict[str, Any]:
@@ -336,11 +352,19 @@ def _check_loopback(host: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Serve in the foreground until SIGTERM/SIGINT; print ``listening on <url>`` once ready."""
     parser = argparse.ArgumentParser(
-        prog="python -m devservers.fulfilment", description="Run the local fulfilment service in the foreground."
+        prog="python -m devservers.fulfilment", description="Run the local fulfilment service in the foreground.",
+        epilog=f"example:\n  python -m devservers.fulfilment --port {DEFAULT_PORT} --verbose\n\nexit status: 0 "
+               "stopped by SIGTERM or SIGINT; 1 cannot listen (e.g. the port is in use); 2 bad usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
+                        help=f"port (default {DEFAULT_PORT}; 0 = any free)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="log one line per request on stderr (method, path, status, Idempotency-Key; no bodies)")
     args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     done = threading.Event()
 
@@ -351,8 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         server = FulfilmentServer(args.host, args.port).start()
-    except (ValueError, OSError) as err:
+    except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"error: {_cannot_listen(args.host, args.port, err)}", file=sys.stderr)
         return 1
     try:
         print(f"listening on {server.url}", flush=True)
@@ -361,6 +388,23 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     return 0
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: give 0-65535 (0 = any free port)")
+    return port
+
+
+def _cannot_listen(host: str, port: int, err: OSError) -> str:
+    if err.errno == errno.EADDRINUSE:
+        return (f"port {port} on {host} is in use (another fulfilment stand-in, or make run?); stop that, or "
+                "choose another --port (0 = any free)")
+    return f"cannot listen on {host}:{port}: {err.strerror or err}"
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from devservers.fulfilment import FulfilmentServer, _Handler
+from tests.devservers.helptext import options_without_help
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -270,3 +271,50 @@ def test_cli_prints_ready_line_and_serves_until_sigterm() -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_cli_verbose_logs_one_line_per_request_and_never_a_body() -> None:
+    process = subprocess.Popen([sys.executable, "-m", "devservers.fulfilment", "--port", "0", "--verbose"],
+                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 10)
+        assert ready, "no ready line within 10 s"
+        url = process.stdout.readline().removeprefix("listening on ").strip()
+        body = {**_order("secret-order"), "note": "payload-text"}
+        assert requests.post(f"{url}/reservations", json=body, headers={"Idempotency-Key": "k-1"},
+                             timeout=5).status_code == 201
+        assert requests.post(f"{url}/reservations", json=body, timeout=5).status_code == 400
+        assert requests.get(f"{url}/nope", timeout=5).status_code == 404
+        process.terminate()
+        _, stderr = process.communicate(timeout=5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    requests_logged = [line.split("devservers.fulfilment.requests: ", 1)[1] for line in stderr.splitlines()
+                       if "devservers.fulfilment.requests: " in line]
+    assert requests_logged == ["POST /reservations 201 key=k-1", "POST /reservations 400", "GET /nope 404"]
+    assert "payload-text" not in stderr and "secret-order" not in stderr
+
+
+def test_cli_names_a_port_in_use_in_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "devservers.fulfilment", "--port", str(port)], cwd=REPO_ROOT,
+                                capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (f"error: port {port} on 127.0.0.1 is in use (another fulfilment stand-in, or make "
+                             "run?); stop that, or choose another --port (0 = any free)\n")
+
+
+def test_cli_help_has_help_for_every_option_and_an_example() -> None:
+    result = subprocess.run([sys.executable, "-m", "devservers.fulfilment", "--help"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0 and "example:\n  python -m devservers.fulfilment --port" in result.stdout
+    assert options_without_help(result.stdout) == []
+    bad = subprocess.run([sys.executable, "-m", "devservers.fulfilment", "--port", "-1"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert bad.returncode == 2 and "-1 is not a port" in bad.stderr
