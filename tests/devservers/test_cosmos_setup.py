@@ -8,6 +8,7 @@ import pytest
 
 from devservers import cosmos_setup
 from tests.devservers.helptext import options_without_help
+from tests.devservers.tlsserver import tls_server
 from tests.support.cosmos import CosmosEndpoint
 
 
@@ -54,3 +55,18 @@ def test_every_option_has_help_and_an_example(capsys: pytest.CaptureFixture[str]
     text = capsys.readouterr().out
     assert "examples:\n  python -m devservers.cosmos_setup --endpoint" in text and "exit status: 0" in text
     assert options_without_help(text) == []
+
+
+def test_http_to_a_tls_server_says_use_https(capsys: pytest.CaptureFixture[str]) -> None:
+    with tls_server() as port:
+        assert cosmos_setup.main(["--endpoint", f"http://127.0.0.1:{port}"]) == 1
+    err = one_line_error(capsys)
+    assert "the server closed the connection" in err and f"use https://127.0.0.1:{port} with --no-verify-tls" in err
+
+
+def test_an_untrusted_certificate_says_no_verify_tls(capsys: pytest.CaptureFixture[str]) -> None:
+    # Not 127.0.0.1 or localhost: for those azure-cosmos never verifies certificates (the emulator's).
+    with tls_server("127.0.0.2") as port:
+        assert cosmos_setup.main(["--endpoint", f"https://127.0.0.2:{port}"]) == 1
+    err = one_line_error(capsys)
+    assert "certificate is not trusted" in err and "pass --no-verify-tls" in err

@@ -20,6 +20,7 @@ from shared.domain.lifecycle import KINDS, CloudEvent, parse_event
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderPlaced, parse_order
 from tests.devservers.helptext import options_without_help
+from tests.devservers.tlsserver import tls_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -232,3 +233,12 @@ def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     order = generate.order(random.Random(11))
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(order).encode() + b"\r\n" + json.dumps(order).encode() + b"\n")
     assert [e.message_id for e in read_jsonl(path)] == [order["orderId"]] * 2
+
+
+def test_plain_amqp_to_a_tls_endpoint_is_one_line_naming_the_emulator_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with tls_server() as port:
+        conn = f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true"
+        assert main(["dlq", "list", "--queue", "q", "--connection-string", conn]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"at 127.0.0.1:{port} (plain AMQP)" in err and "drop UseDevelopmentEmulator=true" in err
