@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from sbctl import dlq, parked, schemas
 from sbctl.connection import Target, ToolError, open_client, target_of, translated
 from sbctl.detection import CLOCK_MARGIN, Detection, detection, note
+from sbctl.failures import first_line
 from sbctl.options import Exit, build_parser
 from sbctl.send import generated, generators, read_jsonl, send, with_faults
 
@@ -34,6 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sbctl: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
+    except Exception as exc:  # no rule names it: still one line, and the traceback on request
+        if sys.flags.dev_mode:
+            raise
+        print(f"sbctl: error: unexpected {first_line(exc)} (python -X dev -m sbctl ... shows where)",
+              file=sys.stderr)
+        return Exit.FAILED
 
 
 @contextmanager
@@ -54,7 +61,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "parked":
         return parked.run(args)
     if args.command == "schemas":
-        for path in schemas.write(args.out):
+        try:
+            written = schemas.write(args.out)
+        except OSError as exc:
+            raise ToolError(f"cannot write the schemas to {args.out}: {exc.strerror or exc}") from None
+        for path in written:
             print(f"wrote {path}")
         return Exit.DONE
     if args.command == "send":

@@ -242,3 +242,11 @@ def test_plain_amqp_to_a_tls_endpoint_is_one_line_naming_the_emulator_flag(capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"at 127.0.0.1:{port} (plain AMQP)" in err and "drop UseDevelopmentEmulator=true" in err
+
+
+def test_schemas_that_cannot_be_written_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(["schemas", "--out", str(blocker / "schemas")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"sbctl: error: cannot write the schemas to {blocker / 'schemas'}: ") and err.count("\n") == 1
