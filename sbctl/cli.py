@@ -226,5 +226,8 @@ def _seconds_until(moment: datetime) -> int:
 
 
 def _time(moment: datetime) -> str:
+    """UTC to the second, rounded up: the time given is never before the moment itself."""
+    if moment.microsecond:
+        moment += timedelta(microseconds=1_000_000 - moment.microsecond)
     return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
