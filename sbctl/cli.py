@@ -25,7 +25,10 @@ __all__ = ["Exit", "build_parser", "main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status (see ``Exit``)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "send" and args.after is not None and not args.late_duplicates:
+        parser.error("--after goes with --late-duplicates RATE")
     try:
         with _quiet_sdks():
             return _run(args)

@@ -164,8 +164,9 @@ def test_rates_must_be_between_zero_and_one(option: str, rate: str, capsys: pyte
 @pytest.mark.parametrize("arguments", [
     ["dlq", "list", "--queue", "q", "--max", "-1"], ["dlq", "list", "--queue", "q", "--max", "0"],
     ["send", "--queue", "q", "--generate", "0"], ["send", "--queue", "q", "--generate", "1.5"],
-    ["send", "--queue", "q", "--generate", "1", "--after", "-1"],
-    ["send", "--queue", "q", "--generate", "1", "--after", "inf"],
+    ["send", "--queue", "q", "--generate", "1", "--late-duplicates", "1", "--after", "-1"],
+    ["send", "--queue", "q", "--generate", "1", "--late-duplicates", "1", "--after", "inf"],
+    ["send", "--queue", "q", "--generate", "1", "--after", "5"],  # --after without --late-duplicates
     ["dlq", "resubmit", "--queue", "q", "--detection-window", "-PT1M"],
     ["dlq", "resubmit", "--queue", "q", "--detection-window", "ten minutes"],
     ["dlq", "resubmit", "--queue", ""], ["dlq", "purge", "--queue", "q", "--ids"],
