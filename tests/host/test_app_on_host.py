@@ -137,7 +137,7 @@ def test_a_restarted_host_resumes_the_change_feed_where_it_stopped(
     assert "publish_outbox documents=" not in second.output(), "the second host read old changes again"
     after = f"ord-{uuid.uuid4()}"
     send(broker, "orders", json.dumps(order_body(after)), message_id=after)
-    eventually(lambda: [d for d in store.documents(after, "outbox") if d["status"] == "dispatched"],
+    eventually(lambda: [d for d in store.documents(after, "outbox") if d["status"] == "dispatched"], timeout=90,
                what="the second order's OrderAccepted dispatched by the second host")
     ids = [json.loads(b"".join(m.body))["orderId"] for m in received(broker, "order-accepted-plain")]
     assert ids.count(before) == 1 and ids.count(after) == 1
