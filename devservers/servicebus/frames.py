@@ -80,23 +80,25 @@ class _FrameSplitter:
     def feed(self, data: bytes) -> list[bytes]:
         self._buffer += data
         units: list[bytes] = []
+        position = 0
         while not self.broken:
-            size = self._next_size()
-            if size is None or len(self._buffer) < size:
+            size = self._next_size(position)
+            if size is None or len(self._buffer) - position < size:
                 break
-            units.append(bytes(self._buffer[:size]))
-            del self._buffer[:size]
+            units.append(bytes(self._buffer[position : position + size]))
+            position += size
+        del self._buffer[:position]  # once per feed: a burst of many frames is not copied over and over
         if self.broken:  # hand the rest over as it is and let proton judge it
             units.append(bytes(self._buffer))
             self._buffer.clear()
         return units
 
-    def _next_size(self) -> int | None:
-        if len(self._buffer) < _HEADER_SIZE:
+    def _next_size(self, position: int) -> int | None:
+        if len(self._buffer) - position < _HEADER_SIZE:
             return None
-        if self._buffer.startswith(_PROTOCOL_HEADER):
+        if self._buffer.startswith(_PROTOCOL_HEADER, position):
             return _HEADER_SIZE
-        size, offset, _, _ = _FRAME_HEADER.unpack_from(self._buffer)
+        size, offset, _, _ = _FRAME_HEADER.unpack_from(self._buffer, position)
         if size < _HEADER_SIZE or offset < 2 or offset * 4 > size:
             self.broken = True
             return None
