@@ -62,7 +62,7 @@ QUEUES: dict[str, dict[str, Any]] = {
     "sessions-required": {"RequiresSession": True},
     "not-sessionful": {},
     "deferred-missing": {},
-    "concurrent-renew": {"LockDuration": "PT5S"},
+    "concurrent-renew": {"LockDuration": "PT8S"},
     "concurrent-peek": {},
     "value-body": {},
     "decimal-property": {},

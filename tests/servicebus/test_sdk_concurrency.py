@@ -57,18 +57,20 @@ def test_auto_lock_renewer_with_eight_workers_renews_ten_messages_on_one_receive
         try:
             for message in messages:
                 renewer.register(receiver, message)
-            # The lock is PT5S, so the renewer renews each lock when 3 s remain: eight threads renew
-            # the ten locks together, every 2 s or so. Wait until every first lock has run out and
-            # every message holds a renewed one.
+            # The lock is PT8S, so the renewer renews each lock when about 5 s remain (its heuristic
+            # for short locks): eight threads renew the ten locks together, every 3 s or so, with
+            # seconds to spare on a loaded machine. Wait until every first lock has run out and every
+            # message holds a renewed one.
             first = {message.lock_token: _locked_until(message) for message in messages}
             last_first = max(first.values())
-            wait_for(
-                lambda: (
-                    datetime.datetime.now(datetime.UTC) > last_first
-                    and all(_locked_until(m) > first[m.lock_token] + datetime.timedelta(seconds=2) for m in messages)
-                ),
-                timeout=20,
-            )
+
+            def renewed() -> bool:
+                assert failures == []  # at once, with the renewer's error
+                return datetime.datetime.now(datetime.UTC) > last_first and all(
+                    _locked_until(m) > first[m.lock_token] + datetime.timedelta(seconds=2) for m in messages
+                )
+
+            wait_for(renewed, timeout=20)
         finally:
             renewer.close()
         assert failures == []
