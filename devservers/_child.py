@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import queue
 import subprocess
 import tempfile
@@ -11,6 +12,17 @@ from pathlib import Path
 from typing import IO
 
 READY_PREFIX = "listening on "
+
+
+def port_number(text: str) -> int:
+    """An argparse type for a server's --port: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: give 0-65535 (0 = any free port)")
+    return port
 
 
 class ChildStartupError(Exception):

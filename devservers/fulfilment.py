@@ -59,6 +59,7 @@ from werkzeug.exceptions import BadRequest, HTTPException, RequestEntityTooLarge
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from devservers._child import port_number
 from shared.adapters.reservations import ReservationLedger
 from shared.ports.fulfilment import IDEMPOTENCY_HEADER, RESERVATIONS_PATH, Reply
 
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port (default {DEFAULT_PORT}; 0 = any free)")
     parser.add_argument("--verbose", action="store_true",
                         help="log one line per request on stderr (method, path, status, Idempotency-Key; no bodies)")
@@ -388,16 +389,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     return 0
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port: give 0-65535 (0 = any free port)")
-    return port
 
 
 def _cannot_listen(host: str, port: int, err: OSError) -> str:

@@ -16,17 +16,8 @@ import socket
 import subprocess
 import sys
 
+from devservers._child import port_number
 from devservers.cosmos import PACKAGE_DIR, CosmosServerError, launcher_command
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port: give 0-65535 (0 = any free port)")
-    return port
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=8081,
+    parser.add_argument("--port", type=port_number, default=8081,
                         help="port (default 8081, the emulator's; 0 = any free)")
     parser.add_argument("--verbose", action="store_true",
                         help="log one line per request on stderr (operation, method, path, status; no bodies)")

@@ -18,18 +18,9 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from devservers._child import port_number
 from devservers.servicebus import READY_PREFIX, Broker, ConfigError
 from devservers.servicebus.config import NamespaceConfig, load_config
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port: give 0-65535 (0 = any free port)")
-    return port
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     parser.add_argument("--config", required=True, help="path to the emulator's Config.json")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=5672,
+    parser.add_argument("--port", type=port_number, default=5672,
                         help="port (default 5672, the emulator's; 0 = any free)")
     parser.add_argument("--verbose", action="store_true",
                         help="log one line per request (operation, entity, outcome; no payloads), every refused "
