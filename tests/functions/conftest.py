@@ -16,6 +16,7 @@ from azure.cosmos import ContainerProxy, PartitionKey
 from azure.servicebus import ServiceBusReceivedMessage
 
 import function_app
+from devservers.faultproxy import FaultProxy, fault_proxy
 from devservers.fulfilment import FulfilmentServer
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
@@ -23,7 +24,6 @@ from shared.bootstrap import Services
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.fake_host import FakeHost, Settlement, make_received_message
-from tests.support.fault_proxy import FaultProxy, fault_proxy
 
 
 @pytest.fixture(scope="session")

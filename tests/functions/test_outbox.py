@@ -15,6 +15,7 @@ from azure.functions.timer import TimerRequest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient
 from azure.servicebus.exceptions import OperationTimeoutError
 
+from devservers.faultproxy import fault_proxy
 from devservers.servicebus import Broker, start_broker
 from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import RecordingSender
@@ -25,7 +26,6 @@ from shared.handlers.outbox import OutboxPublisher
 from shared.handlers.side_effects import SideEffect
 from shared.ports.sender import OutgoingMessage
 from tests.functions.conftest import App, Deliverer
-from tests.support.fault_proxy import fault_proxy
 from tests.support.orders import encode, order_body
 
 BROKER_CONFIG = {"UserConfig": {"Namespaces": [{"Name": "outbox", "Queues": [

@@ -14,6 +14,7 @@ from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions impo
 
 from consumers.delivery import run_delivery
 from consumers.triggers import handle_order
+from devservers.faultproxy import FaultProxy, fault_proxy
 from shared import bootstrap
 from shared.adapters.cosmos import THROTTLE_RETRIES
 from shared.bootstrap import Services
@@ -21,7 +22,6 @@ from shared.domain.orders import parse_order
 from shared.settings import Settings
 from tests.functions.conftest import App, Deliverer
 from tests.support.fake_host import FakeHost
-from tests.support.fault_proxy import FaultProxy, fault_proxy
 from tests.support.orders import encode, inbound, order_body
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,6 +14,7 @@ import pytest
 from azure.functions.timer import TimerRequest
 
 from consumers.delivery import run_delivery
+from devservers.faultproxy import FaultProxy
 from shared.adapters.cosmos import CosmosStore
 from shared.domain.documents import EventRecord
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
@@ -21,7 +22,6 @@ from shared.domain.messages import InboundMessage
 from tests.functions.conftest import App, Deliverer
 from tests.support.audit import audit_handler
 from tests.support.events import encode_event, event_body
-from tests.support.fault_proxy import FaultProxy
 from tests.support.metrics import outcome_counts, overdue_counts
 from tests.support.orders import encode, order_body
 

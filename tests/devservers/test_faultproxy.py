@@ -1,0 +1,138 @@
+"""The fault proxy does to the real azure-cosmos SDK what each fault kind says, and counts it.
+
+Each test checks the outcome at the server behind the proxy (read directly, not through it), so a
+kind that forwarded when it should not, or dropped a write it should have made, fails here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+from azure.cosmos import ContainerProxy, PartitionKey, exceptions
+
+from devservers.faultproxy import FaultProxy, Kind, RandomFaults, fault_proxy
+from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
+
+pytestmark = pytest.mark.cosmos
+
+DOCS = r"/docs/?$"
+
+
+@pytest.fixture
+def direct(cosmos_endpoint: CosmosEndpoint) -> Iterator[ContainerProxy]:
+    if not cosmos_endpoint.url.lower().startswith("http://"):
+        pytest.skip("the fault proxy forwards plain HTTP; COSMOS_TEST_ENDPOINT is not http://")
+    client = make_cosmos_client(cosmos_endpoint)
+    database = client.create_database(f"proxy-{uuid.uuid4().hex[:8]}")
+    database.create_container("orders", partition_key=PartitionKey(path="/orderId"))
+    yield database.get_container_client("orders")
+    client.delete_database(database)
+
+
+@pytest.fixture
+def proxy(cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy) -> Iterator[FaultProxy]:
+    with fault_proxy(cosmos_endpoint.url) as running:
+        yield running
+
+
+def _through(proxy: FaultProxy, endpoint: CosmosEndpoint, direct: ContainerProxy, **options: object) -> ContainerProxy:
+    client = make_cosmos_client(dataclasses.replace(endpoint, url=proxy.url), **options)
+    database_id = direct.container_link.split("/")[1]  # dbs/<database>/colls/orders
+    return client.get_database_client(database_id).get_container_client("orders")
+
+
+def _doc() -> dict[str, str]:
+    order_id = uuid.uuid4().hex
+    return {"id": order_id, "orderId": order_id}
+
+
+def _stored(direct: ContainerProxy, doc: dict[str, str]) -> bool:
+    try:
+        direct.read_item(doc["id"], partition_key=doc["orderId"])
+    except exceptions.CosmosResourceNotFoundError:
+        return False
+    return True
+
+
+def test_throttle_answers_429_with_retry_after_and_the_sdk_retries(
+    proxy: FaultProxy, cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy
+) -> None:
+    fault = proxy.inject("POST", DOCS, Kind.THROTTLE, count=2)
+    doc = _doc()
+    _through(proxy, cosmos_endpoint, direct).create_item(doc)
+    assert fault.hits == 2 and proxy.counts == {"throttle": 2}
+    assert _stored(direct, doc)
+
+
+def test_unavailable_answers_503_and_forwards_nothing(
+    proxy: FaultProxy, cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy
+) -> None:
+    proxy.inject("POST", DOCS, Kind.UNAVAILABLE, count=None)
+    doc = _doc()
+    with pytest.raises(exceptions.CosmosHttpResponseError) as caught:
+        _through(proxy, cosmos_endpoint, direct, retry_total=0).create_item(doc)
+    assert caught.value.status_code == 503
+    assert not _stored(direct, doc)
+
+
+def test_reset_drops_the_request_before_it_reaches_the_server(
+    proxy: FaultProxy, cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy
+) -> None:
+    proxy.inject("POST", DOCS, Kind.RESET, count=None)
+    doc = _doc()
+    with pytest.raises((ServiceRequestError, ServiceResponseError)):
+        _through(proxy, cosmos_endpoint, direct, retry_total=0).create_item(doc)
+    assert not _stored(direct, doc)
+    assert proxy.counts["reset"] >= 1
+
+
+def test_lose_response_makes_the_write_and_withholds_the_answer(
+    proxy: FaultProxy, cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy
+) -> None:
+    proxy.inject("POST", DOCS, Kind.LOSE_RESPONSE, count=None)
+    doc = _doc()
+    with pytest.raises((ServiceRequestError, ServiceResponseError)):
+        _through(proxy, cosmos_endpoint, direct, retry_total=0).create_item(doc)
+    assert _stored(direct, doc)  # it took effect; the client cannot tell
+
+
+def test_delay_forwards_after_the_pause(
+    proxy: FaultProxy, cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy
+) -> None:
+    fault = proxy.inject("POST", DOCS, Kind.DELAY)
+    doc = _doc()
+    _through(proxy, cosmos_endpoint, direct).create_item(doc)
+    assert fault.hits == 1 and _stored(direct, doc)
+
+
+def test_random_faults_follow_the_seed_and_the_rates() -> None:
+    rates = {Kind.THROTTLE: 0.2, Kind.LOSE_RESPONSE: 0.1}
+    first = RandomFaults(7, rates).draw("POST")
+    plan = RandomFaults(7, rates)
+    draws = [plan.draw("POST") for _ in range(2000)]
+    again = RandomFaults(7, rates)
+    assert draws == [again.draw("POST") for _ in range(2000)]
+    assert first == draws[0]
+    assert 300 <= draws.count(Kind.THROTTLE) <= 500 and 120 <= draws.count(Kind.LOSE_RESPONSE) <= 280
+    assert draws.count(None) >= 1200
+    posts_only = RandomFaults(7, {Kind.RESET: 1.0}, methods=frozenset({"POST"}))
+    assert posts_only.draw("GET") is None and posts_only.draw("POST") is Kind.RESET
+    with pytest.raises(ValueError, match="more than 1"):
+        RandomFaults(1, {Kind.RESET: 0.7, Kind.DELAY: 0.5})
+
+
+def test_random_faults_reach_the_wire_and_are_counted(
+    cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy
+) -> None:
+    plan = RandomFaults(11, {Kind.THROTTLE: 0.5}, methods=frozenset({"POST"}))
+    with fault_proxy(cosmos_endpoint.url, random_faults=plan) as running:
+        container = _through(running, cosmos_endpoint, direct)
+        docs = [_doc() for _ in range(20)]
+        for doc in docs:
+            container.create_item(doc)
+    assert all(_stored(direct, doc) for doc in docs)
+    assert running.counts["throttle"] >= 3
