@@ -9,15 +9,17 @@ caller's retry paths:
   with the same reply for a repeat of it, 422 for another request under the key. A missing/empty key
   or a body that is not a JSON object answers 400, a body over 1 MiB 413. Every answer's body is
   JSON; errors are ``{"reason": ...}``.
-* Faults (:meth:`FulfilmentServer.fail_next`, :meth:`FulfilmentServer.stall_next`) form one FIFO
-  queue: each ``POST /reservations`` takes the next queued fault, if any, before any validation or
-  dedup. A *fail* answers its status and records no reservation. A *stall* waits, then handles the
-  request normally, so the reservation is recorded even if the caller has timed out meanwhile.
+* Faults (:meth:`FulfilmentServer.fail_next`, :meth:`FulfilmentServer.stall_next`,
+  :meth:`FulfilmentServer.lose_next`) form one FIFO queue: each ``POST /reservations`` takes the next
+  queued fault, if any, before any validation or dedup. A *fail* answers its status and records no
+  reservation. A *stall* waits, then handles the request normally, so the reservation is recorded even
+  if the caller has timed out meanwhile. A *lose* handles the request normally, then drops the
+  connection unanswered: the reservation is made and the caller cannot know.
 * Every ``POST /reservations`` (faulted or not) is recorded as a :class:`Call` under its key
   (``""`` when the header is missing).
 * Out-of-process control: ``POST /_control`` with ``{"fail": {"status": 503, "count": 2, "reason":
-  "..."}}``, ``{"stall": {"seconds": 2, "count": 1}}``, ``{"reset": true}`` (drop queued faults) or
-  ``{"clear": true}`` (forget everything); ``GET /_calls`` answers ``{key: [{"status", "body",
+  "..."}}``, ``{"stall": {"seconds": 2, "count": 1}}``, ``{"lose": {"count": 1}}``, ``{"reset": true}``
+  (drop queued faults) or ``{"clear": true}`` (forget everything); ``GET /_calls`` answers ``{key: [{"status", "body",
   "time"}, ...]}``.
 
 The HTTP plumbing is werkzeug's threaded development server, which azure-functions already installs
@@ -98,6 +100,11 @@ class _Stall:
     seconds: float
 
 
+@dataclass(frozen=True)
+class _Lose:
+    pass
+
+
 class _Request(Request):
     max_content_length = 1024 * 1024
 
@@ -129,7 +136,7 @@ class FulfilmentServer:
         self.port = port
         self._lock = threading.Lock()  # makes a reservation and its Call record one step for observers
         self._ledger = ReservationLedger()
-        self._faults: deque[_Fail | _Stall] = deque()
+        self._faults: deque[_Fail | _Stall | _Lose] = deque()
         self._calls: dict[str, list[Call]] = {}
         self._stopping = threading.Event()
         self._httpd: BaseWSGIServer | None = None
@@ -202,6 +209,13 @@ class FulfilmentServer:
             raise ValueError("seconds and count must not be negative")
         with self._lock:
             self._faults.extend(_Stall(seconds) for _ in range(count))
+
+    def lose_next(self, count: int = 1) -> None:
+        """Handle each of the next ``count`` reservation requests normally, then drop it unanswered."""
+        if count < 0:
+            raise ValueError("count must not be negative")
+        with self._lock:
+            self._faults.extend(_Lose() for _ in range(count))
 
     def reset_faults(self) -> None:
         """Drop all queued faults."""
@@ -285,7 +299,10 @@ class FulfilmentServer:
             return self._answer(key, body or {}, Reply(400, {"reason": f"{IDEMPOTENCY_HEADER} header is required"}))
         if body is None:
             return self._answer(key, {}, Reply(400, {"reason": "body must be a JSON object"}))
-        return self._answer(key, body, None)
+        reply = self._answer(key, body, None)
+        if isinstance(fault, _Lose):
+            raise ConnectionAbortedError("response lost")  # werkzeug then drops the connection unanswered
+        return reply
 
     def _answer(self, key: str, body: dict[str, Any], reply: Reply | None) -> Reply:
         """Record the call and return ``reply``; for ``None``, the ledger's reply, made in the same step."""
@@ -315,7 +332,7 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 
 
 def _apply_control(server: FulfilmentServer, command: Mapping[str, Any] | None) -> None:
-    known = {"fail", "stall", "reset", "clear"}
+    known = {"fail", "stall", "lose", "reset", "clear"}
     if not command or not set(command) <= known:
         raise BadRequest(f"expected a JSON object with one or more of {sorted(known)}")
     try:
@@ -335,6 +352,11 @@ def _apply_control(server: FulfilmentServer, command: Mapping[str, Any] | None) 
             if not isinstance(stall, dict) or "seconds" not in stall:
                 raise BadRequest("stall needs {seconds, count?}")
             server.stall_next(float(stall["seconds"]), count=int(stall.get("count", 1)))
+        if "lose" in command:
+            lose = command["lose"]
+            if not isinstance(lose, dict):
+                raise BadRequest("lose needs {count?}")
+            server.lose_next(count=int(lose.get("count", 1)))
     except (TypeError, ValueError) as err:
         raise BadRequest(str(err)) from None
 

@@ -151,6 +151,28 @@ def test_stall_makes_the_client_time_out_but_the_reservation_is_made(server: Ful
     assert retry.json() == server.reservations()["k1"]
 
 
+def test_lose_makes_the_reservation_and_drops_the_answer(server: FulfilmentServer) -> None:
+    server.lose_next()
+
+    with pytest.raises(requests.exceptions.ConnectionError):
+        _reserve(server, "k1")
+
+    assert server.reservation_count() == 1  # made before the answer was lost
+    assert [c.status for c in server.calls("k1")] == [201]
+    retry = _reserve(server, "k1")  # the caller's retry with the same key gets the reservation it never saw
+    assert retry.status_code == 200
+    assert retry.json() == server.reservations()["k1"]
+
+
+def test_lose_through_the_control_endpoint(server: FulfilmentServer) -> None:
+    control = f"{server.url}/_control"
+    assert requests.post(control, json={"lose": {"count": 1}}, timeout=5).ok
+    assert requests.post(control, json={"lose": 3}, timeout=5).status_code == 400
+    with pytest.raises(requests.exceptions.ConnectionError):
+        _reserve(server, "k9")
+    assert server.reservation_count() == 1 and server.pending_faults() == 0
+
+
 def test_stop_interrupts_a_stall() -> None:
     server = FulfilmentServer().start()
     server.stall_next(30)
