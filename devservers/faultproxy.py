@@ -21,25 +21,34 @@ The kinds (``Kind``) are what Cosmos and the network do to a client:
 ========================  =====================================================================
 
 ``counts`` holds the faults injected by kind (scripted status faults count as ``status:<code>``).
+
+As a process: ``python -m devservers.faultproxy --upstream http://127.0.0.1:8081 --rate throttle=0.05
+--rate lose_response=0.01 --seed 7 [--writes-only] [--port 0]`` prints ``listening on <url>``, serves
+until SIGTERM or Ctrl-C, then prints the faults it injected by kind on stderr.
 """
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import random
 import re
+import signal
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+
+from devservers._child import port_number
 
 __all__ = ["Fault", "FaultProxy", "Kind", "RandomFaults", "fault_proxy"]
 
@@ -242,3 +251,67 @@ def fault_proxy(upstream: str, **options: object) -> Iterator[FaultProxy]:
     """Run a FaultProxy in front of ``upstream`` for the duration of the block (options as FaultProxy's)."""
     with FaultProxy(upstream, **options) as proxy:  # type: ignore[arg-type]
         yield proxy
+
+
+def _rate(text: str) -> tuple[Kind, float]:
+    """An argparse type for --rate: KIND=PROBABILITY."""
+    kind, _, value = text.partition("=")
+    try:
+        rate = float(value)
+        parsed = Kind(kind.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not KIND=PROBABILITY with KIND one of {', '.join(k.value for k in Kind)}"
+        ) from None
+    if not 0 <= rate <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the probability must be between 0 and 1")
+    return parsed, rate
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve in the foreground until SIGTERM/SIGINT; print ``listening on <url>`` once ready."""
+    parser = argparse.ArgumentParser(
+        prog="python -m devservers.faultproxy",
+        description="Run a fault-injecting proxy in front of a plain-HTTP Cosmos endpoint.",
+        epilog="example:\n  python -m devservers.faultproxy --upstream http://127.0.0.1:8081 --rate throttle=0.05 "
+        "--rate lose_response=0.01 --seed 7 --writes-only\n\nexit status: 0 stopped by SIGTERM or SIGINT; "
+        "1 cannot listen (the port is in use); 2 bad usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--upstream", required=True, help="the Cosmos endpoint to forward to (http://host:port)")
+    parser.add_argument("--port", type=port_number, default=0, help="port to listen on (default 0 = any free)")
+    parser.add_argument("--rate", type=_rate, action="append", default=[], metavar="KIND=P",
+                        help=f"fault a request with KIND at probability P; repeatable; kinds: "
+                        f"{', '.join(k.value for k in Kind)}")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random fault plan (default 0)")
+    parser.add_argument("--writes-only", action="store_true", help="fault only POST, PUT, PATCH and DELETE")
+    parser.add_argument("--delay-seconds", type=float, default=0.2, help="pause of a delay fault (default 0.2)")
+    parser.add_argument("--retry-after-ms", type=int, default=10,
+                        help="x-ms-retry-after-ms of a throttle fault (default 10)")
+    args = parser.parse_args(argv)
+    if not args.upstream.lower().startswith("http://"):
+        parser.error(f"--upstream {args.upstream!r}: give a plain-HTTP endpoint (http://host:port)")
+    try:
+        plan = RandomFaults(args.seed, dict(args.rate), WRITES if args.writes_only else None)
+    except ValueError as err:
+        parser.error(f"--rate: {err}")
+    try:
+        proxy = FaultProxy(args.upstream, random_faults=plan, delay_seconds=args.delay_seconds,
+                           retry_after_ms=args.retry_after_ms, port=args.port)
+    except OSError as err:
+        print(f"error: cannot listen on 127.0.0.1:{args.port} ({err.strerror}); choose another --port "
+              "(0 = any free)", file=sys.stderr)
+        return 1
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stopped.set())
+    with proxy:
+        print(f"listening on {proxy.url}", flush=True)
+        with suppress(KeyboardInterrupt):
+            stopped.wait()
+    injected = " ".join(f"{kind}={count}" for kind, count in sorted(proxy.counts.items())) or "none"
+    print(f"faults injected: {injected} (of {len(proxy.requests)} requests)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

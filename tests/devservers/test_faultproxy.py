@@ -7,19 +7,27 @@ kind that forwarded when it should not, or dropped a write it should have made, 
 from __future__ import annotations
 
 import dataclasses
+import re
+import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 from azure.cosmos import ContainerProxy, PartitionKey, exceptions
 
+from devservers._child import start_until_listening, stop
 from devservers.faultproxy import FaultProxy, Kind, RandomFaults, fault_proxy
+from tests.devservers.helptext import options_without_help
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
 pytestmark = pytest.mark.cosmos
 
 DOCS = r"/docs/?$"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -39,8 +47,9 @@ def proxy(cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy) -> Iterator[F
         yield running
 
 
-def _through(proxy: FaultProxy, endpoint: CosmosEndpoint, direct: ContainerProxy, **options: object) -> ContainerProxy:
-    client = make_cosmos_client(dataclasses.replace(endpoint, url=proxy.url), **options)
+def _through(url: str, endpoint: CosmosEndpoint, direct: ContainerProxy, **options: object) -> ContainerProxy:
+    """The container ``direct`` names, reached at ``url`` (the proxy) instead of the endpoint."""
+    client = make_cosmos_client(dataclasses.replace(endpoint, url=url), **options)
     database_id = direct.container_link.split("/")[1]  # dbs/<database>/colls/orders
     return client.get_database_client(database_id).get_container_client("orders")
 
@@ -63,7 +72,7 @@ def test_throttle_answers_429_with_retry_after_and_the_sdk_retries(
 ) -> None:
     fault = proxy.inject("POST", DOCS, Kind.THROTTLE, count=2)
     doc = _doc()
-    _through(proxy, cosmos_endpoint, direct).create_item(doc)
+    _through(proxy.url, cosmos_endpoint, direct).create_item(doc)
     assert fault.hits == 2 and proxy.counts == {"throttle": 2}
     assert _stored(direct, doc)
 
@@ -74,7 +83,7 @@ def test_unavailable_answers_503_and_forwards_nothing(
     proxy.inject("POST", DOCS, Kind.UNAVAILABLE, count=None)
     doc = _doc()
     with pytest.raises(exceptions.CosmosHttpResponseError) as caught:
-        _through(proxy, cosmos_endpoint, direct, retry_total=0).create_item(doc)
+        _through(proxy.url, cosmos_endpoint, direct, retry_total=0).create_item(doc)
     assert caught.value.status_code == 503
     assert not _stored(direct, doc)
 
@@ -85,7 +94,7 @@ def test_reset_drops_the_request_before_it_reaches_the_server(
     proxy.inject("POST", DOCS, Kind.RESET, count=None)
     doc = _doc()
     with pytest.raises((ServiceRequestError, ServiceResponseError)):
-        _through(proxy, cosmos_endpoint, direct, retry_total=0).create_item(doc)
+        _through(proxy.url, cosmos_endpoint, direct, retry_total=0).create_item(doc)
     assert not _stored(direct, doc)
     assert proxy.counts["reset"] >= 1
 
@@ -96,7 +105,7 @@ def test_lose_response_makes_the_write_and_withholds_the_answer(
     proxy.inject("POST", DOCS, Kind.LOSE_RESPONSE, count=None)
     doc = _doc()
     with pytest.raises((ServiceRequestError, ServiceResponseError)):
-        _through(proxy, cosmos_endpoint, direct, retry_total=0).create_item(doc)
+        _through(proxy.url, cosmos_endpoint, direct, retry_total=0).create_item(doc)
     assert _stored(direct, doc)  # it took effect; the client cannot tell
 
 
@@ -105,7 +114,7 @@ def test_delay_forwards_after_the_pause(
 ) -> None:
     fault = proxy.inject("POST", DOCS, Kind.DELAY)
     doc = _doc()
-    _through(proxy, cosmos_endpoint, direct).create_item(doc)
+    _through(proxy.url, cosmos_endpoint, direct).create_item(doc)
     assert fault.hits == 1 and _stored(direct, doc)
 
 
@@ -130,9 +139,65 @@ def test_random_faults_reach_the_wire_and_are_counted(
 ) -> None:
     plan = RandomFaults(11, {Kind.THROTTLE: 0.5}, methods=frozenset({"POST"}))
     with fault_proxy(cosmos_endpoint.url, random_faults=plan) as running:
-        container = _through(running, cosmos_endpoint, direct)
+        container = _through(running.url, cosmos_endpoint, direct)
         docs = [_doc() for _ in range(20)]
         for doc in docs:
             container.create_item(doc)
     assert all(_stored(direct, doc) for doc in docs)
     assert running.counts["throttle"] >= 3
+
+
+def test_the_process_injects_random_faults_and_reports_them_by_kind(
+    cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy
+) -> None:
+    command = [sys.executable, "-m", "devservers.faultproxy", "--upstream", cosmos_endpoint.url,
+               "--rate", "throttle=0.5", "--seed", "3", "--writes-only"]
+    process, url, stderr = start_until_listening(command, startup_timeout=30, cwd=REPO_ROOT)
+    try:
+        container = _through(url, cosmos_endpoint, direct)
+        docs = [_doc() for _ in range(10)]
+        for doc in docs:
+            container.create_item(doc)
+        assert stop(process, 10) == 0
+        stderr.seek(0)
+        report = stderr.read().decode()
+    finally:
+        stop(process, 5)
+        stderr.close()
+    assert all(_stored(direct, doc) for doc in docs)
+    assert re.fullmatch(r"faults injected: throttle=\d+ \(of \d+ requests\)\n", report), report
+    assert int(report.split("throttle=")[1].split()[0]) >= 2
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--rate", "explode=0.1"], "is not KIND=PROBABILITY with KIND one of throttle"),
+        (["--rate", "reset=1.5"], "the probability must be between 0 and 1"),
+        (["--rate", "reset=0.7", "--rate", "delay=0.5"], "more than 1"),
+        (["--upstream", "https://localhost:8081"], "give a plain-HTTP endpoint"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_status_2(arguments: list[str], message: str) -> None:
+    command = [sys.executable, "-m", "devservers.faultproxy", "--upstream", "http://127.0.0.1:1", *arguments]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_port_in_use_is_one_line_naming_the_port() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "devservers.faultproxy", "--upstream", "http://127.0.0.1:1", "--port",
+                   str(port)]
+        result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port} (") and result.stderr.count("\n") == 1
+
+
+def test_every_option_has_help_and_an_example() -> None:
+    result = subprocess.run([sys.executable, "-m", "devservers.faultproxy", "--help"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0 and "example:\n  python -m devservers.faultproxy --upstream" in result.stdout
+    assert options_without_help(result.stdout) == []
