@@ -1,6 +1,28 @@
-"""Reading argparse's --help output: which options have no help text."""
+"""The dev servers' command lines in tests: run one as a module, on a port in use, and read its --help."""
 
 from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m module args`` from the repository root; output captured as text, 30 s at most."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+def run_on_taken_port(module: str, *args: str) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """Run the module with ``--port`` set to a loopback port something else listens on; (port, result)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        return port, run_module(module, *args, "--port", str(port))
 
 
 def options_without_help(text: str) -> list[str]:

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import select
 import signal
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from azure.cosmos import CosmosClient, PartitionKey, exceptions
 
 from devservers.cosmos import EMULATOR_KEY
-from tests.devservers.helptext import options_without_help
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.devservers.helptext import REPO_ROOT, options_without_help, run_module, run_on_taken_port
 
 
 def test_verbose_logs_one_line_per_request_and_never_a_body() -> None:
@@ -43,19 +39,13 @@ def test_verbose_logs_one_line_per_request_and_never_a_body() -> None:
 
 
 def test_a_port_in_use_is_one_line_naming_the_port() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "devservers.cosmos", "--port", str(port)], cwd=REPO_ROOT,
-                                capture_output=True, text=True, timeout=30, check=False)
+    port, result = run_on_taken_port("devservers.cosmos")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == (f"error: port {port} on 127.0.0.1 is in use (another Cosmos server, or the "
                              "emulator?); stop that, or choose another --port (0 = any free)\n")
 
 
 def test_every_option_has_help_and_an_example() -> None:
-    result = subprocess.run([sys.executable, "-m", "devservers.cosmos", "--help"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=30, check=False)
+    result = run_module("devservers.cosmos", "--help")
     assert result.returncode == 0 and "example:\n  python -m devservers.cosmos --port" in result.stdout
     assert options_without_help(result.stdout) == []

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import socket
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError
@@ -21,13 +18,12 @@ from azure.cosmos import ContainerProxy, PartitionKey, exceptions
 
 from devservers._child import start_until_listening, stop
 from devservers.faultproxy import FaultProxy, Kind, RandomFaults, fault_proxy
-from tests.devservers.helptext import options_without_help
+from tests.devservers.helptext import REPO_ROOT, options_without_help, run_module, run_on_taken_port
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
 pytestmark = pytest.mark.cosmos
 
 DOCS = r"/docs/?$"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -179,25 +175,17 @@ def test_the_process_injects_random_faults_and_reports_them_by_kind(
     ],
 )
 def test_bad_usage_is_one_line_and_exit_status_2(arguments: list[str], message: str) -> None:
-    command = [sys.executable, "-m", "devservers.faultproxy", "--upstream", "http://127.0.0.1:1", *arguments]
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30, check=False)
+    result = run_module("devservers.faultproxy", "--upstream", "http://127.0.0.1:1", *arguments)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
 
 def test_a_port_in_use_is_one_line_naming_the_port() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        command = [sys.executable, "-m", "devservers.faultproxy", "--upstream", "http://127.0.0.1:1", "--port",
-                   str(port)]
-        result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30, check=False)
+    port, result = run_on_taken_port("devservers.faultproxy", "--upstream", "http://127.0.0.1:1")
     assert result.returncode == 1
     assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port} (") and result.stderr.count("\n") == 1
 
 
 def test_every_option_has_help_and_an_example() -> None:
-    result = subprocess.run([sys.executable, "-m", "devservers.faultproxy", "--help"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=30, check=False)
+    result = run_module("devservers.faultproxy", "--help")
     assert result.returncode == 0 and "example:\n  python -m devservers.faultproxy --upstream" in result.stdout
     assert options_without_help(result.stdout) == []

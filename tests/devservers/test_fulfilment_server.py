@@ -12,16 +12,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
 from devservers.fulfilment import FulfilmentServer, _Handler
-from tests.devservers.helptext import options_without_help
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.devservers.helptext import REPO_ROOT, options_without_help, run_module, run_on_taken_port
 
 
 @pytest.fixture
@@ -321,22 +318,15 @@ def test_cli_verbose_logs_one_line_per_request_and_never_a_body() -> None:
 
 
 def test_cli_names_a_port_in_use_in_one_line() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "devservers.fulfilment", "--port", str(port)], cwd=REPO_ROOT,
-                                capture_output=True, text=True, timeout=30, check=False)
+    port, result = run_on_taken_port("devservers.fulfilment")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == (f"error: port {port} on 127.0.0.1 is in use (another fulfilment stand-in, or make "
                              "run?); stop that, or choose another --port (0 = any free)\n")
 
 
 def test_cli_help_has_help_for_every_option_and_an_example() -> None:
-    result = subprocess.run([sys.executable, "-m", "devservers.fulfilment", "--help"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=30, check=False)
+    result = run_module("devservers.fulfilment", "--help")
     assert result.returncode == 0 and "example:\n  python -m devservers.fulfilment --port" in result.stdout
     assert options_without_help(result.stdout) == []
-    bad = subprocess.run([sys.executable, "-m", "devservers.fulfilment", "--port", "-1"], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=30, check=False)
+    bad = run_module("devservers.fulfilment", "--port", "-1")
     assert bad.returncode == 2 and "-1 is not a port" in bad.stderr
