@@ -22,6 +22,11 @@ The kinds (``Kind``) are what Cosmos and the network do to a client:
 
 ``counts`` holds the faults injected by kind (scripted status faults count as ``status:<code>``).
 
+A ``tap`` sees every exchange twice: before it is forwarded (``status`` None) and once the upstream
+answered (``status`` set). When it returns True the client's connection is reset there: before, the
+request never reaches the upstream; after, it took effect and its answer is lost. The chaos suite
+taps to kill the host behind a proxy at a chosen moment (before a write, after it, mid-call).
+
 As a process: ``python -m devservers.faultproxy --upstream http://127.0.0.1:8081 --rate throttle=0.05
 --rate lose_response=0.01 --seed 7 [--writes-only] [--port 0]`` prints ``listening on <url>``, serves
 until SIGTERM or Ctrl-C, then prints the faults it injected by kind on stderr.
@@ -41,7 +46,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -50,7 +55,10 @@ from urllib.parse import urlsplit
 
 from devservers._child import port_number
 
-__all__ = ["Fault", "FaultProxy", "Kind", "RandomFaults", "fault_proxy"]
+__all__ = ["Fault", "FaultProxy", "Kind", "RandomFaults", "Tap", "fault_proxy"]
+
+# (method, path, request headers, request body, upstream status or None before forwarding) -> reset here?
+Tap = Callable[[str, str, Mapping[str, str], bytes, int | None], bool]
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -120,13 +128,14 @@ class FaultProxy:
     """A reverse proxy to ``upstream`` with injectable faults. Use as a context manager."""
 
     def __init__(self, upstream: str, *, random_faults: RandomFaults | None = None, delay_seconds: float = 0.2,
-                 retry_after_ms: int = 10, port: int = 0) -> None:
+                 retry_after_ms: int = 10, port: int = 0, tap: Tap | None = None) -> None:
         parts = urlsplit(upstream)
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self._faults: list[Fault] = []
         self._random = random_faults
         self.delay_seconds = delay_seconds
         self.retry_after_ms = retry_after_ms
+        self.tap = tap
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request seen, faulted or not
         self.counts: Counter[str] = Counter()  # faults injected, by kind
         self._lock = threading.Lock()
@@ -203,8 +212,11 @@ class FaultProxy:
                 else:
                     if kind is Kind.DELAY:
                         time.sleep(proxy.delay_seconds)
+                    if self._tapped(body, None):
+                        self._reset()
+                        return
                     status, headers, data = self._forward(body)
-                    if kind is Kind.LOSE_RESPONSE:
+                    if kind is Kind.LOSE_RESPONSE or self._tapped(body, status):
                         self._reset()
                         return
                     self.send_response(status)
@@ -213,6 +225,9 @@ class FaultProxy:
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
+
+            def _tapped(self, body: bytes, status: int | None) -> bool:
+                return proxy.tap is not None and proxy.tap(self.command, self.path, self.headers, body, status)
 
             def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
                 upstream = http.client.HTTPConnection(*proxy._upstream, timeout=30)

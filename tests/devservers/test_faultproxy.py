@@ -114,6 +114,25 @@ def test_delay_forwards_after_the_pause(
     assert fault.hits == 1 and _stored(direct, doc)
 
 
+@pytest.mark.parametrize(("stage", "stored"), [("before", False), ("after", True)])
+def test_a_tap_resets_before_the_write_or_after_it_took_effect(
+    stage: str, stored: bool, cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy
+) -> None:
+    seen: list[tuple[str, int | None]] = []
+
+    def tap(method: str, path: str, headers: object, body: bytes, status: int | None) -> bool:
+        seen.append((method, status))
+        return method == "POST" and (status is None) == (stage == "before")
+
+    doc = _doc()
+    with fault_proxy(cosmos_endpoint.url, tap=tap) as running, pytest.raises(
+            (ServiceRequestError, ServiceResponseError)):
+        _through(running.url, cosmos_endpoint, direct, retry_total=0).create_item(doc)
+    assert _stored(direct, doc) is stored
+    assert ("POST", None) in seen and (("POST", 201) in seen) is stored
+    assert running.counts == {}  # a tap is the caller's doing, not a counted fault
+
+
 def test_random_faults_follow_the_seed_and_the_rates() -> None:
     rates = {Kind.THROTTLE: 0.2, Kind.LOSE_RESPONSE: 0.1}
     first = RandomFaults(7, rates).draw("POST")
