@@ -4,8 +4,8 @@ a listener per trigger the worker reports.
 Settings are ``local.settings.json``'s ``Values`` with the process environment winning, as
 ``func start`` does; ``host.json`` gives the Service Bus options and ``functionTimeout``, and an app
 setting ``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls`` overrides its value. An
-invocation that outlives ``functionTimeout`` restarts the worker, as the host does: every
-invocation in flight dies with it, and their messages are abandoned. ``stop`` stops receiving,
+invocation that outlives ``functionTimeout``, or a worker that exits, restarts the worker, as the host
+does: every invocation in flight dies with it, and their messages are abandoned. ``stop`` stops receiving,
 lets what runs finish, then stops the worker.
 """
 
@@ -163,19 +163,22 @@ class Host:
         try:
             return worker.invoke(function, inputs, trigger_metadata, self._timeout)
         except WorkerGone:
+            self._restart(worker, f"{function.name}: the worker exited: restarting it; invocations in flight died"
+                                  " with it")
             return None
         except TimeoutError:
-            logger.error("%s exceeded functionTimeout (%.0f s): restarting the worker; invocations in flight"
-                         " die with it", function.name, self._timeout or 0)
-            self._restart(worker)
+            self._restart(worker, f"{function.name} exceeded functionTimeout ({self._timeout or 0:.0f} s): restarting"
+                                  " the worker; invocations in flight die with it")
             return None
 
-    def _restart(self, worker: WorkerProcess) -> None:
+    def _restart(self, worker: WorkerProcess, why: str) -> None:
+        """Replace ``worker`` with a new one, as the host does when its language worker dies or hangs."""
         with self._worker_lock:
             if self._worker is not worker:
-                return  # another timeout already restarted it
+                return  # already restarted for another invocation, or the host is stopping
             self._worker = None
             self._worker_ready.clear()
+        logger.error("%s", why)
         worker.kill()
         self._start_worker()
 

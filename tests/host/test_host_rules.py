@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,3 +92,19 @@ def test_function_timeout_restarts_the_worker_and_the_message_in_flight_is_aband
                what="the redelivery on the restarted worker")
     assert [e["event"] for e in entries(journal, message_id)] == ["hanging", "completed"]
     assert "exceeded functionTimeout" in rules_host.output()
+
+
+def test_a_killed_worker_is_restarted_and_the_message_in_flight_comes_back_to_it(
+    broker: Broker, rules_host: HostProcess, journal: Path
+) -> None:
+    message_id = f"m-{uuid.uuid4()}"
+    send(broker, "slow", b"{}", message_id=message_id)
+    eventually(lambda: entries(journal, message_id), what="the slow function starting")
+    pid = rules_host.process.pid
+    (worker,) = (int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+    os.kill(worker, signal.SIGKILL)  # the chaos suite's kill of a worker alone
+    eventually(lambda: [e for e in entries(journal, message_id) if e["event"] == "completed"], timeout=45,
+               what="the redelivery on the restarted worker")
+    assert [e["event"] for e in entries(journal, message_id)] == ["started", "started", "completed"]
+    assert "worker exited: restarting it" in rules_host.output()
+    assert not [m for m in peek(broker, "slow", dead_letters=True) if m.message_id == message_id]
