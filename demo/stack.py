@@ -25,14 +25,14 @@ DETECTION_WINDOW_SECONDS = 10
 LOCK_SECONDS = 10
 
 
-def broker_config() -> dict[str, Any]:
-    """infra/local's Config.json with a 10-second detection window and lock on the input queues, so that
-    the demo's late copies and its killed host's redeliveries come within minutes."""
+def broker_config(lock_seconds: int = LOCK_SECONDS) -> dict[str, Any]:
+    """infra/local's Config.json with a 10-second detection window and a short lock on the input queues, so
+    that the demo's late copies and its killed host's redeliveries come within minutes."""
     config: dict[str, Any] = json.loads((ROOT / "infra/local/servicebus/Config.json").read_text())
     for queue in config["UserConfig"]["Namespaces"][0]["Queues"]:
         if queue["Name"] in ("orders", "order-events"):  # order-accepted keeps its window, as in Azure
             queue["Properties"].update(DuplicateDetectionHistoryTimeWindow=f"PT{DETECTION_WINDOW_SECONDS}S",
-                                       LockDuration=f"PT{LOCK_SECONDS}S")
+                                       LockDuration=f"PT{lock_seconds}S")
     return config
 
 
@@ -49,6 +49,27 @@ class HostProcess:
         return self.log.read().decode("utf-8", errors="replace")
 
 
+def settings_file(values: dict[str, str]) -> Path:
+    """A local.settings.json holding ``values``, in a new temporary folder."""
+    path = Path(tempfile.mkdtemp(prefix="demo-")) / "local.settings.json"
+    path.write_text(json.dumps({"IsEncrypted": False, "Values": values}))
+    return path
+
+
+def sigkill(host: HostProcess, *, worker_only: bool) -> None:
+    """SIGKILL the host's worker, and the host too unless ``worker_only`` (its host then restarts it)."""
+    pid = host.process.pid
+    try:
+        workers = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        workers = []  # the host is gone already
+    if not worker_only:
+        host.process.kill()  # first, so that it cannot restart the worker
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+
+
 @dataclass
 class Stack:
     """The running servers and hosts."""
@@ -57,13 +78,14 @@ class Stack:
     cosmos: CosmosServer
     fulfilment: FulfilmentServer
     settings_file: Path
+    values: dict[str, str]
     hosts: list[HostProcess] = field(default_factory=list)
     retired: list[HostProcess] = field(default_factory=list)
 
     @classmethod
-    def start(cls) -> Stack:
+    def start(cls, lock_seconds: int = LOCK_SECONDS) -> Stack:
         """Start the broker, the Cosmos server (database and containers made) and the fulfilment stand-in."""
-        broker = start_broker(broker_config())
+        broker = start_broker(broker_config(lock_seconds))
         cosmos = start_cosmos_server()
         ensure_containers(make_client(cosmos.endpoint, verify_tls=False), "sales", container_specs())
         fulfilment = FulfilmentServer().start()
@@ -72,31 +94,26 @@ class Stack:
             ServiceBusConnection=broker.connection_string, COSMOS_ENDPOINT=cosmos.endpoint, COSMOS_KEY=cosmos.key,
             CosmosDBConnection=f"AccountEndpoint={cosmos.endpoint}/;AccountKey={cosmos.key};",
             FULFILLMENT_URL=fulfilment.url, FULFILLMENT_READ_TIMEOUT_SECONDS="2", ABANDON_DELAY_SECONDS="2",
-            SERVICEBUS_LOCK_DURATION_SECONDS=str(LOCK_SECONDS), OUTBOX_STUCK_AFTER_SECONDS="20",
+            SERVICEBUS_LOCK_DURATION_SECONDS=str(lock_seconds), OUTBOX_STUCK_AFTER_SECONDS="20",
             OUTBOX_SWEEP_SCHEDULE="*/10 * * * * *",
         )
-        settings_file = Path(tempfile.mkdtemp(prefix="demo-")) / "local.settings.json"
-        settings_file.write_text(json.dumps({"IsEncrypted": False, "Values": values}))
-        return cls(broker, cosmos, fulfilment, settings_file)
+        return cls(broker, cosmos, fulfilment, settings_file(values), values)
 
-    def start_host(self) -> HostProcess:
-        """Start one more host process, competing with the others; wait until it listens."""
+    def start_host(self, settings: Path | None = None, app_dir: Path = ROOT) -> HostProcess:
+        """Start one more host process, competing with the others; wait until it listens.
+
+        ``settings`` is a local.settings.json (default: the stack's); ``app_dir`` the app (default: ours).
+        """
         process, _, log = start_until_listening(
-            [sys.executable, "-m", "devservers.host", "--app-dir", str(ROOT), "--settings", str(self.settings_file)],
-            startup_timeout=120, cwd=ROOT)
+            [sys.executable, "-m", "devservers.host", "--app-dir", str(app_dir), "--settings",
+             str(settings or self.settings_file)], startup_timeout=120, cwd=ROOT)
         host = HostProcess(process, log)
         self.hosts.append(host)
         return host
 
     def kill_host(self, host: HostProcess) -> None:
         """SIGKILL a host and its worker: what they held comes back once the locks expire."""
-        pid = host.process.pid
-        children = Path(f"/proc/{pid}/task/{pid}/children")
-        workers = [int(p) for p in children.read_text().split()] if children.exists() else []
-        host.process.kill()
-        for worker in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker, signal.SIGKILL)
+        sigkill(host, worker_only=False)
         host.process.wait(10)
         self.hosts.remove(host)
         self.retired.append(host)

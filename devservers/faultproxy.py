@@ -57,7 +57,8 @@ from devservers._child import port_number
 
 __all__ = ["Fault", "FaultProxy", "Kind", "RandomFaults", "Tap", "fault_proxy"]
 
-# (method, path, request headers, request body, upstream status or None before forwarding) -> reset here?
+# (method, path, request headers by lower-case name, request body, upstream status or None before
+# forwarding) -> reset the connection here?
 Tap = Callable[[str, str, Mapping[str, str], bytes, int | None], bool]
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
@@ -227,7 +228,8 @@ class FaultProxy:
                     self.wfile.write(data)
 
             def _tapped(self, body: bytes, status: int | None) -> bool:
-                return proxy.tap is not None and proxy.tap(self.command, self.path, self.headers, body, status)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                return proxy.tap is not None and proxy.tap(self.command, self.path, headers, body, status)
 
             def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
                 upstream = http.client.HTTPConnection(*proxy._upstream, timeout=30)

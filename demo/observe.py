@@ -1,0 +1,152 @@
+"""Reading the running stack from outside, for the demo and the chaos suite: sending the planned messages,
+waiting until everything has drained, and collecting what the report checks."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from azure.cosmos import CosmosClient
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.exceptions import OperationTimeoutError
+
+from demo import report
+from demo.scenario import Planned, Scenario
+from demo.stack import DETECTION_WINDOW_SECONDS, Stack
+
+QUIET_POLLS = 3  # polls two seconds apart with no new delivery
+
+
+def send(client: ServiceBusClient, queue: str, messages: list[Planned], sent_at: dict[str, float],
+          progress: threading.Event | None = None) -> None:
+    with client.get_queue_sender(queue) as sender:
+        for start in range(0, len(messages), 50):
+            chunk = messages[start:start + 50]
+            now = time.time()
+            for planned in chunk:
+                sent_at.setdefault(planned.message_id, now)
+            sender.send_messages([ServiceBusMessage(p.body, message_id=p.message_id, session_id=p.session_id,
+                                                    content_type="application/json") for p in chunk])
+            if progress is not None and start >= len(messages) // 2:
+                progress.set()
+
+
+def peek_count(client: ServiceBusClient, queue: str, sub_queue: Any = None) -> list[Any]:
+    with client.get_queue_receiver(queue, sub_queue=sub_queue) as receiver:
+        found: list[Any] = []
+        while batch := receiver.peek_messages(max_message_count=250, sequence_number=(
+                found[-1].sequence_number + 1 if found else 0)):
+            found += batch
+        return found
+
+
+def documents(stack: Stack) -> list[dict[str, Any]]:
+    client = CosmosClient(stack.cosmos.endpoint, credential=stack.cosmos.key, enable_endpoint_discovery=False)
+    container = client.get_database_client("sales").get_container_client("orders")
+    return list(container.query_items("SELECT * FROM c", enable_cross_partition_query=True))
+
+
+def orders_written(stack: Stack) -> int:
+    return sum(1 for d in documents(stack) if d.get("type") == "order")
+
+
+def session_messages(stack: Stack) -> int:
+    """Messages waiting in an available session of order-events (a session a host holds is not available)."""
+    with ServiceBusClient.from_connection_string(stack.broker.connection_string, retry_total=0) as client:
+        try:
+            with client.get_queue_receiver("order-events", session_id=NEXT_AVAILABLE_SESSION,
+                                           max_wait_time=1) as receiver:
+                return len(receiver.peek_messages(max_message_count=250))
+        except OperationTimeoutError:
+            return 0
+
+
+def left(stack: Stack, client: ServiceBusClient) -> int:
+    return len(peek_count(client, "orders")) + session_messages(stack)
+
+
+def drained(stack: Stack, client: ServiceBusClient, deliveries: list[int]) -> bool:
+    """Nothing waits in the queues or the store, and no delivery happened for the last few seconds."""
+    deliveries.append(stack.logs().count(" delivery process_"))
+    if len(deliveries) < QUIET_POLLS or len(set(deliveries[-QUIET_POLLS:])) != 1 or left(stack, client):
+        return False
+    in_flight = {("outbox", "pending"), ("side-effect", "in_progress"), ("parked-event", "parked")}
+    return not any((d.get("type"), d.get("status")) in in_flight for d in documents(stack))
+
+
+def received(client: ServiceBusClient, queue: str) -> list[Any]:
+    with client.get_queue_receiver(queue, max_wait_time=2) as receiver:
+        found: list[Any] = []
+        while batch := receiver.receive_messages(max_message_count=100, max_wait_time=2):
+            for message in batch:
+                receiver.complete_message(message)
+            found += batch
+        return found
+
+
+def accepted_by_broker(client: ServiceBusClient, queues: tuple[str, ...]) -> int:
+    """Messages the broker accepted, from the sequence number it gives a probe sent to each queue now."""
+    total = 0
+    for queue in queues:
+        probe = f"probe-{time.time_ns()}"
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage(b"{}", message_id=probe, session_id=probe))
+        with client.get_queue_receiver(queue, session_id=probe if queue == "order-events" else None,
+                                       max_wait_time=5) as receiver:
+            for message in receiver.receive_messages(max_message_count=1, max_wait_time=5):
+                receiver.complete_message(message)
+                total += (message.sequence_number or 1) - 1
+    return total
+
+
+def observed(stack: Stack, client: ServiceBusClient, sent_at: dict[str, float], elapsed: float) -> report.Observed:
+    """Everything the report reads, once the hosts have stopped (so that the probes are not taken by one)."""
+    return report.Observed(
+        documents=documents(stack),
+        dead_letters=[*peek_count(client, "orders", ServiceBusSubQueue.DEAD_LETTER),
+                      *peek_count(client, "order-events", ServiceBusSubQueue.DEAD_LETTER)],  # no sessions
+        accepted=[json.loads(b"".join(m.body)) for m in received(client, "order-accepted")],
+        broker_accepted=accepted_by_broker(client, ("orders", "order-events")),
+        reservations=stack.fulfilment.reservations(), logs=stack.logs(), sent_at=sent_at, elapsed=elapsed,
+        queues_left=left(stack, client),
+    )
+
+
+def start_senders(client: ServiceBusClient, scenario: Scenario, sent_at: dict[str, float],
+                  halfway: threading.Event) -> list[threading.Thread]:
+    """Send the orders (with their early copies and malformed messages) and the events, on two threads;
+    ``halfway`` is set once half the orders are sent."""
+    senders = [threading.Thread(target=send, args=(client, "orders", scenario.first, sent_at, halfway)),
+               threading.Thread(target=send, args=(client, "order-events", scenario.events, sent_at))]
+    for thread in senders:
+        thread.start()
+    return senders
+
+
+def late_then_drain(stack: Stack, client: ServiceBusClient, scenario: Scenario, sent_at: dict[str, float], *,
+                    deadline: float, label: str, on_sent: Callable[[], None] | None = None) -> bool:
+    """Send the late copies and reused ids, then wait until everything has drained; False at ``deadline``.
+
+    The late ones go once their originals are written (so "first" is well defined) and the detection
+    window of the last original has passed (so the broker lets them through). ``on_sent`` runs once
+    they are sent, before the wait.
+    """
+    window_ends = time.time() + DETECTION_WINDOW_SECONDS + 1
+    while orders_written(stack) < len(scenario.orders) and time.time() < deadline:
+        time.sleep(2)
+    time.sleep(max(0.0, window_ends - time.time()))
+    send(client, "orders", scenario.late, sent_at)
+    if on_sent is not None:
+        on_sent()
+    print(f"{label}: waiting for the queues and the outbox to drain", flush=True)
+    deliveries: list[int] = []
+    while not drained(stack, client, deliveries):
+        if time.time() > deadline:
+            print(f"{label}: not drained in time", file=sys.stderr)
+            return False
+        time.sleep(2)
+    return True
