@@ -21,11 +21,17 @@ from demo.stack import DETECTION_WINDOW_SECONDS, Stack
 QUIET_POLLS = 3  # polls two seconds apart with no new delivery
 
 
-def send(client: ServiceBusClient, queue: str, messages: list[Planned], sent_at: dict[str, float],
-          progress: threading.Event | None = None) -> None:
+def send(client: ServiceBusClient, queue: str, messages: list[Planned], sent_at: dict[str, float], *,
+         progress: threading.Event | None = None, per_second: float | None = None) -> None:
+    """Send in chunks, recording when each id was first sent; at most ``per_second`` messages a second
+    when given (else as fast as the broker takes them). ``progress`` is set once half are sent."""
+    size = 50 if per_second is None else max(1, min(50, int(per_second)))
+    began = time.time()
     with client.get_queue_sender(queue) as sender:
-        for start in range(0, len(messages), 50):
-            chunk = messages[start:start + 50]
+        for start in range(0, len(messages), size):
+            if per_second is not None:
+                time.sleep(max(0.0, began + start / per_second - time.time()))
+            chunk = messages[start:start + size]
             now = time.time()
             for planned in chunk:
                 sent_at.setdefault(planned.message_id, now)
@@ -117,11 +123,15 @@ def observed(stack: Stack, client: ServiceBusClient, sent_at: dict[str, float], 
 
 
 def start_senders(client: ServiceBusClient, scenario: Scenario, sent_at: dict[str, float],
-                  halfway: threading.Event) -> list[threading.Thread]:
+                  halfway: threading.Event, per_second: float | None = None) -> list[threading.Thread]:
     """Send the orders (with their early copies and malformed messages) and the events, on two threads;
-    ``halfway`` is set once half the orders are sent."""
-    senders = [threading.Thread(target=send, args=(client, "orders", scenario.first, sent_at, halfway)),
-               threading.Thread(target=send, args=(client, "order-events", scenario.events, sent_at))]
+    ``halfway`` is set once half the orders are sent. ``per_second``, when given, is the total rate,
+    shared so that both finish together."""
+    total = len(scenario.first) + len(scenario.events) or 1
+    senders = [threading.Thread(target=send, args=(client, queue, messages, sent_at), kwargs={
+        "progress": progress, "per_second": per_second and per_second * len(messages) / total})
+        for queue, messages, progress in (("orders", scenario.first, halfway),
+                                          ("order-events", scenario.events, None))]
     for thread in senders:
         thread.start()
     return senders

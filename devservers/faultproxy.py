@@ -125,6 +125,13 @@ class RandomFaults:
         return None
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away (killed, timed out) is routine here, not a traceback."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class FaultProxy:
     """A reverse proxy to ``upstream`` with injectable faults. Use as a context manager."""
 
@@ -140,7 +147,7 @@ class FaultProxy:
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request seen, faulted or not
         self.counts: Counter[str] = Counter()  # faults injected, by kind
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
+        self._server = _QuietServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"

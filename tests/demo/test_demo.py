@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.host.conftest import NEEDS_313
+import pytest
+
+from tests.host.conftest import NEEDS_313, WHOLE_STACK
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = NEEDS_313
+pytestmark = [NEEDS_313, WHOLE_STACK, pytest.mark.timeout(900)]
 
 
 def test_the_short_demo_drains_and_every_invariant_holds(tmp_path: Path) -> None:

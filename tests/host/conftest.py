@@ -28,6 +28,9 @@ from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 # The worker runs azure-functions-runtime, which exists for Python 3.13 only; make test uses 3.13.
 NEEDS_313 = pytest.mark.skipif(sys.version_info < (3, 13),
                                reason="the local host's worker runs azure-functions-runtime, which needs Python 3.13")
+# The whole-stack runs (the demo's and the chaos suite's) take one pytest worker in turn (make test runs
+# pytest with --dist loadgroup), so that their hosts do not compete with each other for the 2 cores.
+WHOLE_STACK = pytest.mark.xdist_group("whole-stack")
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_APP = Path(__file__).resolve().parent / "rules_app"

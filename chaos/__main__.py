@@ -1,0 +1,117 @@
+"""``make chaos``: proof under faults over the real stack.
+
+Starts the local stack (broker, Cosmos server, fulfilment stand-in) and competing local Functions
+hosts, each behind its own Cosmos and fulfilment fault proxies (chaos/faults.py); sends the demo's
+scenario (orders, producer retries inside and outside the detection window, reused ids, malformed
+messages, events out of order within their sessions) while requests fail at random and hosts and
+workers are killed, at random moments and at chosen ones; stops killing once everything is sent,
+waits until the queues and the outbox have drained, then checks the invariants from outside: at the
+fulfilment service, at order-accepted, in Cosmos DB, in the queues and their dead-letter queues.
+Prints the table and keeps it as chaos.json and chaos.md; exit 1, with the seed and the replay
+command, when an invariant is broken.
+
+    python -m chaos [--orders 3500] [--hosts 4] [--seed 1] [--rate 24] [--results results/chaos] [--plant NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from azure.servicebus import ServiceBusClient
+
+from chaos import planted, report
+from chaos.faults import LOCK_SECONDS, Chaos
+from demo import observe
+from demo.scenario import plan
+from demo.stack import ROOT, Stack
+
+SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
+
+
+def replay_command(orders: int, hosts: int, seed: int, rate: float, plant: str | None) -> str:
+    """The command that runs the same plan again."""
+    return (f"python -m chaos --orders {orders} --hosts {hosts} --seed {seed} --rate {rate:g}"
+            + (f" --plant {plant}" if plant else ""))
+
+
+@dataclass(frozen=True)
+class Options:
+    """One run's options (the command line's)."""
+
+    orders: int
+    hosts: int
+    seed: int
+    rate: float
+    results: Path
+    plant: str | None
+
+
+def run(options: Options) -> int:
+    """One chaos run; 0 when every invariant holds."""
+    orders, hosts, seed, rate, results, plant = (options.orders, options.hosts, options.seed, options.rate,
+                                                  options.results, options.plant)
+    scenario = plan(orders, seed)
+    print(f"chaos: {orders} orders, {len(scenario.everything())} messages, {hosts} hosts, seed {seed}"
+          + (f", planted bug {plant!r}" if plant else ""), flush=True)
+    stack = Stack.start(lock_seconds=LOCK_SECONDS)
+    chaos = Chaos(stack, seed, planted.app_dir(plant) if plant else ROOT)
+    try:
+        chaos.start_hosts(hosts)
+        print(f"chaos: {hosts} hosts listening, each behind its own fault proxies; sending and killing", flush=True)
+        sent_at: dict[str, float] = {}
+        started = time.time()
+        with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client:
+            chaos.start()
+            for thread in observe.start_senders(client, scenario, sent_at, threading.Event(), rate):
+                thread.join()
+            observe.late_then_drain(stack, client, scenario, sent_at, label="chaos", on_sent=chaos.stop,
+                                    deadline=started + 300 + orders * SECONDS_PER_ORDER)
+            elapsed = time.time() - started
+            stack.stop_hosts()  # so that the probes below are not taken by a host
+            seen = observe.observed(stack, client, sent_at, elapsed)
+        replay = replay_command(orders, hosts, seed, rate, plant)
+        result = report.build(scenario, seen, report.Run(seed, hosts, len(stack.retired), chaos.faults(), replay,
+                                                         plant))
+    finally:
+        chaos.close()
+        stack.stop()
+    print(report.table(result), flush=True)
+    report.write(result, results)
+    print(f"chaos: wrote {results / 'chaos.json'} and {results / 'chaos.md'}", flush=True)
+    if result.violations:
+        for violation in result.violations[:20]:
+            print(f"- {violation}", flush=True)
+        print(f"chaos: {len(result.violations)} invariant violations with seed {seed}; replay: {replay}", flush=True)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the options and run."""
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--orders", type=int, default=3500,
+                        help="orders in the scenario (default 3500: 10,333 messages with seed 1)")
+    parser.add_argument("--hosts", type=int, default=4, help="competing host processes (default 4, at least 2)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the scenario and of the fault plan (default 1)")
+    parser.add_argument("--rate", type=float, default=24.0,
+                        help="messages a second the producers send, orders and events together (default 24); the"
+                             " faults and kills go on for as long as they send")
+    parser.add_argument("--results", type=Path, default=ROOT / "results" / "chaos",
+                        help="where chaos.json and chaos.md go (default results/chaos)")
+    parser.add_argument("--plant", choices=sorted(planted.PLANTS),
+                        help="run on the app with a planted bug, to see the suite find it: "
+                             + "; ".join(f"{name}: {why}" for name, (why, _) in planted.PLANTS.items()))
+    args = parser.parse_args(argv)
+    if args.orders < 1 or args.hosts < 2 or args.rate <= 0:
+        parser.error("--orders must be at least 1, --hosts at least 2 and --rate above 0")
+    return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""The chaos suite's faults on the real stack: per host, a Cosmos proxy and a fulfilment proxy that fail
+requests at random, and a killer that SIGKILLs hosts or workers at random moments or at chosen ones.
+
+Every host runs in a *slot*: its own local.settings.json pointing at its own two fault proxies, so a
+proxy knows whose request it sees and a tap can kill exactly the process that made it. A killed host
+is replaced in its slot; a killed worker is restarted by its host.
+
+The chosen moments (``Moment``) are reached through the taps: the next matching exchange at any slot
+kills that slot's process, and its connection is reset there, so the process never sees the answer.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from demo.stack import HostProcess, Stack, settings_file, sigkill
+from devservers.faultproxy import FaultProxy, Kind, RandomFaults, Tap
+
+# Per request, at every host's Cosmos proxy: throttling, outages, resets, latency, and lost answers to
+# requests that took effect.
+COSMOS_RATES = {Kind.THROTTLE: 0.03, Kind.UNAVAILABLE: 0.01, Kind.RESET: 0.01, Kind.DELAY: 0.03,
+                Kind.LOSE_RESPONSE: 0.01}
+COSMOS_DELAY_SECONDS = 0.5
+# Per call, at every host's fulfilment proxy: the service fails (503), stalls past the client's read
+# timeout (then reserves), and loses its answer after it reserved.
+FULFILMENT_RATES = {Kind.UNAVAILABLE: 0.04, Kind.DELAY: 0.04, Kind.LOSE_RESPONSE: 0.04}
+FULFILMENT_READ_TIMEOUT_SECONDS = 2
+LOCK_SECONDS = 6  # the input queues' lock; renewal is off, so a slow delivery loses its lock mid-processing
+KILL_EVERY_SECONDS = 4.0  # mean pause between two kills
+ARMED_FOR_SECONDS = 15.0  # a chosen moment not reached by then is given up (counted as missed)
+_BATCH = "x-ms-cosmos-is-batch-request"
+_OUTBOX_MARK = re.compile(rb'"type":\s*"outbox".*"status":\s*"dispatched"|"status":\s*"dispatched".*"type":\s*"outbox"',
+                          re.DOTALL)
+
+
+class Moment(StrEnum):
+    """When a process is killed."""
+
+    RANDOM = "at a random moment"
+    BEFORE_WRITE = "before a write"
+    AFTER_WRITE = "between a write and the settlement"
+    FULFILMENT = "during the fulfilment call"
+    OUTBOX = "in the outbox publisher, between send and mark"
+
+
+@dataclass
+class Slot:
+    """One competing host's place: its proxies, its settings, and the host running there."""
+
+    index: int
+    cosmos: FaultProxy
+    fulfilment: FaultProxy
+    settings: Path
+    host: HostProcess | None = None
+
+
+@dataclass
+class Armed:
+    moment: Moment
+    worker_only: bool
+    until: float
+
+
+@dataclass
+class Chaos:
+    """The fault plan of one run, from its seed, and what it did."""
+
+    stack: Stack
+    seed: int
+    app_dir: Path
+    slots: list[Slot] = field(default_factory=list)
+    kills: Counter[str] = field(default_factory=Counter)
+    _armed: Armed | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start_hosts(self, count: int) -> None:
+        """Give each of ``count`` slots its proxies and settings, and start its host."""
+        cosmos_url, fulfilment_url = self.stack.cosmos.endpoint, self.stack.fulfilment.url
+        for index in range(count):
+            cosmos = FaultProxy(cosmos_url, random_faults=RandomFaults(self.seed * 1000 + index, COSMOS_RATES),
+                                delay_seconds=COSMOS_DELAY_SECONDS, tap=self._cosmos_tap(index))
+            fulfilment = FaultProxy(fulfilment_url, random_faults=RandomFaults(self.seed * 1000 + 500 + index,
+                                                                               FULFILMENT_RATES),
+                                    delay_seconds=FULFILMENT_READ_TIMEOUT_SECONDS + 1,
+                                    tap=self._fulfilment_tap(index))
+            cosmos.__enter__()
+            fulfilment.__enter__()
+            values = {**self.stack.values, "COSMOS_ENDPOINT": cosmos.url, "FULFILLMENT_URL": fulfilment.url,
+                      "CosmosDBConnection": f"AccountEndpoint={cosmos.url}/;AccountKey={self.stack.cosmos.key};",
+                      "FULFILLMENT_READ_TIMEOUT_SECONDS": str(FULFILMENT_READ_TIMEOUT_SECONDS),
+                      "AzureFunctionsJobHost__extensions__serviceBus__maxAutoLockRenewalDuration": "00:00:00"}
+            self.slots.append(Slot(index, cosmos, fulfilment, settings_file(values)))
+        for slot in self.slots:
+            slot.host = self.stack.start_host(slot.settings, self.app_dir)
+
+    def start(self) -> None:
+        """Start killing, in the background, until ``stop``."""
+        self._thread = threading.Thread(target=self._kill_loop, name="chaos-killer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop killing, and bring every slot's host back; the proxies keep failing requests at random."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            self._give_up_armed()
+        self._replace_dead()
+
+    def close(self) -> None:
+        """Stop the proxies (the hosts are the stack's to stop)."""
+        for slot in self.slots:
+            slot.cosmos.__exit__()
+            slot.fulfilment.__exit__()
+
+    def faults(self) -> dict[str, int]:
+        """Faults injected so far, by where and kind."""
+        counts: Counter[str] = Counter()
+        for slot in self.slots:
+            counts.update({f"cosmos {kind}": n for kind, n in slot.cosmos.counts.items()})
+            counts.update({f"fulfilment {kind}": n for kind, n in slot.fulfilment.counts.items()})
+        counts.update({f"kill {what}": n for what, n in self.kills.items()})
+        return dict(sorted(counts.items()))
+
+    def _kill_loop(self) -> None:
+        rng = random.Random(self.seed)  # noqa: S311 - a reproducible fault plan
+        while not self._stop.wait(rng.expovariate(1 / KILL_EVERY_SECONDS)):
+            self._replace_dead()
+            moment = rng.choice(list(Moment))
+            worker_only = rng.random() < 0.5
+            with self._lock:
+                self._give_up_armed()
+                if self._armed is not None:
+                    continue  # a chosen moment is still awaited
+                if moment is Moment.RANDOM:
+                    live = [s for s in self.slots if s.host is not None and s.host.process.poll() is None]
+                    if live:
+                        self._kill(rng.choice(live), moment, worker_only)
+                else:
+                    self._armed = Armed(moment, worker_only, time.monotonic() + ARMED_FOR_SECONDS)
+
+    def _give_up_armed(self) -> None:
+        if self._armed is not None and (self._stop.is_set() or time.monotonic() > self._armed.until):
+            self.kills[f"missed: {self._armed.moment}"] += 1
+            self._armed = None
+
+    def _kill(self, slot: Slot, moment: Moment, worker_only: bool) -> None:
+        if slot.host is None or slot.host.process.poll() is not None:
+            return
+        sigkill(slot.host, worker_only=worker_only)
+        what = f"{'worker' if worker_only else 'host'} {moment}"
+        self.kills[what] += 1
+        print(f"chaos: killed the {what.replace(' ', f' of slot {slot.index} ', 1)}", flush=True)
+
+    def _take(self, index: int, moment: Moment) -> bool:
+        """Kill slot ``index``'s process if ``moment`` is armed; whether it was."""
+        with self._lock:
+            if self._armed is None or self._armed.moment is not moment or self._stop.is_set():
+                return False
+            armed, self._armed = self._armed, None
+            self._kill(self.slots[index], moment, armed.worker_only)
+            return True
+
+    def _replace_dead(self) -> None:
+        for slot in self.slots:
+            if slot.host is not None and slot.host.process.poll() is not None:
+                slot.host.process.wait()
+                self.stack.hosts.remove(slot.host)
+                self.stack.retired.append(slot.host)
+                slot.host = self.stack.start_host(slot.settings, self.app_dir)
+
+    def _cosmos_tap(self, index: int) -> Tap:
+        def tap(method: str, path: str, headers: Mapping[str, str], body: bytes, status: int | None) -> bool:
+            if method != "POST" or str(headers.get(_BATCH, "")).lower() != "true":
+                return False
+            if _OUTBOX_MARK.search(body):
+                return status is None and self._take(index, Moment.OUTBOX)
+            return self._take(index, Moment.BEFORE_WRITE if status is None else Moment.AFTER_WRITE)
+        return tap
+
+    def _fulfilment_tap(self, index: int) -> Tap:
+        def tap(method: str, path: str, headers: Mapping[str, str], body: bytes, status: int | None) -> bool:
+            return status is not None and self._take(index, Moment.FULFILMENT)
+        return tap
+

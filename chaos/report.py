@@ -1,0 +1,83 @@
+"""The chaos run's table: the demo's outside-in invariants, plus the faults injected and what they cost.
+
+Kept as ``chaos.json`` and ``chaos.md`` in the results folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from demo import report as demo_report
+from demo.scenario import Scenario
+
+_RELEASED = re.compile(r"released versions \[([\d, ]+)\]")
+_HOST_FAILED = re.compile(r"devservers\.host process_\w+ messageId=\S+ outcome=Failed")
+
+
+@dataclass
+class Run:
+    """What the driver knows beyond what it observed: the options, the faults, the replay command."""
+
+    seed: int
+    hosts: int
+    hosts_started: int
+    faults: dict[str, int]
+    replay: str
+    planted: str | None = None
+
+
+def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_report.Report:
+    """The demo's figures and invariants, then the chaos figures, and one more invariant: no outcome
+    ``error`` (an exception the handlers did not expect, which the README calls a bug)."""
+    result = demo_report.build(scenario, seen)
+    outcomes: dict[str, int] = result.figures["outcomes"]
+    by_kind = Counter({k: v for k, v in run.faults.items() if not k.startswith("kill missed")})
+    result.figures.update({
+        "seed": run.seed, "hosts": run.hosts, "hosts started": run.hosts_started, "planted bug": run.planted,
+        "faults": run.faults, "faults injected": sum(by_kind.values()),
+        "invocations failed (lock lost, worker killed)": len(_HOST_FAILED.findall(seen.logs)),
+        "parked events released": sum(len(m.split(",")) for m in _RELEASED.findall(seen.logs)),
+        "replay": run.replay,
+    })
+    if outcomes.get("error"):
+        result.violations.append(f"{outcomes['error']} deliveries ended with outcome error (an unexpected exception)")
+    return result
+
+
+def table(result: demo_report.Report) -> str:
+    """The table as Markdown."""
+    f = result.figures
+    rows = [
+        ("messages sent / deliveries", f"{f['messages sent']} / {f['deliveries']}"),
+        ("competing hosts (started in all)", f"{f['hosts']} ({f['hosts started']})"),
+        ("orders sent / written", f"{f['orders']} / {f['orders written']}"),
+        ("faults injected", str(f["faults injected"])),
+        *[(f"&nbsp;&nbsp;{kind}", str(n)) for kind, n in f["faults"].items()],
+        ("invocations failed (lock lost, worker killed)", str(f["invocations failed (lock lost, worker killed)"])),
+        ("duplicates absorbed by the broker", str(f["duplicates absorbed by the broker"])),
+        ("duplicates absorbed by the consumer", str(f["duplicates absorbed by the consumer"])),
+        *[(f"dead letters {reason}", f"{count} (planned {f['dead letters planned'].get(reason, 0)})")
+          for reason, count in sorted({**f["dead letters planned"], **f["dead letters"]}.items())],
+        ("events parked first / parked events released", f"{f['events parked']} / {f['parked events released']}"),
+        ("reservations / OrderAccepted", f"{f['reservations']} / {f['OrderAccepted']}"),
+        ("invariant violations", str(len(result.violations))),
+        ("elapsed", f"{f['seconds']} s"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"| {'':{width}} | result |", f"| {'-' * width} | ------ |"]
+    lines += [f"| {label:{width}} | {value} |" for label, value in rows]
+    return "\n".join(lines)
+
+
+def write(result: demo_report.Report, results: Path) -> None:
+    """chaos.json (every figure and violation) and chaos.md (the table, then the violations)."""
+    results.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Any] = {**result.figures, "violations": result.violations}
+    (results / "chaos.json").write_text(json.dumps(figures, indent=2))
+    violations = "".join(f"- {v}\n" for v in result.violations)
+    (results / "chaos.md").write_text(f"{table(result)}\n\n{violations}")

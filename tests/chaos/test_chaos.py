@@ -1,0 +1,73 @@
+"""The chaos suite's smoke runs (part of the test command): the real stack under faults keeps every
+invariant, and the same run over an app with a planted bug fails, naming the broken invariant and the
+command that replays it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaos.faults import Moment
+from tests.devservers.helptext import REPO_ROOT, options_without_help, run_module
+from tests.host.conftest import NEEDS_313, WHOLE_STACK
+
+SMOKE = ("--orders", "80", "--rate", "6", "--hosts", "4")
+
+
+def _chaos(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaos", *SMOKE, "--results", str(results), *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+@NEEDS_313
+@WHOLE_STACK
+@pytest.mark.timeout(900)
+def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp_path: Path) -> None:
+    run = _chaos(tmp_path, "--seed", "4")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+    figures = json.loads((tmp_path / "chaos.json").read_text())
+    assert figures["violations"] == []
+    assert (figures["orders written"], figures["reservations"], figures["OrderAccepted"]) == (80, 80, 80)
+    faults = figures["faults"]
+    for kind in ("throttle", "unavailable", "reset", "delay", "lose_response"):
+        assert faults.get(f"cosmos {kind}", 0) > 0, kind
+    for kind in ("unavailable", "delay", "lose_response"):
+        assert faults.get(f"fulfilment {kind}", 0) > 0, kind
+    kills = sum(n for what, n in faults.items() if what.startswith(("kill host", "kill worker")))
+    assert kills >= 3 and figures["hosts started"] >= 4
+    assert figures["duplicates absorbed by the broker"] > 0 and figures["duplicates absorbed by the consumer"] > 0
+    table = (tmp_path / "chaos.md").read_text()
+    assert "| invariant violations" in table and "| 0 |" in table
+
+
+@NEEDS_313
+@WHOLE_STACK
+@pytest.mark.timeout(900)
+def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_command(tmp_path: Path) -> None:
+    run = _chaos(tmp_path, "--seed", "3", "--plant", "fresh-reservation-key")
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
+    figures = json.loads((tmp_path / "chaos.json").read_text())
+    assert any(v.endswith(" reservations") and not v.endswith(": 1 reservations") for v in figures["violations"])
+    replay = "python -m chaos --orders 80 --hosts 4 --seed 3 --rate 6 --plant fresh-reservation-key"
+    assert f"with seed 3; replay: {replay}" in run.stdout and figures["replay"] == replay
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--hosts", "1"], "--hosts at least 2"),
+    (["--plant", "nonsense"], "invalid choice: 'nonsense'"),
+    (["--rate", "0"], "--rate above 0"),
+])
+def test_bad_usage_is_one_line_and_exit_status_2(arguments: list[str], message: str) -> None:
+    run = run_module("chaos", *arguments)
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_the_help_names_every_option_and_every_moment_of_a_kill() -> None:
+    run = run_module("chaos", "--help")
+    assert run.returncode == 0 and not options_without_help(run.stdout)
+    assert "fresh-reservation-key" in run.stdout
+    assert all(moment.value in (REPO_ROOT / "README.md").read_text() for moment in Moment)
