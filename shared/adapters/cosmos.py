@@ -131,10 +131,11 @@ def filter_predicate(condition: Mapping[str, Any]) -> str:
     return "from c where " + " AND ".join(clauses)
 
 
-def make_client(settings: Settings) -> CosmosClient:
+def make_client(settings: Settings, transport: Any = None) -> CosmosClient:
     """Create a CosmosClient: key auth for local emulators, managed identity otherwise.
 
     The constructor reads the account, so it connects: call it lazily, never at import time.
+    ``transport`` replaces the SDK's HTTP transport (the benchmarks count requests with one).
     """
     endpoint: str = settings.need("cosmos_endpoint")
     options: dict[str, Any] = dict(
@@ -143,6 +144,8 @@ def make_client(settings: Settings) -> CosmosClient:
         retry_throttle_backoff_max=THROTTLE_MAX_WAIT_SECONDS, retry_total=CONNECTION_RETRIES,
         retry_connect=CONNECTION_RETRIES, retry_read=CONNECTION_RETRIES,
     )
+    if transport is not None:
+        options["transport"] = transport
     if endpoint.startswith("http://"):
         # Local servers over plain HTTP have one region; discovery would ask for a TLS endpoint.
         options["enable_endpoint_discovery"] = False

@@ -200,6 +200,9 @@ class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
     attempt: int
     lease_until: float
     message_sequence: int | None = None
+    # The claiming message's requestHash, so that a copy's one read tells both whether it is the same
+    # content and the effect's state. None on records claimed before it was kept.
+    request_hash: str | None = None
     response_status: int | None = None
     reference: str | None = None
     reason: str | None = None

@@ -78,7 +78,8 @@ def place_order(message: InboundMessage, services: OrderServices) -> Result:
             dedup_key=(order.order_id,),
             message=message,
             call=lambda key: effect_reply(services.fulfilment.reserve(key, reservation_request(order))),
-            claimed=claim,
+            claimed=claim if created is Outcome.CREATED else None,
+            found=claim if created is Outcome.DUPLICATE else None,
         )
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
@@ -88,10 +89,14 @@ def place_order(message: InboundMessage, services: OrderServices) -> Result:
 def _create(
     order: OrderPlaced, message: InboundMessage, hash_: str, services: OrderServices, effect: SideEffect
 ) -> tuple[Outcome | Result, SideEffectRecord | None]:
-    """CREATED with the written claim, DUPLICATE without one, or a final Result.
+    """CREATED with the written claim, DUPLICATE with the claim as read (or None), or a final Result.
 
-    A pending order at the id means events came first and are parked: the order replaces it, on its
-    etag, in the same batch as its outbox entry and claim, with the parked events it releases.
+    A copy's id is taken: its one read is of the reservation claim, written in the order's batch,
+    which holds both the first content's requestHash and the reservation's state. Only without a
+    claim that names a hash (a pending order at the id, a record from before the hash was kept) does
+    it read the order itself. A pending order means events came first and are parked: the order
+    replaces it, on its etag, in the same batch as its outbox entry and claim, with the parked events
+    it releases.
     """
     settings, store = services.settings, services.store
     placed = OrderDocument.placed(order, message, hash_)
@@ -99,7 +104,7 @@ def _create(
         order, message, consumer=settings.consumer_name, destination=settings.outbox_destination,
         requires_session=settings.outbox_requires_session, now=services.clock(),
     )
-    claim = effect.claim(order.order_id, (order.order_id,), message)
+    claim = effect.claim(order.order_id, (order.order_id,), message, hash_)
     write: list[BatchOperation] = [Create(placed.to_document())]
     for _ in range(MAX_RACES):
         try:
@@ -111,6 +116,9 @@ def _create(
             # The id taken, or (adopting a pending order) it or a parked event changed: read again.
             if not (exc.at(0, AlreadyExists) or isinstance(exc.error, (PreconditionFailed, NotFound))):
                 raise StoreError(f"order {order.order_id}: {exc}") from exc
+            taken = exc.at(0, AlreadyExists)
+        if taken and (found := effect.find(claim)) is not None and found.request_hash is not None:
+            return _compare(order.order_id, found.request_hash, hash_), found
         stored = read_order(store, order.order_id)
         if stored.order is not None or stored.foreign:
             return _compare(order.order_id, stored.order.request_hash if stored.order else None, hash_), None

@@ -78,15 +78,23 @@ class SideEffect:
     lease_seconds: int
     clock: Callable[[], float] = time.time
 
-    def claim(self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage) -> SideEffectRecord:
+    def claim(self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage,
+              request_hash: str | None = None) -> SideEffectRecord:
         """The in_progress record; create it alone, or inside the batch that writes the message's documents."""
         key = idempotency_key(self.consumer, self.name, *dedup_key)
         return SideEffectRecord(
             id=derive_id("side-effect", self.consumer, self.name, *dedup_key, label=self.name), order_id=order_id,
             consumer=self.consumer, effect=self.name, idempotency_key=key, status=EffectStatus.IN_PROGRESS,
             attempt=1, lease_until=self._lease_until(message.locked_until_utc),
-            message_sequence=message.sequence_number,
+            message_sequence=message.sequence_number, request_hash=request_hash,
         )
+
+    def find(self, record: SideEffectRecord) -> SideEffectRecord | None:
+        """The stored record with ``record``'s id, as it is now (one point read); None if there is none."""
+        try:
+            return SideEffectRecord.from_document(self.store.read(record.id, record.order_id))
+        except NotFound:
+            return None
 
     def run(
         self,
@@ -96,9 +104,14 @@ class SideEffect:
         message: InboundMessage,
         call: Callable[[str], EffectReply],
         claimed: SideEffectRecord | None = None,
+        found: SideEffectRecord | None = None,
     ) -> EffectResult:
-        """Claim (unless ``claimed`` is the record already created), call, and finish the record."""
-        record = claimed or self._claim(order_id, dedup_key, message)
+        """Claim (unless ``claimed`` is the record already created), call, and finish the record.
+
+        ``found`` is the record as the caller just read it (a copy's one read after its conflict):
+        finished, it is the verdict; in progress, the takeover rules start from it without reading again.
+        """
+        record = claimed or self._claim(order_id, dedup_key, message, found)
         if isinstance(record, EffectResult):
             return record
         try:
@@ -114,15 +127,17 @@ class SideEffect:
         return self._finish(record, EffectStatus.FAILED, reply, message)
 
     def _claim(
-        self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage
+        self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage, found: SideEffectRecord | None
     ) -> SideEffectRecord | EffectResult:
         record = self.claim(order_id, dedup_key, message)
-        try:
-            return SideEffectRecord.from_document(self.store.create(record.to_document()))
-        except AlreadyExists:
-            pass
+        if found is None:
+            try:
+                return SideEffectRecord.from_document(self.store.create(record.to_document()))
+            except AlreadyExists:
+                pass
         for _ in range(MAX_RACES):
-            current = self._read(record)
+            current = _verdict(found) if found is not None else self._read(record)
+            found = None
             if isinstance(current, EffectResult):
                 return current
             if current.lease_until > self.clock() and not _same_message(current, message):
@@ -164,15 +179,10 @@ class SideEffect:
 
     def _read(self, record: SideEffectRecord) -> SideEffectRecord | EffectResult:
         """The stored record if still in progress; DONE or REJECTED if finished; TRANSIENT if gone."""
-        try:
-            current = SideEffectRecord.from_document(self.store.read(record.id, record.order_id))
-        except NotFound:  # removed under us: the redelivery claims it anew
+        current = self.find(record)
+        if current is None:  # removed under us: the redelivery claims it anew
             return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: record removed under us")
-        if current.status is EffectStatus.COMPLETED:
-            return EffectResult(EffectOutcome.DONE, summary(current))
-        if current.status is EffectStatus.FAILED:
-            return EffectResult(EffectOutcome.REJECTED, summary(current))
-        return current
+        return _verdict(current)
 
     def _release(self, record: SideEffectRecord) -> None:
         """End the lease early after a failed call, so that the redelivery may take over at once."""
@@ -189,6 +199,15 @@ class SideEffect:
     def _lease_until(self, locked_until: datetime | None) -> float:
         cap = self.clock() + self.lease_seconds
         return min(cap, locked_until.timestamp()) if locked_until else cap
+
+
+def _verdict(record: SideEffectRecord) -> SideEffectRecord | EffectResult:
+    """DONE or REJECTED for a finished record; the record itself while it is in progress."""
+    if record.status is EffectStatus.COMPLETED:
+        return EffectResult(EffectOutcome.DONE, summary(record))
+    if record.status is EffectStatus.FAILED:
+        return EffectResult(EffectOutcome.REJECTED, summary(record))
+    return record
 
 
 def _same_message(record: SideEffectRecord, message: InboundMessage) -> bool:

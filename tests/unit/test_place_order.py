@@ -73,6 +73,30 @@ def test_redelivered_order_is_a_duplicate_and_changes_nothing() -> None:
     assert orders(store) == before
 
 
+OTHER_ITEMS = {"items": [{"sku": "SKU-9", "quantity": 1, "unitPrice": "44.98"}]}
+
+
+@pytest.mark.parametrize(("changed", "outcome"), [({}, Outcome.DUPLICATE), (OTHER_ITEMS, Outcome.PAYLOAD_MISMATCH)])
+def test_a_copy_costs_the_failed_batch_and_one_read_of_the_record(changed: dict, outcome: Outcome) -> None:
+    store = InMemoryStore()
+    place_order(inbound(order_body("ord-1")), store)
+    before = store.requests
+    assert place_order(inbound(order_body("ord-1", **changed)), store).outcome is outcome
+    assert store.requests - before == 2
+
+
+def test_a_copy_finding_a_record_without_its_hash_reads_the_order_and_is_still_a_duplicate() -> None:
+    store = InMemoryStore()
+    place_order(inbound(order_body("ord-1")), store)
+    [record] = [d for d in store.documents() if d.get("type") == "side-effect"]
+    del record["requestHash"]  # claimed before the record kept the hash
+    store.execute_batch("ord-1", [Replace(record, None)])
+    result = place_order(inbound(order_body("ord-1")), store)
+    assert result.outcome is Outcome.DUPLICATE
+    other = place_order(inbound(order_body("ord-1", **OTHER_ITEMS)), store)
+    assert other.outcome is Outcome.PAYLOAD_MISMATCH
+
+
 def test_redelivery_with_other_spelling_of_same_content_is_a_duplicate() -> None:
     store = InMemoryStore()
     place_order(inbound(order_body("ord-1")), store)

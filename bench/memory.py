@@ -1,0 +1,69 @@
+"""Peak memory of the project's order path over N new orders, in a fresh process, with two stand-in checks.
+
+    python -m bench.memory --messages 30000
+
+Prints one JSON line: the peak RSS in MB (``ru_maxrss`` of this process; the Cosmos server is a child
+of its own), the median time per message over the first and the last 1,000 (the local server's batch
+must not grow with the container), and the median fulfilment call to the local stand-in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+
+from bench import throughput
+from devservers.cosmos import start_cosmos_server
+from devservers.fulfilment import FulfilmentServer
+from shared.adapters.cosmos import make_client
+from shared.adapters.http import HttpFulfilment
+from shared.adapters.memory import InMemoryFulfilment
+from shared.settings import Settings
+
+FULFILMENT_CALLS = 200
+
+
+def measure(messages: int) -> dict[str, float]:
+    """Run the path over ``messages`` new orders; the figures."""
+    server = start_cosmos_server()
+    try:
+        with FulfilmentServer() as fulfilment:
+            settings = Settings(cosmos_endpoint=server.endpoint, cosmos_key=server.key, cosmos_database="bench",
+                                fulfillment_url=fulfilment.url)
+            client = make_client(settings)
+            database = client.create_database_if_not_exists("bench")
+            container = database.create_container_if_not_exists("memory", partition_key=throughput.PARTITION)
+            handle, installed = throughput.this_project(throughput.NEW, container, settings, InMemoryFulfilment())
+            times: list[float] = []
+            with installed():
+                for unit in throughput.workload(throughput.NEW, messages, seed=7).units:
+                    started = time.perf_counter()
+                    handle(unit[0])
+                    times.append((time.perf_counter() - started) * 1000)
+            calls = HttpFulfilment(fulfilment.url, connect_timeout=3, read_timeout=10)
+            call_times = []
+            for number in range(FULFILMENT_CALLS):
+                started = time.perf_counter()
+                calls.reserve(f"memory-{number}", {"orderId": f"memory-{number}", "items": []})
+                call_times.append((time.perf_counter() - started) * 1000)
+    finally:
+        server.stop()
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"messages": messages, "peak_rss_mb": round(peak_mb, 1),
+            "first_ms": round(statistics.median(times[:1000]), 3),
+            "last_ms": round(statistics.median(times[-1000:]), 3),
+            "fulfilment_ms": round(statistics.median(call_times), 3)}
+
+
+def main() -> None:
+    """Print the figures as one JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=10000, help="new orders to process (default 10000)")
+    print(json.dumps(measure(parser.parse_args().messages)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""What effectively-once costs: the project's processing path against the designs used instead, in one run.
+
+Each *cell* is one strategy on one workload at one concurrency, on a fresh container of the local
+Cosmos server (or ``COSMOS_TEST_ENDPOINT``), through one CosmosClient whose transport counts requests.
+The cells of one workload and concurrency run back to back, in an order that rotates, so that each
+ratio compares runs on the same machine state.
+
+Strategies (``STRATEGIES``):
+
+- ``raw create``: create the business document; a 409 is ignored. No dedup at all: the upper bound.
+- ``this project``: the function's own path, ``consumers.triggers.handle_order`` / ``handle_event``,
+  with an in-memory fulfilment fake; ``this project + stand-in`` calls the local fulfilment stand-in.
+- ``check-then-write``: read the id; create when it is absent. Racy under competing consumers.
+- ``two-phase record``: create an in-progress record, write the business document, mark the record
+  completed (the shape of the Lambda idempotency utility and of inbox tables); a copy finds the record.
+
+Workloads: new orders; 30% duplicates (the copies go after all originals are processed); lifecycle
+events (their orders are placed first, unmeasured; one worker applies one order's events in order).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey
+from azure.cosmos.exceptions import CosmosResourceExistsError, CosmosResourceNotFoundError
+
+from bench.wire import CountingTransport
+from sbctl import generate
+from shared import bootstrap
+from shared.adapters.cosmos import CosmosStore
+from shared.adapters.http import HttpFulfilment
+from shared.adapters.memory import InMemoryFulfilment
+from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Outcome, Result
+from shared.ports.fulfilment import FulfilmentService
+from shared.settings import Settings
+
+NEW, DUPLICATES, EVENTS = "new orders", "30% duplicates", "lifecycle events"
+WORKLOADS = (NEW, DUPLICATES, EVENTS)
+RAW, PROJECT, PROJECT_STANDIN, CHECK_THEN_WRITE, TWO_PHASE = (
+    "raw create", "this project", "this project + stand-in", "check-then-write", "two-phase record")
+DUPLICATE_SHARE = 0.3
+PARTITION = PartitionKey(path="/orderId")
+_FAILED = (Outcome.TRANSIENT, Outcome.ERROR, Outcome.INVALID, Outcome.PAYLOAD_MISMATCH)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a workload, with its business document for the alternatives."""
+
+    inbound: InboundMessage
+    document: dict[str, Any]
+    phase: int = 0  # 1: a copy, sent after every original was processed
+
+
+@dataclass
+class Workload:
+    """The messages of one workload; ``units`` are what one worker takes at a time, in order."""
+
+    name: str
+    units: list[list[Message]]
+    setup: list[Message] = field(default_factory=list)  # placed first, unmeasured (the events' orders)
+
+
+@dataclass
+class Cell:
+    """What one strategy did on one workload at one concurrency."""
+
+    strategy: str
+    workload: str
+    concurrency: int
+    messages: int
+    seconds: float
+    requests: int
+    request_units: float | None
+    latencies_ms: list[float]
+    copies: int = 0
+    copy_requests: int = 0
+
+    @property
+    def per_second(self) -> float:
+        return self.messages / self.seconds if self.seconds else 0.0
+
+    @property
+    def requests_per_message(self) -> float:
+        return self.requests / self.messages if self.messages else 0.0
+
+    @property
+    def requests_per_copy(self) -> float | None:
+        return self.copy_requests / self.copies if self.copies else None
+
+    def percentile(self, pct: int) -> float:
+        if len(self.latencies_ms) < 2:
+            return self.latencies_ms[0] if self.latencies_ms else 0.0
+        return statistics.quantiles(self.latencies_ms, n=100)[pct - 1]
+
+
+def _inbound(message_id: str, body: bytes, sequence: int, session: str | None = None) -> InboundMessage:
+    return InboundMessage(message_id=message_id, body=body, session_id=session, delivery_count=1,
+                          enqueued_time_utc=datetime.now(UTC), sequence_number=sequence,
+                          locked_until_utc=datetime.now(UTC) + timedelta(hours=1))
+
+
+def _order_message(body: dict[str, Any], sequence: int, phase: int = 0) -> Message:
+    return Message(_inbound(body["orderId"], _encode(body), sequence), {**body, "id": body["orderId"]}, phase)
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def workload(name: str, messages: int, seed: int) -> Workload:
+    """``messages`` messages of workload ``name``, reproducible by ``seed``."""
+    rng = random.Random(seed)  # noqa: S311 - benchmark traffic
+    sequence = iter(range(1, 10**9))
+    if name == NEW:
+        return Workload(name, [[_order_message(generate.order(rng), next(sequence))] for _ in range(messages)])
+    if name == DUPLICATES:
+        originals = [generate.order(rng) for _ in range(messages - int(messages * DUPLICATE_SHARE))]
+        copies = [rng.choice(originals) for _ in range(messages - len(originals))]
+        return Workload(name, [[_order_message(b, next(sequence))] for b in originals]
+                        + [[_order_message(b, next(sequence), phase=1)] for b in copies])
+    orders: list[Message] = []
+    units: list[list[Message]] = []
+    while sum(len(u) for u in units) < messages:
+        body = generate.order(rng)
+        orders.append(_order_message(body, next(sequence)))
+        events = generate.order_events(rng, body)
+        units.append([Message(_inbound(e["id"], _encode(e), next(sequence), body["orderId"]),
+                              {**e, "orderId": body["orderId"]}) for e in events])
+    return Workload(name, units, orders)
+
+
+# A strategy handles one message; it returns False when the message was not processed (to be reported).
+Handler = Callable[[Message], bool]
+
+
+def raw_create(container: ContainerProxy) -> Handler:
+    def handle(message: Message) -> bool:
+        with suppress(CosmosResourceExistsError):
+            container.create_item(message.document)
+        return True
+    return handle
+
+
+def check_then_write(container: ContainerProxy) -> Handler:
+    def handle(message: Message) -> bool:
+        doc = message.document
+        try:
+            container.read_item(doc["id"], partition_key=doc["orderId"])
+            return True
+        except CosmosResourceNotFoundError:
+            pass
+        with suppress(CosmosResourceExistsError):
+            container.create_item(doc)
+        return True
+    return handle
+
+
+def two_phase(container: ContainerProxy) -> Handler:
+    """In-progress record, business write, completed record; a copy reads the record (a 409 carries no body)."""
+    def handle(message: Message) -> bool:
+        doc = message.document
+        record = {"id": f"idempotency-{doc['id']}", "orderId": doc["orderId"], "status": "INPROGRESS",
+                  "expiration": time.time() + 3600}
+        try:
+            written = container.create_item(record)
+        except CosmosResourceExistsError:
+            stored = container.read_item(record["id"], partition_key=doc["orderId"])
+            return bool(stored["status"] == "COMPLETED")
+        container.upsert_item(doc)
+        container.replace_item(record["id"], {**record, "status": "COMPLETED"}, etag=written["_etag"],
+                               match_condition=MatchConditions.IfNotModified)
+        return True
+    return handle
+
+
+def this_project(workload_name: str, container: ContainerProxy, settings: Settings,
+                 fulfilment: FulfilmentService) -> tuple[Handler, Callable[[], Any]]:
+    """The function's handler over this container; and the context that installs its services."""
+    from consumers import triggers  # noqa: PLC0415 - reads the settings at import, as the host does
+
+    services = bootstrap.Services(settings, store=CosmosStore(container), fulfilment=fulfilment)
+    handler = triggers.handle_event if workload_name == EVENTS else triggers.handle_order
+
+    def handle(message: Message) -> bool:
+        result: Result = handler(message.inbound)
+        return result.outcome not in _FAILED
+
+    return handle, lambda: bootstrap.use(services)
+
+
+@dataclass
+class Bench:
+    """The client, its counting transport, the settings and the stand-in's URL, shared by every cell."""
+
+    client: CosmosClient
+    transport: CountingTransport
+    settings: Settings
+    database: str
+    fulfilment_url: str | None = None
+    # The local server answers a flat charge of 1 per request: request units are read only from a
+    # configured endpoint (the emulator, a real account).
+    request_units: bool = False
+    failures: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def container(self) -> Iterator[ContainerProxy]:
+        """A fresh container for one cell, deleted afterwards."""
+        database = self.client.get_database_client(self.database)
+        name = f"bench-{uuid.uuid4().hex[:12]}"
+        container = database.create_container(name, partition_key=PARTITION)
+        try:
+            yield container
+        finally:
+            database.delete_container(name)
+
+    def strategies(self, workload_name: str) -> list[str]:
+        """The strategies compared on a workload (the stand-in only on orders, where the call happens)."""
+        full = [PROJECT_STANDIN] if self.fulfilment_url and workload_name != EVENTS else []
+        return [RAW, PROJECT, *full, CHECK_THEN_WRITE, TWO_PHASE]
+
+    def run_cell(self, strategy: str, work: Workload, concurrency: int) -> Cell:
+        """Run one cell on a fresh container and measure it."""
+        with self.container() as container:
+            handle, installed = self._handler(strategy, work.name, container)
+            with installed():
+                for message in work.setup:  # the events' orders, placed by the project's path, unmeasured
+                    self._setup(container, message)
+                return self._measure(strategy, work, concurrency, handle)
+
+    def _handler(self, strategy: str, workload_name: str,
+                 container: ContainerProxy) -> tuple[Handler, Callable[[], Any]]:
+        if strategy in (PROJECT, PROJECT_STANDIN):
+            fulfilment: FulfilmentService = InMemoryFulfilment()
+            if strategy == PROJECT_STANDIN and self.fulfilment_url:
+                fulfilment = HttpFulfilment(self.fulfilment_url, connect_timeout=3, read_timeout=10)
+            return this_project(workload_name, container, self.settings, fulfilment)
+        make = {RAW: raw_create, CHECK_THEN_WRITE: check_then_write, TWO_PHASE: two_phase}[strategy]
+        return make(container), _nothing
+
+    def _setup(self, container: ContainerProxy, message: Message) -> None:
+        from consumers import triggers  # noqa: PLC0415
+
+        with bootstrap.use(bootstrap.Services(self.settings, store=CosmosStore(container),
+                                              fulfilment=InMemoryFulfilment())):
+            triggers.handle_order(message.inbound)
+
+    def _measure(self, strategy: str, work: Workload, concurrency: int, handle: Handler) -> Cell:
+        latencies: list[float] = []
+        failed: list[str] = []
+
+        def run_unit(unit: list[Message]) -> None:
+            for message in unit:
+                started = time.perf_counter()
+                if not handle(message):
+                    failed.append(str(message.inbound.message_id))
+                latencies.append((time.perf_counter() - started) * 1000)
+
+        phases = [[u for u in work.units if u[0].phase == phase] for phase in (0, 1)]
+        requests_before, units_before = self.transport.snapshot()
+        started = time.perf_counter()
+        copy_requests = 0
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(run_unit, phases[0]))
+            between, _ = self.transport.snapshot()
+            list(pool.map(run_unit, phases[1]))
+            copy_requests = self.transport.snapshot()[0] - between
+        seconds = time.perf_counter() - started
+        requests_after, units_after = self.transport.snapshot()
+        if failed:
+            self.failures.append(f"{strategy} on {work.name} at c{concurrency}: {len(failed)} messages not processed")
+        return Cell(strategy, work.name, concurrency, len(latencies), seconds, requests_after - requests_before,
+                    units_after - units_before if self.request_units and self.transport.charged else None,
+                    latencies,
+                    copies=sum(len(u) for u in phases[1]), copy_requests=copy_requests)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def rotated(items: list[str], turn: int) -> list[str]:
+    """``items`` starting at position ``turn`` (so that no strategy always runs first)."""
+    turn %= len(items)
+    return items[turn:] + items[:turn]

@@ -1,0 +1,39 @@
+"""Requests counted on the wire: an azure-core transport that counts what the Cosmos SDK sends.
+
+It sits below the SDK's retry policy, so a retried request counts each time it is sent, and it adds
+up the request charge (``x-ms-request-charge``) where the server reports one (Azure does; the local
+server does not).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from azure.core.pipeline.transport import RequestsTransport
+
+
+class CountingTransport(RequestsTransport):  # type: ignore[misc]  # azure-core is untyped here
+    """RequestsTransport that counts requests and request units."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._counting = threading.Lock()
+        self.requests = 0
+        self.request_units = 0.0
+        self.charged = False  # whether any answer carried a request charge
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        response = super().send(request, **kwargs)
+        charge = response.headers.get("x-ms-request-charge")
+        with self._counting:
+            self.requests += 1
+            if charge is not None:
+                self.charged = True
+                self.request_units += float(charge)
+        return response
+
+    def snapshot(self) -> tuple[int, float]:
+        """(requests, request units) so far."""
+        with self._counting:
+            return self.requests, self.request_units
