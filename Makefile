@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 COSMOS_DIR := devservers/cosmos
 
-.PHONY: test setup lint typecheck pytest run demo chaos cosmos-server servicebus-server checkov simulate clean
+.PHONY: test setup lint typecheck pytest run demo chaos bench cosmos-server servicebus-server checkov simulate clean
 
 test: setup lint typecheck pytest
 
@@ -58,6 +58,11 @@ CHAOS_HOSTS ?= 4
 chaos: setup
 	$(BIN)/python -m chaos --orders $(CHAOS_ORDERS) --rate $(CHAOS_RATE) --hosts $(CHAOS_HOSTS) --seed $(SEED) \
 		$(CHAOS_ARGS)
+
+# What effectively-once costs, against the designs used instead, at the request floor (bench/): every
+# strategy, workload and concurrency in one run, cold start, memory; results/bench/bench.{md,json,png}.
+bench: setup
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # A local Cosmos DB NoSQL server on 127.0.0.1:8081 for workstation runs without the emulator.
 cosmos-server: setup

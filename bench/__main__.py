@@ -20,7 +20,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench import report, throughput
+from bench import aio, proxy, report, throughput
 from bench.wire import CountingTransport
 from devservers.cosmos import start_cosmos_server
 from devservers.fulfilment import FulfilmentServer
@@ -54,7 +54,7 @@ def run(messages: int, concurrency: list[int], seed: int, results: Path, smoke: 
         settings = Settings(cosmos_endpoint=endpoint, cosmos_key=key, fulfillment_url=fulfilment.url,
                             cosmos_verify_tls=os.environ.get("COSMOS_TEST_VERIFY_TLS", "true") != "false",
                             cosmos_database="bench")
-        transport = CountingTransport()
+        transport = CountingTransport(use_env_settings=settings.http_proxy_from_environment)
         client = make_client(settings, transport=transport)
         client.create_database_if_not_exists("bench")
         bench = throughput.Bench(client, transport, settings, "bench", fulfilment.url,
@@ -68,7 +68,9 @@ def run(messages: int, concurrency: list[int], seed: int, results: Path, smoke: 
                     cells.append(bench.run_cell(strategy, work, level))
                     print(f"bench: {report.line(cells[-1])}", flush=True)
                 turn += 1
-        extra = {} if smoke else report.extras(MEMORY_SIZES)
+        extra = {} if smoke else {
+            **report.extras(MEMORY_SIZES), "proxy look-ups": proxy.measure(settings, fulfilment.url, seed),
+            "async": aio.measure(settings, sorted({min(concurrency), max(concurrency)}), seed)}
         floor = report.floor(cells)
     print(report.markdown(cells, floor, extra, endpoint=endpoint, smoke=smoke), flush=True)
     report.write(cells, floor, extra, results, endpoint=endpoint, smoke=smoke)

@@ -126,17 +126,34 @@ def markdown(cells: Sequence[Cell], floors: dict[str, float], extra: dict[str, A
     out += ["", f"Per-request efficiency at c{levels[-1]} (this project's messages/s x requests/message, over raw"
             f" create's messages/s): {efficiency(cells)}.", ""]
     if extra:
-        start = extra["cold start"]
-        out.append(f"Cold start, median of 10 fresh processes: `import function_app` {start['app_s'] * 1000:.0f} ms,"
-                   f" a minimal SDK-type Service Bus app {start['minimal_s'] * 1000:.0f} ms: {start['ratio']:.2f}x.")
-        memory = extra["memory"]
-        out.append("Peak RSS of the project's path (new orders, c1): "
-                   + ", ".join(f"{int(n):,} messages {m['peak_rss_mb']:.1f} MB" for n, m in memory.items()) + ".")
-        sizes = sorted(memory, key=int)
-        out.append(f"The local server's batch, median of the first and last 1,000 of {int(sizes[-1]):,} orders:"
-                   f" {memory[sizes[-1]]['first_ms']:.2f} ms and {memory[sizes[-1]]['last_ms']:.2f} ms per message;"
-                   f" one fulfilment call to the stand-in: {memory[sizes[-1]]['fulfilment_ms']:.2f} ms (median).")
+        out += _extra_lines(extra)
     return "\n".join(out)
+
+
+def _extra_lines(extra: dict[str, Any]) -> list[str]:
+    """Cold start, proxy look-ups, async, memory and the stand-ins, a sentence each."""
+    out: list[str] = []
+    start = extra["cold start"]
+    out.append(f"Cold start, median of 10 fresh processes: `import function_app` {start['app_s'] * 1000:.0f} ms,"
+               f" a minimal SDK-type Service Bus app {start['minimal_s'] * 1000:.0f} ms: {start['ratio']:.2f}x.")
+    memory = extra["memory"]
+    out.append("Peak RSS of the project's path (new orders, c1): "
+               + ", ".join(f"{int(n):,} messages {m['peak_rss_mb']:.1f} MB" for n, m in memory.items()) + ".")
+    if proxy := extra.get("proxy look-ups"):
+        out.append(f"Proxy look-ups per request (the full order path, c1, {proxy['environment variables']}"
+                   f" environment variables): on {proxy['on messages/s']} messages/s, off"
+                   f" {proxy['off messages/s']}: {proxy['off / on']:.2f}x.")
+    if asynchronous := extra.get("async"):
+        out.append("Async against sync, the order path's requests with azure.cosmos.aio tasks against the sync"
+                   " client on threads (bench/aio.py): " + "; ".join(
+                       f"{level}: {f['async messages/s']} against {f['sync messages/s']} messages/s,"
+                       f" {f['async / sync']:.2f}x, p99 {f['p99 async / sync']:.2f}x"
+                       for level, f in asynchronous.items()) + ".")
+    sizes = sorted(memory, key=int)
+    out.append(f"The local server's batch, median of the first and last 1,000 of {int(sizes[-1]):,} orders:"
+               f" {memory[sizes[-1]]['first_ms']:.2f} ms and {memory[sizes[-1]]['last_ms']:.2f} ms per message;"
+               f" one fulfilment call to the stand-in: {memory[sizes[-1]]['fulfilment_ms']:.2f} ms (median).")
+    return out
 
 
 def write(cells: Sequence[Cell], floors: dict[str, float], extra: dict[str, Any], results: Path, *,

@@ -246,7 +246,8 @@ class Bench:
         if strategy in (PROJECT, PROJECT_STANDIN):
             fulfilment: FulfilmentService = InMemoryFulfilment()
             if strategy == PROJECT_STANDIN and self.fulfilment_url:
-                fulfilment = HttpFulfilment(self.fulfilment_url, connect_timeout=3, read_timeout=10)
+                fulfilment = HttpFulfilment(self.fulfilment_url, connect_timeout=3, read_timeout=10,
+                                            proxy_from_environment=self.settings.http_proxy_from_environment)
             return this_project(workload_name, container, self.settings, fulfilment)
         make = {RAW: raw_create, CHECK_THEN_WRITE: check_then_write, TWO_PHASE: two_phase}[strategy]
         return make(container), _nothing

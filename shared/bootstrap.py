@@ -45,6 +45,7 @@ class Services:
             self.fulfilment = self.fulfilment or HttpFulfilment(
                 settings.need("fulfillment_url"), connect_timeout=settings.fulfillment_connect_timeout_seconds,
                 read_timeout=settings.fulfillment_read_timeout_seconds,
+                proxy_from_environment=settings.http_proxy_from_environment,
             )
             return self.fulfilment
 

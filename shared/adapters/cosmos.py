@@ -13,6 +13,7 @@ from itertools import islice
 from typing import Any
 
 from azure.core.exceptions import AzureError, ServiceRequestError, ServiceResponseError
+from azure.core.pipeline.transport import RequestsTransport
 from azure.cosmos import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosClientTimeoutError, CosmosHttpResponseError
 
@@ -90,7 +91,8 @@ def _from_batch(what: str, exc: CosmosBatchOperationError) -> StoreError:
     return BatchFailed(index, error)
 
 
-def _batch_operation(op: BatchOperation) -> tuple[Any, ...]:
+def batch_operation(op: BatchOperation) -> tuple[Any, ...]:
+    """One operation in the SDK's batch form (``execute_item_batch``)."""
     if isinstance(op, Create):
         return ("create", (op.document,))
     if isinstance(op, Patch):
@@ -144,8 +146,8 @@ def make_client(settings: Settings, transport: Any = None) -> CosmosClient:
         retry_throttle_backoff_max=THROTTLE_MAX_WAIT_SECONDS, retry_total=CONNECTION_RETRIES,
         retry_connect=CONNECTION_RETRIES, retry_read=CONNECTION_RETRIES,
     )
-    if transport is not None:
-        options["transport"] = transport
+    # Without a proxy, requests' look-up of proxy settings in os.environ on every request is waste.
+    options["transport"] = transport or RequestsTransport(use_env_settings=settings.http_proxy_from_environment)
     if endpoint.startswith("http://"):
         # Local servers over plain HTTP have one region; discovery would ask for a TLS endpoint.
         options["enable_endpoint_discovery"] = False
@@ -196,6 +198,6 @@ class CosmosStore:
         check_batch(operations)
         with translate_errors(f"batch of {len(operations)} in {partition_key}"):
             results = self._container.execute_item_batch(
-                batch_operations=[_batch_operation(op) for op in operations], partition_key=partition_key
+                batch_operations=[batch_operation(op) for op in operations], partition_key=partition_key
             )
         return [dict(r.get("resourceBody") or {}) for r in results]

@@ -14,10 +14,12 @@ from shared.ports.fulfilment import IDEMPOTENCY_HEADER, RESERVATIONS_PATH, Reply
 class HttpFulfilment:
     """POST {base_url}/reservations; one pooled session per process."""
 
-    def __init__(self, base_url: str, *, connect_timeout: float, read_timeout: float) -> None:
+    def __init__(self, base_url: str, *, connect_timeout: float, read_timeout: float,
+                 proxy_from_environment: bool = False) -> None:
         self._url = base_url.rstrip("/") + RESERVATIONS_PATH
         self._timeout = (connect_timeout, read_timeout)
         self._session = requests.Session()
+        self._session.trust_env = proxy_from_environment  # HTTP_PROXY_FROM_ENVIRONMENT
 
     def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
         """Send the reservation; timeouts and connection errors raise DownstreamUnavailable."""

@@ -1,0 +1,135 @@
+"""Async or sync, decided by measurement: the order path's requests with azure.cosmos.aio against the sync client.
+
+Both prototypes send exactly the project's requests for a new order, built by the project's own
+code (the order, outbox entry and reservation claim in one batch; the in-memory fulfilment fake; the
+record's finish on its etag): the sync one on threads, as the functions run today, the async one
+as asyncio tasks on one event loop, as ``async def`` functions would. What differs is the client
+model, which is the question. Each runs on a fresh container; they alternate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import msgspec
+
+from bench import throughput
+from shared.adapters.cosmos import batch_operation
+from shared.adapters.memory import InMemoryFulfilment
+from shared.domain.documents import EffectStatus, OrderDocument, OutboxEntry, SideEffectRecord
+from shared.domain.orders import parse_order
+from shared.handlers.place_order import RESERVE_STOCK, reservation_request
+from shared.handlers.side_effects import SideEffect
+from shared.ports.store import Create, Replace
+from shared.settings import Settings
+
+ROUNDS = 2
+
+
+def _plan(message: throughput.Message, settings: Settings, fulfilment: InMemoryFulfilment,
+          effect: SideEffect) -> tuple[str, list[tuple[Any, ...]], Callable[[dict[str, Any]], list[tuple[Any, ...]]]]:
+    """The partition, the first batch's operations, and how to make the finish from the claim as written."""
+    inbound = message.inbound
+    order = parse_order(inbound)
+    hash_ = order.request_hash()
+    placed = OrderDocument.placed(order, inbound, hash_)
+    outbox = OutboxEntry.order_accepted(order, inbound, consumer=settings.consumer_name,
+                                        destination=settings.outbox_destination,
+                                        requires_session=settings.outbox_requires_session, now=time.time())
+    claim = effect.claim(order.order_id, (order.order_id,), inbound, hash_)
+    first = [batch_operation(Create(d.to_document())) for d in (placed, outbox, claim)]
+
+    def finish(written: dict[str, Any]) -> list[tuple[Any, ...]]:
+        record = SideEffectRecord.from_document(written)
+        reply = fulfilment.reserve(record.idempotency_key, reservation_request(order))
+        done = msgspec.structs.replace(record, status=EffectStatus.COMPLETED, response_status=reply.status,
+                                       finished_at=time.time())
+        return [batch_operation(Replace(done.to_document(), record.etag))]
+
+    return order.order_id, first, finish
+
+
+def _sync(container: Any, work: list[throughput.Message], concurrency: int, settings: Settings) -> list[float]:
+    fulfilment, effect = InMemoryFulfilment(), SideEffect(None, settings.consumer_name, RESERVE_STOCK, 60)  # type: ignore[arg-type]
+    latencies: list[float] = []
+
+    def one(message: throughput.Message) -> None:
+        started = time.perf_counter()
+        partition, first, finish = _plan(message, settings, fulfilment, effect)
+        written = container.execute_item_batch(batch_operations=first, partition_key=partition)
+        container.execute_item_batch(batch_operations=finish(written[2]["resourceBody"]), partition_key=partition)
+        latencies.append((time.perf_counter() - started) * 1000)
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, work))
+    return latencies
+
+
+async def _async(container: Any, work: list[throughput.Message], concurrency: int, settings: Settings) -> list[float]:
+    fulfilment, effect = InMemoryFulfilment(), SideEffect(None, settings.consumer_name, RESERVE_STOCK, 60)  # type: ignore[arg-type]
+    latencies: list[float] = []
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(message: throughput.Message) -> None:
+        async with gate:
+            started = time.perf_counter()
+            partition, first, finish = _plan(message, settings, fulfilment, effect)
+            written = await container.execute_item_batch(batch_operations=first, partition_key=partition)
+            await container.execute_item_batch(batch_operations=finish(written[2]["resourceBody"]),
+                                               partition_key=partition)
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    await asyncio.gather(*(one(m) for m in work))
+    return latencies
+
+
+def measure(settings: Settings, levels: list[int], seed: int, messages: int = 2000) -> dict[str, Any]:
+    """Per concurrency: median messages/s and p99 of the sync and async prototypes, and their ratios."""
+    from azure.cosmos import CosmosClient  # noqa: PLC0415
+
+    endpoint, key = settings.need("cosmos_endpoint"), settings.cosmos_key or ""
+    options: dict[str, Any] = {"connection_verify": settings.cosmos_verify_tls,
+                               "enable_endpoint_discovery": not endpoint.startswith("http://")}
+    database = CosmosClient(endpoint, credential=key, **options).get_database_client(settings.cosmos_database)
+    found: dict[str, Any] = {}
+    for level in levels:
+        work = [u[0] for u in throughput.workload(throughput.NEW, messages, seed).units]
+        runs: dict[str, list[tuple[float, float]]] = {"sync": [], "async": []}
+        for turn in range(ROUNDS):
+            for kind in (("sync", "async") if turn % 2 == 0 else ("async", "sync")):
+                name = f"aio-{uuid.uuid4().hex[:10]}"
+                database.create_container(name, partition_key=throughput.PARTITION)
+                try:
+                    started = time.perf_counter()
+                    if kind == "sync":
+                        latencies = _sync(database.get_container_client(name), work, level, settings)
+                    else:
+                        latencies = asyncio.run(_run_async(endpoint, key, options, settings, name=name, work=work,
+                                                           level=level))
+                    seconds = time.perf_counter() - started
+                finally:
+                    database.delete_container(name)
+                runs[kind].append((len(work) / seconds, statistics.quantiles(latencies, n=100)[98]))
+        sync_speed = statistics.median(r[0] for r in runs["sync"])
+        async_speed = statistics.median(r[0] for r in runs["async"])
+        sync_p99 = statistics.median(r[1] for r in runs["sync"])
+        async_p99 = statistics.median(r[1] for r in runs["async"])
+        found[f"c{level}"] = {"sync messages/s": round(sync_speed, 1), "async messages/s": round(async_speed, 1),
+                              "async / sync": round(async_speed / sync_speed, 3),
+                              "p99 async / sync": round(async_p99 / sync_p99, 3)}
+    return found
+
+
+async def _run_async(endpoint: str, key: str, options: dict[str, Any], settings: Settings, *, name: str,
+                     work: list[throughput.Message], level: int) -> list[float]:
+    from azure.cosmos.aio import CosmosClient as AsyncCosmosClient  # noqa: PLC0415
+
+    async with AsyncCosmosClient(endpoint, credential=key, **options) as client:
+        container = client.get_database_client(settings.cosmos_database).get_container_client(name)
+        return await _async(container, work, level, settings)
