@@ -156,7 +156,7 @@ def peek(broker: Broker, queue: str, *, dead_letters: bool = False) -> list[Any]
         return list(receiver.peek_messages(max_message_count=100))
 
 
-def eventually(check: Callable[[], Any], timeout: float = 60, what: str = "the condition") -> Any:
+def eventually(check: Callable[[], Any], timeout: float = 30, what: str = "the condition") -> Any:
     """Poll until ``check`` returns something truthy; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
