@@ -29,7 +29,7 @@ from shared.handlers.side_effects import SideEffect
 from shared.ports.store import Create, Replace
 from shared.settings import Settings
 
-ROUNDS = 2
+ROUNDS = 3
 
 
 def _plan(message: throughput.Message, settings: Settings, fulfilment: InMemoryFulfilment,

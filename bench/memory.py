@@ -3,8 +3,9 @@
     python -m bench.memory --messages 30000
 
 Prints one JSON line: the peak RSS in MB (``ru_maxrss`` of this process; the Cosmos server is a child
-of its own), the median time per message over the first and the last 1,000 (the local server's batch
-must not grow with the container), and the median fulfilment call to the local stand-in.
+of its own; the messages are made one at a time and the fulfilment fake keeps nothing), the median
+time per message over the first and the last 1,000 (the local server's batch must not grow with the
+container), and the median fulfilment call to the local stand-in.
 """
 
 from __future__ import annotations
@@ -14,16 +15,26 @@ import json
 import resource
 import statistics
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from bench import throughput
 from devservers.cosmos import start_cosmos_server
 from devservers.fulfilment import FulfilmentServer
 from shared.adapters.cosmos import make_client
 from shared.adapters.http import HttpFulfilment
-from shared.adapters.memory import InMemoryFulfilment
+from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 
 FULFILMENT_CALLS = 200
+
+
+class Reserved:
+    """A fulfilment fake that keeps nothing (the in-memory fake's ledger would grow with the run, and
+    that growth would be the harness's, not the path's)."""
+
+    def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        return Reply(201, {"reservationId": f"res-{idempotency_key[-12:]}"})
 
 
 def measure(messages: int) -> dict[str, float]:
@@ -36,12 +47,12 @@ def measure(messages: int) -> dict[str, float]:
             client = make_client(settings)
             database = client.create_database_if_not_exists("bench")
             container = database.create_container_if_not_exists("memory", partition_key=throughput.PARTITION)
-            handle, installed = throughput.this_project(throughput.NEW, container, settings, InMemoryFulfilment())
+            handle, installed = throughput.this_project(throughput.NEW, container, settings, Reserved())
             times: list[float] = []
             with installed():
-                for unit in throughput.workload(throughput.NEW, messages, seed=7).units:
+                for message in throughput.new_orders(messages, seed=7):
                     started = time.perf_counter()
-                    handle(unit[0])
+                    handle(message)
                     times.append((time.perf_counter() - started) * 1000)
             calls = HttpFulfilment(fulfilment.url, connect_timeout=3, read_timeout=10)
             call_times = []

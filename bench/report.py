@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cold_start
-from bench.throughput import DUPLICATES, EVENTS, NEW, PROJECT, RAW, WORKLOADS, Cell
+from bench.throughput import DUPLICATES, EVENTS, NEW, PROJECT, PROJECT_STANDIN, RAW, WORKLOADS, Cell
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,7 +117,7 @@ def markdown(cells: Sequence[Cell], floors: dict[str, float], extra: dict[str, A
     out += ["**This project's throughput as a ratio of each alternative's**, same run:", "",
             "| against | workload | " + " | ".join(f"c{n}" for n in levels) + " |",
             "| --- | --- | " + " | ".join("---" for _ in levels) + " |"]
-    for other in dict.fromkeys(c.strategy for c in cells if c.strategy != PROJECT):
+    for other in dict.fromkeys(c.strategy for c in cells if c.strategy not in (PROJECT, PROJECT_STANDIN)):
         for workload in WORKLOADS:
             ratios = [_ratio(cells, workload, level, other) for level in levels]
             if any(r is not None for r in ratios):
