@@ -36,3 +36,12 @@ def test_bad_usage_is_one_line_and_exit_status_2() -> None:
 def test_every_option_has_help() -> None:
     run = run_module("bench", "--help")
     assert run.returncode == 0 and not options_without_help(run.stdout)
+
+
+def test_the_memory_run_reports_its_own_peak_not_its_parents() -> None:
+    ballast = b"\x01" * (300 * 1024 * 1024)  # written, so resident: the parent's peak, which ru_maxrss would carry over
+    run = run_module("bench.memory", "--messages", "50")
+    assert run.returncode == 0, run.stderr[-2000:]
+    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    assert figures["messages"] == 50 and 0 < figures["peak_rss_mb"] < 250
+    assert figures["fulfilment_ms"] > 0 and len(ballast) > 0
