@@ -91,12 +91,16 @@ async def _async(container: Any, work: list[throughput.Message], concurrency: in
 
 def measure(settings: Settings, levels: list[int], seed: int, messages: int = 2000) -> dict[str, Any]:
     """Per concurrency: median messages/s and p99 of the sync and async prototypes, and their ratios."""
+    from azure.core.pipeline.transport import RequestsTransport  # noqa: PLC0415
     from azure.cosmos import CosmosClient  # noqa: PLC0415
 
     endpoint, key = settings.need("cosmos_endpoint"), settings.cosmos_key or ""
     options: dict[str, Any] = {"connection_verify": settings.cosmos_verify_tls,
                                "enable_endpoint_discovery": not endpoint.startswith("http://")}
-    database = CosmosClient(endpoint, credential=key, **options).get_database_client(settings.cosmos_database)
+    # As the product runs: no proxy look-up per request (HTTP_PROXY_FROM_ENVIRONMENT off), on both sides.
+    sync_client = CosmosClient(endpoint, credential=key, transport=RequestsTransport(use_env_settings=False),
+                               **options)
+    database = sync_client.get_database_client(settings.cosmos_database)
     found: dict[str, Any] = {}
     for level in levels:
         work = [u[0] for u in throughput.workload(throughput.NEW, messages, seed).units]
@@ -106,13 +110,13 @@ def measure(settings: Settings, levels: list[int], seed: int, messages: int = 20
                 name = f"aio-{uuid.uuid4().hex[:10]}"
                 database.create_container(name, partition_key=throughput.PARTITION)
                 try:
-                    started = time.perf_counter()
                     if kind == "sync":
+                        started = time.perf_counter()
                         latencies = _sync(database.get_container_client(name), work, level, settings)
+                        seconds = time.perf_counter() - started
                     else:
-                        latencies = asyncio.run(_run_async(endpoint, key, options, settings, name=name, work=work,
-                                                           level=level))
-                    seconds = time.perf_counter() - started
+                        latencies, seconds = asyncio.run(_run_async(endpoint, key, options, settings, name=name,
+                                                                    work=work, level=level))
                 finally:
                     database.delete_container(name)
                 runs[kind].append((len(work) / seconds, statistics.quantiles(latencies, n=100)[98]))
@@ -127,9 +131,15 @@ def measure(settings: Settings, levels: list[int], seed: int, messages: int = 20
 
 
 async def _run_async(endpoint: str, key: str, options: dict[str, Any], settings: Settings, *, name: str,
-                     work: list[throughput.Message], level: int) -> list[float]:
+                     work: list[throughput.Message], level: int) -> tuple[list[float], float]:
+    """Latencies and seconds; the timer starts once the client has connected, as the sync one has."""
+    from azure.core.pipeline.transport import AioHttpTransport  # noqa: PLC0415
     from azure.cosmos.aio import CosmosClient as AsyncCosmosClient  # noqa: PLC0415
 
-    async with AsyncCosmosClient(endpoint, credential=key, **options) as client:
+    async with AsyncCosmosClient(endpoint, credential=key, transport=AioHttpTransport(use_env_settings=False),
+                                 **options) as client:
         container = client.get_database_client(settings.cosmos_database).get_container_client(name)
-        return await _async(container, work, level, settings)
+        await container.read()  # connected and warm before the timer, like the sync client
+        started = time.perf_counter()
+        latencies = await _async(container, work, level, settings)
+        return latencies, time.perf_counter() - started

@@ -24,10 +24,11 @@ class CountingTransport(RequestsTransport):  # type: ignore[misc]  # azure-core 
         self.charged = False  # whether any answer carried a request charge
 
     def send(self, request: Any, **kwargs: Any) -> Any:
+        with self._counting:
+            self.requests += 1  # before the send: one that fails in transit was still sent
         response = super().send(request, **kwargs)
         charge = response.headers.get("x-ms-request-charge")
         with self._counting:
-            self.requests += 1
             if charge is not None:
                 self.charged = True
                 self.request_units += float(charge)

@@ -76,7 +76,7 @@ def run(options: Options) -> int:
             seen = observe.observed(stack, client, sent_at, elapsed)
         replay = replay_command(orders, hosts, seed, rate, plant)
         result = report.build(scenario, seen, report.Run(seed, hosts, len(stack.retired), chaos.faults(), replay,
-                                                         plant))
+                                                         plant, chaos.failure))
     finally:
         chaos.close()
         stack.stop()

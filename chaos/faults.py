@@ -78,6 +78,7 @@ class Chaos:
     app_dir: Path
     slots: list[Slot] = field(default_factory=list)
     kills: Counter[str] = field(default_factory=Counter)
+    failure: str | None = None  # why the killer stopped early, if it did: the run then fails
     _armed: Armed | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -133,6 +134,13 @@ class Chaos:
         return dict(sorted(counts.items()))
 
     def _kill_loop(self) -> None:
+        try:
+            self._kill_until_stopped()
+        except Exception as exc:
+            self.failure = f"the killer stopped early: {type(exc).__name__}: {exc}"
+            print(f"chaos: {self.failure}", flush=True)
+
+    def _kill_until_stopped(self) -> None:
         rng = random.Random(self.seed)  # noqa: S311 - a reproducible fault plan
         while not self._stop.wait(rng.expovariate(1 / KILL_EVERY_SECONDS)):
             self._replace_dead()
@@ -158,6 +166,8 @@ class Chaos:
         if slot.host is None or slot.host.process.poll() is not None:
             return
         sigkill(slot.host, worker_only=worker_only)
+        if not worker_only:
+            slot.host.process.wait(10)  # reaped, so that the slot is seen empty and refilled
         what = f"{'worker' if worker_only else 'host'} {moment}"
         self.kills[what] += 1
         print(f"chaos: killed the {what.replace(' ', f' of slot {slot.index} ', 1)}", flush=True)

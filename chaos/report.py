@@ -29,6 +29,7 @@ class Run:
     faults: dict[str, int]
     replay: str
     planted: str | None = None
+    failure: str | None = None  # the chaos itself went wrong (the killer stopped early)
 
 
 def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_report.Report:
@@ -46,6 +47,10 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
         "parked events released": len(set(_PARKED.findall(seen.logs))),
         "replay": run.replay,
     })
+    if run.failure:
+        result.violations.append(run.failure)
+    if not any(k.startswith(("kill host", "kill worker")) for k in run.faults):
+        result.violations.append("no process was killed: the run proves nothing about crashes")
     if outcomes.get("error"):
         result.violations.append(f"{outcomes['error']} deliveries ended with outcome error (an unexpected exception)")
     return result

@@ -59,10 +59,11 @@ def settings_file(values: dict[str, str]) -> Path:
 def sigkill(host: HostProcess, *, worker_only: bool) -> None:
     """SIGKILL the host's worker, and the host too unless ``worker_only`` (its host then restarts it)."""
     pid = host.process.pid
-    try:
-        workers = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        workers = []  # the host is gone already
+    workers = []
+    # Every thread's children: a worker the host restarted is the child of the thread that restarted it.
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):  # the thread or the host is gone already
+            workers += [int(p) for p in children.read_text().split()]
     if not worker_only:
         host.process.kill()  # first, so that it cannot restart the worker
     for worker in workers:

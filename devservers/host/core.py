@@ -125,6 +125,7 @@ class Host:
         self._worker: WorkerProcess | None = None
         self._worker_lock = threading.Lock()
         self._worker_ready = threading.Event()
+        self._stopping = threading.Event()
         self._listeners: list[Listener] = []
         self._timeout = config.function_timeout()
         self.functions: list[Function] = []
@@ -172,18 +173,25 @@ class Host:
             return None
 
     def _restart(self, worker: WorkerProcess, why: str) -> None:
-        """Replace ``worker`` with a new one, as the host does when its language worker dies or hangs."""
+        """Replace ``worker`` with a new one, as the host does when its language worker dies or hangs;
+        a start that fails is tried again until one succeeds or the host stops."""
         with self._worker_lock:
-            if self._worker is not worker:
+            if self._worker is not worker or self._stopping.is_set():
                 return  # already restarted for another invocation, or the host is stopping
             self._worker = None
             self._worker_ready.clear()
         logger.error("%s", why)
         worker.kill()
-        self._start_worker()
+        while not self._stopping.is_set():
+            try:
+                self._start_worker()
+                return
+            except HostError as exc:
+                logger.error("restarting the worker failed (%s); trying again", exc)
 
     def stop(self, grace: float = 30.0) -> None:
         """Stop receiving, let in-flight invocations finish, stop the worker and the server."""
+        self._stopping.set()
         for listener in self._listeners:
             listener.stop()
         with self._worker_lock:

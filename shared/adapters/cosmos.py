@@ -7,6 +7,8 @@ port's conditions and queries are rendered as Cosmos DB SQL here, with values as
 from __future__ import annotations
 
 import json
+import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import islice
@@ -133,6 +135,23 @@ def filter_predicate(condition: Mapping[str, Any]) -> str:
     return "from c where " + " AND ".join(clauses)
 
 
+logger = logging.getLogger("idempotent_consumer.cosmos")
+# What requests reads from the environment per request when HTTP_PROXY_FROM_ENVIRONMENT is true.
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy",
+                   "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+
+
+def ignored_proxy_variables(settings: Settings, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The proxy variables set in the environment that the clients ignore (the setting is off); warned once."""
+    if settings.http_proxy_from_environment:
+        return []
+    found = [name for name in PROXY_VARIABLES if environ.get(name)]
+    if found:
+        logger.warning("%s set, but HTTP_PROXY_FROM_ENVIRONMENT is false: the Cosmos DB and fulfilment clients"
+                       " ignore them; set it to true behind a proxy", ", ".join(found))
+    return found
+
+
 def make_client(settings: Settings, transport: Any = None) -> CosmosClient:
     """Create a CosmosClient: key auth for local emulators, managed identity otherwise.
 
@@ -147,6 +166,7 @@ def make_client(settings: Settings, transport: Any = None) -> CosmosClient:
         retry_connect=CONNECTION_RETRIES, retry_read=CONNECTION_RETRIES,
     )
     # Without a proxy, requests' look-up of proxy settings in os.environ on every request is waste.
+    ignored_proxy_variables(settings)
     options["transport"] = transport or RequestsTransport(use_env_settings=settings.http_proxy_from_environment)
     if endpoint.startswith("http://"):
         # Local servers over plain HTTP have one region; discovery would ask for a TLS endpoint.

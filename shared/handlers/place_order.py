@@ -80,6 +80,7 @@ def place_order(message: InboundMessage, services: OrderServices) -> Result:
             call=lambda key: effect_reply(services.fulfilment.reserve(key, reservation_request(order))),
             claimed=claim if created is Outcome.CREATED else None,
             found=claim if created is Outcome.DUPLICATE else None,
+            request_hash=hash_,
         )
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
@@ -94,9 +95,9 @@ def _create(
     A copy's id is taken: its one read is of the reservation claim, written in the order's batch,
     which holds both the first content's requestHash and the reservation's state. Only without a
     claim that names a hash (a pending order at the id, a record from before the hash was kept) does
-    it read the order itself. A pending order means events came first and are parked: the order
-    replaces it, on its etag, in the same batch as its outbox entry and claim, with the parked events
-    it releases.
+    it read the order too, after that read: one more request on those paths. A pending order means
+    events came first and are parked: the order replaces it, on its etag, in the same batch as its
+    outbox entry and claim, with the parked events it releases.
     """
     settings, store = services.settings, services.store
     placed = OrderDocument.placed(order, message, hash_)

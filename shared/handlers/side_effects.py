@@ -105,13 +105,14 @@ class SideEffect:
         call: Callable[[str], EffectReply],
         claimed: SideEffectRecord | None = None,
         found: SideEffectRecord | None = None,
+        request_hash: str | None = None,
     ) -> EffectResult:
         """Claim (unless ``claimed`` is the record already created), call, and finish the record.
 
         ``found`` is the record as the caller just read it (a copy's one read after its conflict):
         finished, it is the verdict; in progress, the takeover rules start from it without reading again.
         """
-        record = claimed or self._claim(order_id, dedup_key, message, found)
+        record = claimed or self._claim(order_id, dedup_key, message, found, request_hash)
         if isinstance(record, EffectResult):
             return record
         try:
@@ -127,9 +128,10 @@ class SideEffect:
         return self._finish(record, EffectStatus.FAILED, reply, message)
 
     def _claim(
-        self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage, found: SideEffectRecord | None
+        self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage, found: SideEffectRecord | None,
+        request_hash: str | None,
     ) -> SideEffectRecord | EffectResult:
-        record = self.claim(order_id, dedup_key, message)
+        record = self.claim(order_id, dedup_key, message, request_hash)
         if found is None:
             try:
                 return SideEffectRecord.from_document(self.store.create(record.to_document()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from azure.core.exceptions import (
     AzureError,
@@ -20,7 +22,7 @@ from azure.cosmos.exceptions import (
     CosmosResourceNotFoundError,
 )
 
-from shared.adapters.cosmos import translate_errors
+from shared.adapters.cosmos import ignored_proxy_variables, translate_errors
 from shared.errors import (
     AlreadyExists,
     BatchFailed,
@@ -29,6 +31,7 @@ from shared.errors import (
     StoreError,
     TransientStoreError,
 )
+from shared.settings import Settings
 
 
 def translated(error: Exception) -> StoreError:
@@ -103,3 +106,16 @@ def test_failed_batch_operation_maps_to_batch_failed_with_its_index_and_status(i
 @pytest.mark.parametrize("status", [408, 429, 503])
 def test_batch_failing_on_a_transient_status_is_transient(status: int) -> None:
     assert type(translated(batch_error(1, [424, status]))) is TransientStoreError
+
+
+def test_proxy_variables_the_clients_ignore_are_named_in_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    off = Settings(cosmos_endpoint="http://127.0.0.1:1", fulfillment_url="http://x")
+    on = Settings(cosmos_endpoint="http://127.0.0.1:1", fulfillment_url="http://x", http_proxy_from_environment=True)
+    environ = {"HTTPS_PROXY": "http://proxy:3128", "PATH": "/bin"}
+    with caplog.at_level(logging.WARNING):
+        assert ignored_proxy_variables(off, environ) == ["HTTPS_PROXY"]
+        assert ignored_proxy_variables(on, environ) == []
+        assert ignored_proxy_variables(off, {"PATH": "/bin"}) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "HTTPS_PROXY set, but HTTP_PROXY_FROM_ENVIRONMENT is false: the Cosmos DB and fulfilment clients ignore"
+        " them; set it to true behind a proxy"]

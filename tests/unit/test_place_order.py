@@ -15,7 +15,7 @@ from shared.errors import NotFound, StoreError, TransientStoreError
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
 from shared.handlers.side_effects import EffectOutcome, EffectReply, ReplyKind, SideEffect
-from shared.ports.store import BatchOperation, Document, Replace
+from shared.ports.store import BatchOperation, Delete, Document, Replace
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body, rule_path
 
@@ -179,3 +179,16 @@ def test_a_finish_that_finds_its_own_message_took_the_claim_over_finishes_it() -
     assert result.outcome is EffectOutcome.DONE
     stored = SideEffectRecord.from_document(store.read(record_id, "o"))
     assert (stored.status, stored.reference) == (EffectStatus.COMPLETED, "res-1")
+
+
+def test_a_claim_made_again_after_its_record_was_removed_keeps_the_hash() -> None:
+    store = InMemoryStore()
+    place_order(inbound(order_body("ord-1")), store)
+    [record] = [d for d in store.documents() if d.get("type") == "side-effect"]
+    store.execute_batch("ord-1", [Delete(record["id"], None)])
+    assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.DUPLICATE
+    [again] = [d for d in store.documents() if d.get("type") == "side-effect"]
+    assert again["requestHash"] == record["requestHash"]
+    before = store.requests
+    assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.DUPLICATE
+    assert store.requests - before == 2
