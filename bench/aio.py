@@ -21,7 +21,7 @@ import msgspec
 
 from bench import throughput
 from shared.adapters.cosmos import batch_operation
-from shared.adapters.memory import InMemoryFulfilment
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain.documents import EffectStatus, OrderDocument, OutboxEntry, SideEffectRecord
 from shared.domain.orders import parse_order
 from shared.handlers.place_order import RESERVE_STOCK, reservation_request
@@ -55,8 +55,13 @@ def _plan(message: throughput.Message, settings: Settings, fulfilment: InMemoryF
     return order.order_id, first, finish
 
 
+def _claims(settings: Settings) -> SideEffect:
+    """The reservation's side effect, used only to build claims (``claim`` writes nothing to its store)."""
+    return SideEffect(InMemoryStore(), settings.consumer_name, RESERVE_STOCK, 60)
+
+
 def _sync(container: Any, work: list[throughput.Message], concurrency: int, settings: Settings) -> list[float]:
-    fulfilment, effect = InMemoryFulfilment(), SideEffect(None, settings.consumer_name, RESERVE_STOCK, 60)  # type: ignore[arg-type]
+    fulfilment, effect = InMemoryFulfilment(), _claims(settings)
     latencies: list[float] = []
 
     def one(message: throughput.Message) -> None:
@@ -72,7 +77,7 @@ def _sync(container: Any, work: list[throughput.Message], concurrency: int, sett
 
 
 async def _async(container: Any, work: list[throughput.Message], concurrency: int, settings: Settings) -> list[float]:
-    fulfilment, effect = InMemoryFulfilment(), SideEffect(None, settings.consumer_name, RESERVE_STOCK, 60)  # type: ignore[arg-type]
+    fulfilment, effect = InMemoryFulfilment(), _claims(settings)
     latencies: list[float] = []
     gate = asyncio.Semaphore(concurrency)
 
