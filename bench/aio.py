@@ -2,9 +2,10 @@
 
 Both prototypes send exactly the project's requests for a new order, built by the project's own
 code (the order, outbox entry and reservation claim in one batch; the in-memory fulfilment fake; the
-record's finish on its etag): the sync one on threads, as the functions run today, the async one
-as asyncio tasks on one event loop, as ``async def`` functions would. What differs is the client
-model, which is the question. Each runs on a fresh container; they alternate.
+record's finish on its etag): the sync one on threads, as the functions ran before they became
+``async def``, the async one as asyncio tasks on one event loop, as they run now. What differs is the
+client model, which was the question (it decided the switch). Each runs on a fresh container; they
+alternate. The fulfilment fake's rule is applied directly (its ledger), the same for both.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _plan(message: throughput.Message, settings: Settings, fulfilment: InMemoryF
 
     def finish(written: dict[str, Any]) -> list[tuple[Any, ...]]:
         record = SideEffectRecord.from_document(written)
-        reply = fulfilment.reserve(record.idempotency_key, reservation_request(order))
+        reply = fulfilment.ledger.reserve(record.idempotency_key, reservation_request(order))
         done = msgspec.structs.replace(record, status=EffectStatus.COMPLETED, response_status=reply.status,
                                        finished_at=time.time())
         return [batch_operation(Replace(done.to_document(), record.etag))]

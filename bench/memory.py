@@ -11,6 +11,7 @@ container), and the median fulfilment call to the local stand-in.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import time
@@ -33,7 +34,7 @@ class Reserved:
     """A fulfilment fake that keeps nothing (the in-memory fake's ledger would grow with the run, and
     that growth would be the harness's, not the path's)."""
 
-    def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
         return Reply(201, {"reservationId": f"res-{idempotency_key[-12:]}"})
 
 
@@ -53,22 +54,7 @@ def measure(messages: int) -> dict[str, float]:
         with FulfilmentServer() as fulfilment:
             settings = Settings(cosmos_endpoint=server.endpoint, cosmos_key=server.key, cosmos_database="bench",
                                 fulfillment_url=fulfilment.url)
-            client = make_client(settings)
-            database = client.create_database_if_not_exists("bench")
-            container = database.create_container_if_not_exists("memory", partition_key=throughput.PARTITION)
-            handle, installed = throughput.this_project(throughput.NEW, container, settings, Reserved())
-            times: list[float] = []
-            with installed():
-                for message in throughput.new_orders(messages, seed=7):
-                    started = time.perf_counter()
-                    handle(message)
-                    times.append((time.perf_counter() - started) * 1000)
-            calls = HttpFulfilment(fulfilment.url, connect_timeout=3, read_timeout=10)
-            call_times = []
-            for number in range(FULFILMENT_CALLS):
-                started = time.perf_counter()
-                calls.reserve(f"memory-{number}", {"orderId": f"memory-{number}", "items": []})
-                call_times.append((time.perf_counter() - started) * 1000)
+            times, call_times = asyncio.run(_run(settings, messages))
     finally:
         server.stop()
     peak_mb = peak_rss_kb() / 1024
@@ -76,6 +62,30 @@ def measure(messages: int) -> dict[str, float]:
             "first_ms": round(statistics.median(times[:1000]), 3),
             "last_ms": round(statistics.median(times[-1000:]), 3),
             "fulfilment_ms": round(statistics.median(call_times), 3)}
+
+
+async def _run(settings: Settings, messages: int) -> tuple[list[float], list[float]]:
+    """Milliseconds per message of the order path, and per call to the fulfilment stand-in."""
+    async with make_client(settings) as client:
+        database = await client.create_database_if_not_exists("bench")
+        container = await database.create_container_if_not_exists("memory", partition_key=throughput.PARTITION)
+        handle, installed = throughput.this_project(throughput.NEW, container, settings, Reserved())
+        times: list[float] = []
+        with installed():
+            for message in throughput.new_orders(messages, seed=7):
+                started = time.perf_counter()
+                await handle(message)
+                times.append((time.perf_counter() - started) * 1000)
+    calls = HttpFulfilment(settings.need("fulfillment_url"), connect_timeout=3, read_timeout=10)
+    call_times = []
+    try:
+        for number in range(FULFILMENT_CALLS):
+            started = time.perf_counter()
+            await calls.reserve(f"memory-{number}", {"orderId": f"memory-{number}", "items": []})
+            call_times.append((time.perf_counter() - started) * 1000)
+    finally:
+        await calls.close()
+    return times, call_times
 
 
 def main() -> None:

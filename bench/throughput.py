@@ -1,9 +1,10 @@
 """What effectively-once costs: the project's processing path against the designs used instead, in one run.
 
 Each *cell* is one strategy on one workload at one concurrency, on a fresh container of the local
-Cosmos server (or ``COSMOS_TEST_ENDPOINT``), through one CosmosClient whose transport counts requests.
-The cells of one workload and concurrency run back to back, in an order that rotates, so that each
-ratio compares runs on the same machine state.
+Cosmos server (or ``COSMOS_TEST_ENDPOINT``), through one async CosmosClient whose transport counts
+requests. Concurrency N is N asyncio tasks on one event loop, as the Functions worker runs ``async
+def`` functions; every strategy uses the same client. The cells of one workload and concurrency run
+back to back, in an order that rotates, so that each ratio compares runs on the same machine state.
 
 Strategies (``STRATEGIES``):
 
@@ -20,20 +21,21 @@ events (their orders are placed first, unmeasured; one worker applies one order'
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey
+from azure.cosmos import PartitionKey
+from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosResourceExistsError, CosmosResourceNotFoundError
 
 from bench.wire import CountingTransport
@@ -151,59 +153,59 @@ def workload(name: str, messages: int, seed: int) -> Workload:
 
 
 # A strategy handles one message; it returns False when the message was not processed (to be reported).
-Handler = Callable[[Message], bool]
+Handler = Callable[[Message], Awaitable[bool]]
 
 
 def raw_create(container: ContainerProxy) -> Handler:
-    def handle(message: Message) -> bool:
+    async def handle(message: Message) -> bool:
         with suppress(CosmosResourceExistsError):
-            container.create_item(message.document)
+            await container.create_item(message.document)
         return True
     return handle
 
 
 def check_then_write(container: ContainerProxy) -> Handler:
-    def handle(message: Message) -> bool:
+    async def handle(message: Message) -> bool:
         doc = message.document
         try:
-            container.read_item(doc["id"], partition_key=doc["orderId"])
+            await container.read_item(doc["id"], partition_key=doc["orderId"])
             return True
         except CosmosResourceNotFoundError:
             pass
         with suppress(CosmosResourceExistsError):
-            container.create_item(doc)
+            await container.create_item(doc)
         return True
     return handle
 
 
 def two_phase(container: ContainerProxy) -> Handler:
     """In-progress record, business write, completed record; a copy reads the record (a 409 carries no body)."""
-    def handle(message: Message) -> bool:
+    async def handle(message: Message) -> bool:
         doc = message.document
         record = {"id": f"idempotency-{doc['id']}", "orderId": doc["orderId"], "status": "INPROGRESS",
                   "expiration": time.time() + 3600}
         try:
-            written = container.create_item(record)
+            written = await container.create_item(record)
         except CosmosResourceExistsError:
-            stored = container.read_item(record["id"], partition_key=doc["orderId"])
+            stored = await container.read_item(record["id"], partition_key=doc["orderId"])
             return bool(stored["status"] == "COMPLETED")
-        container.upsert_item(doc)
-        container.replace_item(record["id"], {**record, "status": "COMPLETED"}, etag=written["_etag"],
-                               match_condition=MatchConditions.IfNotModified)
+        await container.upsert_item(doc)
+        await container.replace_item(record["id"], {**record, "status": "COMPLETED"}, etag=written["_etag"],
+                                     match_condition=MatchConditions.IfNotModified)
         return True
     return handle
 
 
 def this_project(workload_name: str, container: ContainerProxy, settings: Settings,
-                 fulfilment: FulfilmentService) -> tuple[Handler, Callable[[], Any]]:
+                 fulfilment: FulfilmentService) -> tuple[Handler, Callable[[], AbstractContextManager[Any]]]:
     """The function's handler over this container; and the context that installs its services."""
     from consumers import triggers  # noqa: PLC0415 - reads the settings at import, as the host does
 
     services = bootstrap.Services(settings, store=CosmosStore(container), fulfilment=fulfilment)
     handler = triggers.handle_event if workload_name == EVENTS else triggers.handle_order
 
-    def handle(message: Message) -> bool:
-        result: Result = handler(message.inbound)
+    async def handle(message: Message) -> bool:
+        result: Result = await handler(message.inbound)
         return result.outcome not in _FAILED
 
     return handle, lambda: bootstrap.use(services)
@@ -223,69 +225,80 @@ class Bench:
     request_units: bool = False
     failures: list[str] = field(default_factory=list)
 
-    @contextmanager
-    def container(self) -> Iterator[ContainerProxy]:
+    @asynccontextmanager
+    async def container(self) -> AsyncIterator[ContainerProxy]:
         """A fresh container for one cell, deleted afterwards."""
         database = self.client.get_database_client(self.database)
         name = f"bench-{uuid.uuid4().hex[:12]}"
-        container = database.create_container(name, partition_key=PARTITION)
+        container = await database.create_container(name, partition_key=PARTITION)
         try:
             yield container
         finally:
-            database.delete_container(name)
+            await database.delete_container(name)
 
     def strategies(self, workload_name: str) -> list[str]:
         """The strategies compared on a workload (the stand-in only on orders, where the call happens)."""
         full = [PROJECT_STANDIN] if self.fulfilment_url and workload_name != EVENTS else []
         return [RAW, PROJECT, *full, CHECK_THEN_WRITE, TWO_PHASE]
 
-    def run_cell(self, strategy: str, work: Workload, concurrency: int) -> Cell:
+    async def run_cell(self, strategy: str, work: Workload, concurrency: int) -> Cell:
         """Run one cell on a fresh container and measure it."""
-        with self.container() as container:
-            handle, installed = self._handler(strategy, work.name, container)
-            with installed():
-                for message in work.setup:  # the events' orders, placed by the project's path, unmeasured
-                    self._setup(container, message)
-                return self._measure(strategy, work, concurrency, handle)
+        async with self.container() as container:
+            fulfilment = self._fulfilment(strategy)
+            handle, installed = self._handler(strategy, work.name, container, fulfilment)
+            try:
+                with installed():
+                    for message in work.setup:  # the events' orders, placed by the project's path, unmeasured
+                        await self._setup(container, message)
+                    return await self._measure(strategy, work, concurrency, handle)
+            finally:
+                if isinstance(fulfilment, HttpFulfilment):
+                    await fulfilment.close()
 
-    def _handler(self, strategy: str, workload_name: str,
-                 container: ContainerProxy) -> tuple[Handler, Callable[[], Any]]:
+    def _fulfilment(self, strategy: str) -> FulfilmentService:
+        if strategy == PROJECT_STANDIN and self.fulfilment_url:
+            return HttpFulfilment(self.fulfilment_url, connect_timeout=3, read_timeout=10,
+                                  proxy_from_environment=self.settings.http_proxy_from_environment)
+        return InMemoryFulfilment()
+
+    def _handler(self, strategy: str, workload_name: str, container: ContainerProxy,
+                 fulfilment: FulfilmentService) -> tuple[Handler, Callable[[], AbstractContextManager[Any]]]:
         if strategy in (PROJECT, PROJECT_STANDIN):
-            fulfilment: FulfilmentService = InMemoryFulfilment()
-            if strategy == PROJECT_STANDIN and self.fulfilment_url:
-                fulfilment = HttpFulfilment(self.fulfilment_url, connect_timeout=3, read_timeout=10,
-                                            proxy_from_environment=self.settings.http_proxy_from_environment)
             return this_project(workload_name, container, self.settings, fulfilment)
         make = {RAW: raw_create, CHECK_THEN_WRITE: check_then_write, TWO_PHASE: two_phase}[strategy]
         return make(container), _nothing
 
-    def _setup(self, container: ContainerProxy, message: Message) -> None:
+    async def _setup(self, container: ContainerProxy, message: Message) -> None:
         from consumers import triggers  # noqa: PLC0415
 
         with bootstrap.use(bootstrap.Services(self.settings, store=CosmosStore(container),
                                               fulfilment=InMemoryFulfilment())):
-            triggers.handle_order(message.inbound)
+            await triggers.handle_order(message.inbound)
 
-    def _measure(self, strategy: str, work: Workload, concurrency: int, handle: Handler) -> Cell:
+    async def _measure(self, strategy: str, work: Workload, concurrency: int, handle: Handler) -> Cell:
         latencies: list[float] = []
         failed: list[str] = []
 
-        def run_unit(unit: list[Message]) -> None:
-            for message in unit:
-                started = time.perf_counter()
-                if not handle(message):
-                    failed.append(str(message.inbound.message_id))
-                latencies.append((time.perf_counter() - started) * 1000)
+        async def worker(units: Iterator[list[Message]]) -> None:
+            # Like a thread of a pool: takes the next unit when it is free; a unit's messages in order.
+            for unit in units:
+                for message in unit:
+                    started = time.perf_counter()
+                    if not await handle(message):
+                        failed.append(str(message.inbound.message_id))
+                    latencies.append((time.perf_counter() - started) * 1000)
+
+        async def run_phase(units: list[list[Message]]) -> None:
+            shared = iter(units)
+            await asyncio.gather(*(worker(shared) for _ in range(concurrency)))
 
         phases = [[u for u in work.units if u[0].phase == phase] for phase in (0, 1)]
         requests_before, units_before = self.transport.snapshot()
         started = time.perf_counter()
-        copy_requests = 0
-        with ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(run_unit, phases[0]))
-            between, _ = self.transport.snapshot()
-            list(pool.map(run_unit, phases[1]))
-            copy_requests = self.transport.snapshot()[0] - between
+        await run_phase(phases[0])
+        between, _ = self.transport.snapshot()
+        await run_phase(phases[1])
+        copy_requests = self.transport.snapshot()[0] - between
         seconds = time.perf_counter() - started
         requests_after, units_after = self.transport.snapshot()
         if failed:

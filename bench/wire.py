@@ -1,4 +1,4 @@
-"""Requests counted on the wire: an azure-core transport that counts what the Cosmos SDK sends.
+"""Requests counted on the wire: an azure-core async transport that counts what the Cosmos SDK sends.
 
 It sits below the SDK's retry policy, so a retried request counts each time it is sent, and it adds
 up the request charge (``x-ms-request-charge``) where the server reports one (Azure does; the local
@@ -10,11 +10,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from azure.core.pipeline.transport import RequestsTransport
+from azure.core.pipeline.transport import AioHttpTransport
 
 
-class CountingTransport(RequestsTransport):  # type: ignore[misc]  # azure-core is untyped here
-    """RequestsTransport that counts requests and request units."""
+class CountingTransport(AioHttpTransport):  # type: ignore[misc]  # azure-core is untyped here
+    """AioHttpTransport that counts requests and request units (the product's transport, counted)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -23,10 +23,10 @@ class CountingTransport(RequestsTransport):  # type: ignore[misc]  # azure-core 
         self.request_units = 0.0
         self.charged = False  # whether any answer carried a request charge
 
-    def send(self, request: Any, **kwargs: Any) -> Any:
+    async def send(self, request: Any, **kwargs: Any) -> Any:
         with self._counting:
             self.requests += 1  # before the send: one that fails in transit was still sent
-        response = super().send(request, **kwargs)
+        response = await super().send(request, **kwargs)
         charge = response.headers.get("x-ms-request-charge")
         with self._counting:
             if charge is not None:

@@ -22,8 +22,8 @@ def _fresh_reservation_key() -> None:
 
     original = HttpFulfilment.reserve
 
-    def reserve(self: HttpFulfilment, idempotency_key: str, request: Mapping[str, Any]) -> Any:
-        return original(self, f"{idempotency_key}-{uuid.uuid4().hex[:8]}", request)
+    async def reserve(self: HttpFulfilment, idempotency_key: str, request: Mapping[str, Any]) -> Any:
+        return await original(self, f"{idempotency_key}-{uuid.uuid4().hex[:8]}", request)
 
     HttpFulfilment.reserve = reserve  # type: ignore[method-assign]
 

@@ -1,10 +1,15 @@
-"""Run one delivery: translate, decide, record, settle. Nothing but a failed settlement escapes."""
+"""Run one delivery: translate, decide, record, settle. Nothing but a failed settlement escapes.
+
+The handler is awaited on the worker's event loop. The binding's settlement calls are blocking gRPC
+calls, so they run on a thread, and the loop keeps serving other deliveries meanwhile.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from consumers.binding import to_inbound
@@ -15,15 +20,15 @@ from shared.telemetry import record_delivery
 
 logger = logging.getLogger("idempotent_consumer.delivery")
 
-Handler = Callable[[InboundMessage], Result]
+Handler = Callable[[InboundMessage], Awaitable[Result]]
 
 
 Recorder = Callable[[str, InboundMessage, Result, float], None]
 
 
-def run_delivery(
+async def run_delivery(
     function: str, msg: Any, actions: MessageActions, handler: Handler, *, abandon_delay: float = 0.0,
-    record: Recorder = record_delivery, sleep: Callable[[float], None] = time.sleep,
+    record: Recorder = record_delivery, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Settlement:
     """Process one PeekLock delivery and settle it exactly once.
 
@@ -36,7 +41,7 @@ def run_delivery(
     inbound = InboundMessage(message_id=None, body=None)
     try:
         inbound = to_inbound(msg)
-        result = handler(inbound)
+        result = await handler(inbound)
     except Exception as exc:
         logger.exception(
             "unexpected %s in %s messageId=%s; abandoning for redelivery",
@@ -52,5 +57,5 @@ def run_delivery(
         # Telemetry must never cost a settlement: the delivery is still settled below.
         logger.exception("recording delivery %s messageId=%s failed", function, inbound.message_id)
     if SETTLEMENTS[result.outcome].action is Action.ABANDON:
-        sleep(abandon_wait(abandon_delay, inbound.locked_until_utc, time.time()))
-    return settle(msg, actions, result, message_id=inbound.message_id)
+        await sleep(abandon_wait(abandon_delay, inbound.locked_until_utc, time.time()))
+    return await asyncio.to_thread(settle, msg, actions, result, message_id=inbound.message_id)

@@ -9,10 +9,11 @@ drop sets one aside for good. Neither deletes anything: a dropped event stays, m
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from sbctl.connection import ToolError
 from sbctl.failures import cosmos_failure
@@ -37,21 +38,26 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                        help="the consumer whose parked events to act on (CONSUMER_NAME)")
 
 
-@contextmanager
-def _store(args: argparse.Namespace) -> Iterator[CosmosStore]:
+@asynccontextmanager
+async def _store(args: argparse.Namespace) -> AsyncIterator[CosmosStore]:
     if not args.cosmos_endpoint:
         raise ToolError("give --cosmos-endpoint or set COSMOS_ENDPOINT")
+    store: CosmosStore | None = None
     try:
         settings = Settings(cosmos_endpoint=args.cosmos_endpoint, cosmos_key=args.cosmos_key,
                             cosmos_verify_tls=not args.no_verify_tls, cosmos_database=args.database,
                             cosmos_container=args.container)
-        yield CosmosStore.from_settings(settings)
+        store = CosmosStore.from_settings(settings)
+        yield store
     except ConfigurationError as exc:
         raise ToolError(str(exc)) from None
     except NotFound as exc:
         raise ToolError(str(exc)) from None
     except (StoreError, ValueError) as exc:  # ValueError: a key that is not base64
         raise ToolError(cosmos_failure(args.cosmos_endpoint, exc, key_option="--cosmos-key")) from None
+    finally:
+        if store is not None:
+            await store.close()
 
 
 def table(events: list[ParkedEvent], now: float) -> str:
@@ -65,15 +71,19 @@ def table(events: list[ParkedEvent], now: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Carry out one parked command; 0 done, 3 nothing parked (list)."""
-    with _store(args) as store:
+    return asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> int:
+    async with _store(args) as store:
         if args.parked_command == "list":
-            found = resequencer.find_parked(store, args.consumer, args.order)
+            found = await resequencer.find_parked(store, args.consumer, args.order)
             print(table(found, time.time()))
             return 0 if found else 3
         if args.parked_command == "release":
-            done = resequencer.force_release(store, args.consumer, args.order, args.event)
+            done = await resequencer.force_release(store, args.consumer, args.order, args.event)
             print(f"released versions {done.applied} onto order {args.order}; it is at version {done.order.version}")
             return 0
-        dropped = resequencer.drop(store, args.consumer, args.order, args.event)
+        dropped = await resequencer.drop(store, args.consumer, args.order, args.event)
         print(f"dropped version {dropped.sequence} ({dropped.event_id}) of order {args.order}; kept, marked dropped")
         return 0

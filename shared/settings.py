@@ -90,9 +90,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     fulfillment_read_timeout_seconds: Seconds = setting("FULFILLMENT_READ_TIMEOUT_SECONDS", 10,
                                                         "Read timeout of the fulfilment call.")
     http_proxy_from_environment: bool = setting(
-        "HTTP_PROXY_FROM_ENVIRONMENT", False, "Read `HTTPS_PROXY`, `NO_PROXY`, `REQUESTS_CA_BUNDLE` and `.netrc` from "
-        "the environment on every Cosmos DB and fulfilment request; `true` behind a proxy. Off, it saves a scan of "
-        "the environment per request (see Performance).")
+        "HTTP_PROXY_FROM_ENVIRONMENT", False, "Read `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY` and `.netrc` from the "
+        "environment on every Cosmos DB and fulfilment request (aiohttp's `trust_env`); `true` behind a proxy. Off, "
+        "it saves a scan of the environment per request (see Performance).")
     abandon_delay_seconds: Annotated[float, msgspec.Meta(ge=0)] = setting(
         "ABANDON_DELAY_SECONDS", 10.0, "How long a delivery waits inside its lock before it is abandoned "
         "(`transient`, `error`), so that retries are spread over minutes; capped by the lock.")

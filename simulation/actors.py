@@ -9,7 +9,7 @@ from shared.domain.outcomes import Outcome, Result, abandon_wait
 from shared.errors import NotFound
 from simulation.broker import Delivery, LockLost
 from simulation.faults import SETTLE_FAULTS
-from simulation.scheduler import EPOCH, Crash
+from simulation.scheduler import EPOCH, Crash, drive
 from simulation.workload import Send
 from simulation.world import World
 
@@ -92,7 +92,7 @@ class Consumer:
         world = self.world
         inbound = delivery.inbound(world.clock)
         try:
-            result = world.handlers[delivery.queue.name](inbound)
+            result = drive(world.handlers[delivery.queue.name](inbound))
         except Exception as exc:
             result = Result(Outcome.ERROR, f"unexpected {type(exc).__name__}: {exc}")
             world.errors.append(f"{delivery.message}: {result.description}")
@@ -152,12 +152,12 @@ class Publisher:
             documents = []
             for order_id, doc_id in batch:
                 try:
-                    documents.append(world.store.read(doc_id, order_id))
+                    documents.append(drive(world.store.read(doc_id, order_id)))
                 except NotFound:
                     continue
             world.busy += 1
             try:
-                world.outbox.publish(documents)
+                drive(world.outbox.publish(documents))
             except Crash:
                 for key in batch:
                     world.history.outbox_changes.setdefault(key)
@@ -181,7 +181,7 @@ class Sweeper:
             sched.sleep(SWEEP_PERIOD_SECONDS - world.clock.elapsed() % SWEEP_PERIOD_SECONDS)
             world.busy += 1
             try:
-                world.outbox.sweep(stuck_after_seconds=world.settings.outbox_stuck_after_seconds)
+                drive(world.outbox.sweep(stuck_after_seconds=world.settings.outbox_stuck_after_seconds))
             except Crash:
                 continue
             except Exception as exc:  # the host logs a failed invocation; the timer fires again

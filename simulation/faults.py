@@ -9,7 +9,7 @@ invariants find is the code's doing, not the budget's.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
@@ -86,8 +86,9 @@ class Chaos:
         """Whether the run keeps a trace, so that proxies spend time naming their calls only then."""
         return self._sched.trace_lines is not None
 
-    def through(
-        self, call: str, perform: Callable[[], T], *, refuse: Callable[[str], T], lose: Callable[[str], BaseException]
+    async def through(
+        self, call: str, perform: Callable[[], Awaitable[T]], *, refuse: Callable[[str], T],
+        lose: Callable[[str], BaseException],
     ) -> T:
         """Make one port call under chaos: ``refuse`` answers instead of it (FAIL_BEFORE); ``lose`` is raised
         after it took effect (FAIL_AFTER); errors of the port itself pass through, noted in the trace."""
@@ -95,7 +96,7 @@ class Chaos:
         if fault is Fault.FAIL_BEFORE:
             return refuse(f"{call} failed before it took effect")
         try:
-            result = perform()
+            result = await perform()
         except ConsumerError as exc:
             if self._sched.trace_lines is not None:
                 self._sched.trace(f"  -> {_name(exc)}")

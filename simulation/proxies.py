@@ -86,41 +86,41 @@ class FaultyStore:
         self._chaos = chaos
         self._history = history
 
-    def create(self, document: Document) -> Document:
+    async def create(self, document: Document) -> Document:
         """Create, as the store does; see DocumentStore."""
         call = f"store.create {_kind(document)}" if self._chaos.tracing else "store.create"
-        return self._chaos.through(call, lambda: self._create(document),
+        return await self._chaos.through(call, lambda: self._create(document),
                                    refuse=_store_unavailable, lose=_store_timeout)
 
-    def read(self, doc_id: str, partition_key: str) -> Document:
+    async def read(self, doc_id: str, partition_key: str) -> Document:
         """Read, as the store does; see DocumentStore."""
         call = f"store.read {doc_id[:24]}" if self._chaos.tracing else "store.read"
-        return self._chaos.through(call, lambda: self._store.read(doc_id, partition_key),
+        return await self._chaos.through(call, lambda: self._store.read(doc_id, partition_key),
                                    refuse=_store_unavailable, lose=_store_timeout)
 
-    def query(
+    async def query(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
         before: tuple[str, Any] | None = None, limit: int = 100,
     ) -> list[Document]:
         """Query, as the store does; see DocumentStore."""
-        return self._chaos.through(
+        return await self._chaos.through(
             "store.query", lambda: self._store.query(conditions, partition_key=partition_key, before=before,
                                                      limit=limit),
             refuse=_store_unavailable, lose=_store_timeout)
 
-    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """Execute a transactional batch, as the store does; see DocumentStore."""
         call = f"store.batch {partition_key[:12]} [{_operations(operations)}]" if self._chaos.tracing else "store.batch"
-        return self._chaos.through(call, lambda: self._batch(partition_key, operations),
+        return await self._chaos.through(call, lambda: self._batch(partition_key, operations),
                                    refuse=_store_unavailable, lose=_store_timeout)
 
-    def _create(self, document: Document) -> Document:
-        written = self._store.create(document)
+    async def _create(self, document: Document) -> Document:
+        written = await self._store.create(document)
         self._history.wrote([Create(document)], [written])
         return written
 
-    def _batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
-        written = self._store.execute_batch(partition_key, operations)
+    async def _batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        written = await self._store.execute_batch(partition_key, operations)
         self._history.wrote(operations, written)
         return written
 
@@ -132,10 +132,11 @@ class FaultyFulfilment:
         self._fulfilment = fulfilment
         self._chaos = chaos
 
-    def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
         """Reserve, as the service does; see FulfilmentService."""
-        return self._chaos.through("fulfilment.reserve", lambda: self._fulfilment.reserve(idempotency_key, request),
-                                   refuse=self._refuse, lose=DownstreamUnavailable)
+        return await self._chaos.through(
+            "fulfilment.reserve", lambda: self._fulfilment.reserve(idempotency_key, request),
+            refuse=self._refuse, lose=DownstreamUnavailable)
 
     def _refuse(self, text: str) -> Reply:
         if self._chaos.coin():
@@ -154,8 +155,8 @@ class FaultySender:
         self._sender = sender
         self._chaos = chaos
 
-    def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+    async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
         """Send, as the destination does; see MessageSender."""
         call = f"sender.send {' '.join(m.message_id[-12:] for m in messages)}" if self._chaos.tracing else "sender.send"
-        self._chaos.through(call, lambda: self._sender.send(destination, messages),
+        await self._chaos.through(call, lambda: self._sender.send(destination, messages),
                             refuse=_publish_refused, lose=PublishError)

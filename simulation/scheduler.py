@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from greenlet import greenlet  # type: ignore[import-untyped]  # greenlet ships no type information
+
+T = TypeVar("T")
 
 # 2026-12-01T00:00:00Z: every run starts here, so a trace reads the same whatever day it is replayed.
 EPOCH = 1_796_083_200.0
@@ -36,6 +39,21 @@ class Clock:
     def elapsed(self) -> float:
         """Seconds since the start of the run."""
         return self.now - EPOCH
+
+
+def drive(step: Coroutine[Any, Any, T]) -> T:
+    """Run one of the core's coroutines to its end on the current actor, with no event loop.
+
+    The simulated ports never suspend a coroutine: an actor gives up control by switching greenlets
+    inside a port call, below the coroutine's frames. So one ``send`` runs it through; a coroutine
+    that suspends awaited something outside the simulation, which is a bug of the run's wiring.
+    """
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]  # StopIteration.value is untyped
+    step.close()
+    raise RuntimeError("a simulated port awaited something that suspends; the simulator has no event loop")
 
 
 class Crash(BaseException):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.domain.documents import OutboxEntry
@@ -21,11 +21,11 @@ from shared.settings import Settings
 from simulation.broker import Broker, BrokerMessage, Queue
 from simulation.faults import Chaos, ChaosProfile
 from simulation.proxies import FaultyFulfilment, FaultySender, FaultyStore, History
-from simulation.scheduler import EPOCH, Clock, Scheduler, Signal
+from simulation.scheduler import EPOCH, Clock, Scheduler, Signal, drive
 from simulation.workload import Workload, build_workload
 
-OrderHandler = Callable[[InboundMessage, OrderServices], Result]
-Handler = Callable[[InboundMessage], Result]
+OrderHandler = Callable[[InboundMessage, OrderServices], Coroutine[Any, Any, Result]]
+Handler = Callable[[InboundMessage], Coroutine[Any, Any, Result]]
 T = TypeVar("T")
 
 # duplicateDetectionWindow, on the queues and on order-accepted: Bicep's default PT10M, and a short one
@@ -107,4 +107,4 @@ class World:
     def pending_outbox(self) -> int:
         """How many outbox entries are still pending in the store."""
         conditions, before = OutboxEntry.pending_before(float("inf"))
-        return len(self.store.query(conditions, before=before))
+        return len(drive(self.store.query(conditions, before=before)))

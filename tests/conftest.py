@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from tests.support.metrics import metric_reader
 
-pytest_plugins = ["tests.support.fake_host", "tests.support.cosmos"]
+pytest_plugins = ["tests.support.fake_host", "tests.support.cosmos", "tests.support.aio"]
 
 metric_reader()

@@ -5,7 +5,9 @@ arguments (``--host``, ``--port``, ``--workerId``, ``--requestId``, ``--function
 the Service Bus extension reads the same argv to reach the host's Settlement service), connects to the
 host's EventStream, says StartStream, and hands each message to the runtime's handler, one asyncio task
 per message, as the proxy worker does. Log records become RpcLog messages, tagged with the invocation
-they belong to (the runtime's ``invocation_id_cv``).
+they belong to, found as the proxy worker finds it: first on the running task (an async function runs in
+its invocation's task, and tasks it starts inherit the id; the runtime sets no context variable for it),
+then in the runtime's ``invocation_id_cv`` (set on the pool thread that runs a sync function).
 
     python -m devservers.host.worker --host 127.0.0.1 --port P --workerId W --requestId R ...
 """
@@ -72,6 +74,21 @@ class _RpcLogHandler(logging.Handler):
             self.handleError(record)
 
 
+class InvocationTask(asyncio.Task[Any]):
+    """A task that carries the invocation it works for, inherited from the task that creates it (the proxy
+    worker's ContextEnabledTask)."""
+
+    invocation_id: str | None = None
+
+    def __init__(self, coro: Any, *, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
+        super().__init__(coro, loop=loop, **kwargs)
+        self.invocation_id = getattr(asyncio.current_task(loop), "invocation_id", None)
+
+
+def _invocation_task(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> InvocationTask:
+    return InvocationTask(coro, loop=loop, **kwargs)
+
+
 class Dispatcher:
     """The EventStream client: one task per incoming message, responses queued back to the host."""
 
@@ -89,7 +106,13 @@ class Dispatcher:
         self.loop.call_soon_threadsafe(self.outgoing.put_nowait, message)
 
     def invocation_id(self) -> str | None:
-        """The invocation the current thread works for, if any."""
+        """The invocation the current task (an async function's) or thread (a sync function's) works for, if any."""
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # a thread without a running loop: the pool's, or one the function started
+            task = None
+        if (found := getattr(task, "invocation_id", None)) is not None:
+            return str(found)
         return self.runtime.invocation_id_cv.get() if self.runtime is not None else None
 
     async def _stream(self) -> AsyncIterator[Any]:
@@ -112,6 +135,7 @@ class Dispatcher:
             for noisy in ("uamqp", "azure"):
                 logging.getLogger(noisy).setLevel(logging.WARNING)
             logging.getLogger("azure.functions").setLevel(logging.INFO)
+            self.loop.set_task_factory(_invocation_task)  # every task, the invocations' and theirs, an InvocationTask
             tasks: set[asyncio.Task[None]] = set()
             async for request in protos.FunctionRpcStub(channel).EventStream(self._stream()):
                 task = asyncio.create_task(self._dispatch(request))
@@ -132,6 +156,8 @@ class Dispatcher:
             return
         if kind == "worker_init_request":
             self._load_runtime(request.worker_init_request.function_app_directory)
+        if kind == "invocation_request" and isinstance(task := asyncio.current_task(), InvocationTask):
+            task.invocation_id = request.invocation_request.invocation_id  # logs of an async function find it here
         handler, response_field, echo = _HANDLERS[kind]
         properties = {"protos": protos, "host": self.host} if kind == "worker_init_request" else None
         response = await getattr(self.runtime, handler)(WorkerRequest(kind, request, properties))

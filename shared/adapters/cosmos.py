@@ -1,4 +1,8 @@
-"""The Cosmos DB adapter of the DocumentStore port. The only module that imports azure.cosmos.
+"""The Cosmos DB adapter of the DocumentStore port, over ``azure.cosmos.aio``; the only module that imports
+azure.cosmos.
+
+The functions are ``async def``: measured in ``make bench``, the async client gives about twice the
+sync client's throughput at 32 concurrent deliveries, and 1.4x at one (README "Performance").
 
 Every SDK error is translated in ``translate_errors``; nothing else catches azure exceptions. The
 port's conditions and queries are rendered as Cosmos DB SQL here, with values as parameters.
@@ -11,12 +15,11 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from itertools import islice
 from typing import Any
 
 from azure.core.exceptions import AzureError, ServiceRequestError, ServiceResponseError
-from azure.core.pipeline.transport import RequestsTransport
-from azure.cosmos import ContainerProxy, CosmosClient
+from azure.core.pipeline.transport import AioHttpTransport
+from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosClientTimeoutError, CosmosHttpResponseError
 
 from shared.errors import (
@@ -73,10 +76,10 @@ def _from_status(what: str, status: int | None, sub_status: int | None) -> Store
 
 
 def credential_for(settings: Settings) -> Any:
-    """The account key when one is configured (local emulators only), else DefaultAzureCredential."""
+    """The account key when one is configured (local emulators only), else the async DefaultAzureCredential."""
     if settings.cosmos_key:
         return settings.cosmos_key
-    from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
+    from azure.identity.aio import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
 
     return DefaultAzureCredential()
 
@@ -136,9 +139,8 @@ def filter_predicate(condition: Mapping[str, Any]) -> str:
 
 
 logger = logging.getLogger("idempotent_consumer.cosmos")
-# What requests reads from the environment per request when HTTP_PROXY_FROM_ENVIRONMENT is true.
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy",
-                   "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+# What aiohttp reads from the environment per request when HTTP_PROXY_FROM_ENVIRONMENT is true (trust_env).
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 
 
 def ignored_proxy_variables(settings: Settings, environ: Mapping[str, str] = os.environ) -> list[str]:
@@ -152,11 +154,12 @@ def ignored_proxy_variables(settings: Settings, environ: Mapping[str, str] = os.
     return found
 
 
-def make_client(settings: Settings, transport: Any = None) -> CosmosClient:
-    """Create a CosmosClient: key auth for local emulators, managed identity otherwise.
+def make_client(settings: Settings, transport: Any = None, credential: Any = None) -> CosmosClient:
+    """Create an async CosmosClient: key auth for local emulators, managed identity otherwise.
 
-    The constructor reads the account, so it connects: call it lazily, never at import time.
+    Call it inside the event loop that will use it (the worker's); it connects on its first request.
     ``transport`` replaces the SDK's HTTP transport (the benchmarks count requests with one).
+    ``credential`` is ``credential_for(settings)`` made by a caller that closes it (the client does not).
     """
     endpoint: str = settings.need("cosmos_endpoint")
     options: dict[str, Any] = dict(
@@ -165,59 +168,74 @@ def make_client(settings: Settings, transport: Any = None) -> CosmosClient:
         retry_throttle_backoff_max=THROTTLE_MAX_WAIT_SECONDS, retry_total=CONNECTION_RETRIES,
         retry_connect=CONNECTION_RETRIES, retry_read=CONNECTION_RETRIES,
     )
-    # Without a proxy, requests' look-up of proxy settings in os.environ on every request is waste.
+    # Without a proxy, aiohttp's look-up of proxy settings in os.environ on every request is waste.
     ignored_proxy_variables(settings)
-    options["transport"] = transport or RequestsTransport(use_env_settings=settings.http_proxy_from_environment)
+    options["transport"] = transport or AioHttpTransport(use_env_settings=settings.http_proxy_from_environment)
     if endpoint.startswith("http://"):
         # Local servers over plain HTTP have one region; discovery would ask for a TLS endpoint.
         options["enable_endpoint_discovery"] = False
     with translate_errors("connect to Cosmos DB"):
-        return CosmosClient(endpoint, credential=credential_for(settings), **options)
+        return CosmosClient(endpoint, credential=credential or credential_for(settings), **options)
 
 
 class CosmosStore:
     """DocumentStore over one Cosmos DB container."""
 
-    def __init__(self, container: ContainerProxy) -> None:
+    def __init__(self, container: ContainerProxy, owned: Sequence[Any] = ()) -> None:
         self._container = container
+        self._owned = list(owned)  # the client and credential this store made, closed by ``close``
 
     @classmethod
     def from_settings(cls, settings: Settings, client: CosmosClient | None = None) -> CosmosStore:
         """Bind to the configured container; connects on first use, never at construction."""
-        client = client or make_client(settings)
+        owned: list[Any] = []
+        if client is None:
+            credential = credential_for(settings)
+            client = make_client(settings, credential=credential)
+            owned = [client] + ([] if isinstance(credential, str) else [credential])
         container = client.get_database_client(settings.cosmos_database).get_container_client(
             settings.cosmos_container
         )
-        return cls(container)
+        return cls(container, owned)
 
-    def create(self, document: Document) -> Document:
+    async def close(self) -> None:
+        """Close what this store made: the client (its HTTP session), then a managed-identity credential
+        (the client leaves it open). A client handed in is its owner's to close."""
+        owned, self._owned = self._owned, []
+        for resource in owned:
+            await resource.close()
+
+    async def create(self, document: Document) -> Document:
         """Create the document; a taken id raises AlreadyExists."""
         with translate_errors(f"create {document.get('id')}"):
-            return dict(self._container.create_item(body=document))
+            return dict(await self._container.create_item(body=document))
 
-    def read(self, doc_id: str, partition_key: str) -> Document:
+    async def read(self, doc_id: str, partition_key: str) -> Document:
         """Point-read a document; a missing one raises NotFound."""
         with translate_errors(f"read {doc_id}"):
-            return dict(self._container.read_item(item=doc_id, partition_key=partition_key))
+            return dict(await self._container.read_item(item=doc_id, partition_key=partition_key))
 
-    def query(
+    async def query(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
         before: tuple[str, Any] | None = None, limit: int = 100,
     ) -> list[Document]:
         """A query with parameters, in one partition or across all, reading at most ``limit`` documents."""
         sql, parameters = query_text(conditions, before)
-        scope: dict[str, Any] = (
-            {"partition_key": partition_key} if partition_key is not None else {"enable_cross_partition_query": True}
-        )
+        # The async client queries across partitions when no partition key is given.
+        scope: dict[str, Any] = {"partition_key": partition_key} if partition_key is not None else {}
+        found: list[Document] = []
         with translate_errors("query"):
-            items = self._container.query_items(sql, parameters=parameters, max_item_count=limit, **scope)
-            return [dict(item) for item in islice(items, limit)]
+            async for item in self._container.query_items(sql, parameters=parameters, max_item_count=limit, **scope):
+                found.append(dict(item))
+                if len(found) == limit:
+                    break
+        return found
 
-    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """One transactional batch in one partition: all operations or none."""
         check_batch(operations)
         with translate_errors(f"batch of {len(operations)} in {partition_key}"):
-            results = self._container.execute_item_batch(
+            results = await self._container.execute_item_batch(
                 batch_operations=[batch_operation(op) for op in operations], partition_key=partition_key
             )
         return [dict(r.get("resourceBody") or {}) for r in results]

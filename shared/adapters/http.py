@@ -1,36 +1,51 @@
-"""The HTTP adapter of the fulfilment port: requests with explicit connect and read timeouts."""
+"""The HTTP adapter of the fulfilment port: aiohttp with explicit connect and read timeouts.
+
+aiohttp is what azure-core's async transport (and so ``azure.cosmos.aio``) runs on: one HTTP stack
+for both clients, and no further import at start-up.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-import requests
+import aiohttp
 
 from shared.errors import DownstreamUnavailable
 from shared.ports.fulfilment import IDEMPOTENCY_HEADER, RESERVATIONS_PATH, Reply
 
 
 class HttpFulfilment:
-    """POST {base_url}/reservations; one pooled session per process."""
+    """POST {base_url}/reservations; one pooled session per process, made in the event loop on first call."""
 
     def __init__(self, base_url: str, *, connect_timeout: float, read_timeout: float,
                  proxy_from_environment: bool = False) -> None:
         self._url = base_url.rstrip("/") + RESERVATIONS_PATH
-        self._timeout = (connect_timeout, read_timeout)
-        self._session = requests.Session()
-        self._session.trust_env = proxy_from_environment  # HTTP_PROXY_FROM_ENVIRONMENT
+        # sock_read bounds each wait for the answer, as requests' read timeout did.
+        self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
+        self._trust_env = proxy_from_environment  # HTTP_PROXY_FROM_ENVIRONMENT
+        self._session: aiohttp.ClientSession | None = None
 
-    def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
         """Send the reservation; timeouts and connection errors raise DownstreamUnavailable."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self._timeout, trust_env=self._trust_env)
         try:
-            response = self._session.post(
-                self._url, json=dict(request), headers={IDEMPOTENCY_HEADER: idempotency_key}, timeout=self._timeout
-            )
-        except (requests.Timeout, requests.ConnectionError) as exc:
+            async with self._session.post(
+                self._url, json=dict(request), headers={IDEMPOTENCY_HEADER: idempotency_key}
+            ) as response:
+                status = response.status
+                try:
+                    body = await response.json(content_type=None)
+                except ValueError:
+                    body = {}
+        # ClientResponseError: an answer that is not HTTP (a bad status line), which requests raised as ConnectionError.
+        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError,
+                aiohttp.ClientResponseError) as exc:
             raise DownstreamUnavailable(f"fulfilment call failed: {type(exc).__name__}") from exc
-        try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        return Reply(response.status_code, body if isinstance(body, dict) else {})
+        return Reply(status, body if isinstance(body, dict) else {})
+
+    async def close(self) -> None:
+        """Close the pooled session."""
+        if self._session is not None:
+            await self._session.close()

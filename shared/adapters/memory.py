@@ -36,19 +36,19 @@ class InMemoryStore:
         self._lock = threading.Lock()
         self.requests = 0  # what a Cosmos request would be counted as; tests assert on it
 
-    def create(self, document: Document) -> Document:
+    async def create(self, document: Document) -> Document:
         """Create a document; raise AlreadyExists if its id is taken in its partition."""
         with self._lock:
             self.requests += 1
             return copy.deepcopy(self._create(self._documents, document))
 
-    def read(self, doc_id: str, partition_key: str) -> Document:
+    async def read(self, doc_id: str, partition_key: str) -> Document:
         """Return a copy of the stored document or raise NotFound."""
         with self._lock:
             self.requests += 1
             return copy.deepcopy(self._get(self._documents, partition_key, doc_id))
 
-    def query(
+    async def query(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
         before: tuple[str, Any] | None = None, limit: int = 100,
     ) -> list[Document]:
@@ -67,7 +67,7 @@ class InMemoryStore:
             ]
         return found[:limit]
 
-    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """Apply all operations to a copy, and keep the copy only if every one succeeded."""
         check_batch(operations)
         with self._lock:
@@ -188,7 +188,7 @@ class RecordingSender:
         self.sent: list[tuple[str, OutgoingMessage]] = []
         self.delivered: list[tuple[str, OutgoingMessage]] = []
 
-    def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+    async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
         """Record the messages; keep as delivered those the destination's duplicate detection would."""
         if self._destinations is not None and destination not in self._destinations:
             raise PublishError(f"send to {destination} failed: no such queue or topic")
@@ -210,7 +210,7 @@ class InMemoryFulfilment:
         self.ledger = ReservationLedger()
         self.calls: list[str] = []
 
-    def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
         """Apply the reservation rule: 201 first, 200 for a repeat, 422 for another request under the key."""
         self.calls.append(idempotency_key)
         return self.ledger.reserve(idempotency_key, request)

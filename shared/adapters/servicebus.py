@@ -1,13 +1,18 @@
-"""The azure-servicebus adapter of the sender port. Clients are made lazily, once per process."""
+"""The azure-servicebus adapter of the sender port, over ``azure.servicebus.aio``.
+
+Clients are made lazily, once per process.
+"""
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from azure.core.exceptions import AzureError
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import ServiceBusError
 
 from shared.errors import ConfigurationError, PublishError
@@ -23,14 +28,15 @@ def credential_for(settings: Settings) -> Any:
         raise ConfigurationError(
             "ServiceBusConnection__fullyQualifiedNamespace", "is required (or ServiceBusConnection for local emulators)"
         )
-    from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
+    from azure.identity.aio import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
 
     return DefaultAzureCredential()
 
 
-def make_client(settings: Settings) -> ServiceBusClient:
-    """A client from the local connection string, or for the namespace with managed identity."""
-    credential = credential_for(settings)
+def make_client(settings: Settings, credential: Any = None) -> ServiceBusClient:
+    """A client from the local connection string, or for the namespace with managed identity:
+    ``credential``, made by a caller that closes it (the client does not), or a new one."""
+    credential = credential or credential_for(settings)
     if credential is None:
         return ServiceBusClient.from_connection_string(str(settings.servicebus_connection))
     return ServiceBusClient(fully_qualified_namespace=str(settings.servicebus_namespace), credential=credential)
@@ -53,31 +59,46 @@ def to_sdk(message: OutgoingMessage) -> ServiceBusMessage:
 class ServiceBusSender:
     """Sends through one ServiceBusClient; a sender link per destination, opened on first use."""
 
-    def __init__(self, client: ServiceBusClient) -> None:
-        self._client = client
-        self._senders: dict[str, Any] = {}
-        self._lock = threading.Lock()
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ServiceBusSender:
+        """A sender over its own client and credential, both closed by ``close``."""
+        credential = credential_for(settings)
+        return cls(make_client(settings, credential), credential)
 
-    def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+    def __init__(self, client: ServiceBusClient, credential: Any = None) -> None:
+        self._client = client
+        self._credential = credential  # made with the client, closed after it by ``close``
+        self._senders: dict[str, Any] = {}
+        self._lock = asyncio.Lock()  # one send at a time per process: a link is opened once, then reused
+
+    async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
         """Send the messages as one batch call; SDK errors become PublishError."""
         if not messages:
             return
-        try:
-            with self._lock:
+        async with self._lock:
+            try:
                 sender = self._senders.get(destination)
                 if sender is None:
                     sender = self._client.get_queue_sender(queue_name=destination)
                     self._senders[destination] = sender
-                sender.send_messages([to_sdk(m) for m in messages])
-        except (ServiceBusError, AzureError) as exc:
-            with self._lock:
-                self._senders.pop(destination, None)
-            raise PublishError(f"send to {destination} failed: {type(exc).__name__}") from exc
+                await sender.send_messages([to_sdk(m) for m in messages])
+            except (ServiceBusError, AzureError) as exc:
+                if (failed := self._senders.pop(destination, None)) is not None:
+                    await _close_quietly(failed)
+                raise PublishError(f"send to {destination} failed: {type(exc).__name__}") from exc
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Close the links and the client."""
-        with self._lock:
+        async with self._lock:
             for sender in self._senders.values():
-                sender.close()
+                await _close_quietly(sender)
             self._senders.clear()
-        self._client.close()
+        await self._client.close()
+        if self._credential is not None:
+            await self._credential.close()
+
+
+async def _close_quietly(sender: Any) -> None:
+    # A link that failed may fail to close too; it is dropped either way.
+    with contextlib.suppress(ServiceBusError, AzureError, OSError):
+        await sender.close()

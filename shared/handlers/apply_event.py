@@ -25,7 +25,7 @@ PATCH_INDEX = 0  # the order patch precedes the event record, so a version confl
 MAX_RACES = 5  # how often the order may change between our read and our write before we give up
 
 
-def apply_order_event(
+async def apply_order_event(
     message: InboundMessage, store: DocumentStore, settings: Settings, clock: Callable[[], float] = time.time
 ) -> Result:
     """Apply one lifecycle event exactly once for this consumer, in order, or park it until it can be."""
@@ -35,7 +35,7 @@ def apply_order_event(
         return Result(Outcome.INVALID, exc.rule)
     applier = _EventApplier(message, event, store, settings, clock)
     try:
-        return applier.apply()
+        return await applier.apply()
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"store unavailable: {exc}", applier.hash)
 
@@ -59,19 +59,19 @@ class _EventApplier:
         self.hash = event.request_hash()
         self.inbox = Inbox(store, settings.consumer_name, settings.dedup_ttl_seconds)
 
-    def apply(self) -> Result:
-        verdict = self._write(event_operations(self.event))
+    async def apply(self) -> Result:
+        verdict = await self._write(event_operations(self.event))
         if (seen := self._seen(verdict, Outcome.APPLIED, "")) is not None:
             return seen
         if verdict.failed_operation != PATCH_INDEX or not isinstance(verdict.error, (NotFound, PreconditionFailed)):
             raise StoreError(f"event {self.event.id}: operation {verdict.failed_operation} failed: {verdict.error}")
         for _ in range(MAX_RACES):
-            result = self._resequence(read_order(self.store, self.event.order_id))
+            result = await self._resequence(await read_order(self.store, self.event.order_id))
             if result is not None:
                 return result
         return self._result(Outcome.TRANSIENT, f"order {self.event.order_id} kept changing under us; retry")
 
-    def _resequence(self, stored: Stored) -> Result | None:
+    async def _resequence(self, stored: Stored) -> Result | None:
         """Decide on the order as read; None when it changed before our write could land."""
         event = self.event
         if stored.foreign:
@@ -84,25 +84,25 @@ class _EventApplier:
                 allowed = ", ".join(event.kind.allowed_from)
                 return self._result(Outcome.INVALID_TRANSITION, f"order {event.order_id} is {stored.order.status};"
                                                                 f" {event.type} may follow only {allowed}")
-            return self._apply_and_release(stored.order)
+            return await self._apply_and_release(stored.order)
         parked = ParkedEvent.of(event, consumer=self.consumer, message_id=self.message.message_id,
                                 request_hash=self.hash, now=self.clock())
-        verdict = self._write([Create(parked.to_document()), stored.with_one_more_parked(event.order_id)])
+        verdict = await self._write([Create(parked.to_document()), stored.with_one_more_parked(event.order_id)])
         description = (f"order {event.order_id} is at version {stored.version}; event {event.id} with sequence"
                        f" {event.sequence} waits for version {stored.version + 1}")
         return self._seen(verdict, Outcome.PARKED, description)
 
-    def _apply_and_release(self, order: OrderDocument) -> Result | None:
+    async def _apply_and_release(self, order: OrderDocument) -> Result | None:
         event = self.event
-        parked = waiting(self.store, self.consumer, event.order_id) if order.parked else []
+        parked = await waiting(self.store, self.consumer, event.order_id) if order.parked else []
         done = release(order.applied(event), parked)
-        verdict = self._write([Replace(done.order.to_document(), order.etag),
+        verdict = await self._write([Replace(done.order.to_document(), order.etag),
                                Create(EventRecord.of(event).to_document()), *done.operations])
         return self._seen(verdict, Outcome.APPLIED, done.describe())
 
-    def _write(self, operations: list[BatchOperation]) -> InboxResult:
+    async def _write(self, operations: list[BatchOperation]) -> InboxResult:
         event = self.event
-        return self.inbox.apply(partition_key=event.order_id, dedup_key=(event.source, event.id),
+        return await self.inbox.apply(partition_key=event.order_id, dedup_key=(event.source, event.id),
                                 request_hash=self.hash, operations=operations,
                                 event=(event.type, event.time_text, event.id))
 

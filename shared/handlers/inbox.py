@@ -49,7 +49,7 @@ class Inbox:
         """The marker's id: a legal Cosmos id, whatever the consumer name and key contain."""
         return derive_id("inbox", self.consumer_name, *dedup_key, label=self.consumer_name)
 
-    def apply(
+    async def apply(
         self,
         *,
         partition_key: str,
@@ -70,16 +70,16 @@ class Inbox:
         if event is not None:
             marker.event_type, marker.event_time, marker.event_id = event
         try:
-            self._store.execute_batch(partition_key, [Create(marker.to_document()), *operations])
+            await self._store.execute_batch(partition_key, [Create(marker.to_document()), *operations])
         except BatchFailed as exc:
             if exc.at(0, AlreadyExists):
-                return self._seen_before(marker.id, partition_key, request_hash)
+                return await self._seen_before(marker.id, partition_key, request_hash)
             return InboxResult(InboxStatus.OPERATION_FAILED, failed_operation=exc.index - 1, error=exc.error)
         return InboxResult(InboxStatus.APPLIED)
 
-    def _seen_before(self, marker_id: str, partition_key: str, request_hash: str) -> InboxResult:
+    async def _seen_before(self, marker_id: str, partition_key: str, request_hash: str) -> InboxResult:
         try:
-            stored = InboxMarker.from_document(self._store.read(marker_id, partition_key))
+            stored = InboxMarker.from_document(await self._store.read(marker_id, partition_key))
         except NotFound as exc:
             # The marker expired between the conflict and the read; a redelivery will decide.
             raise TransientStoreError(f"marker {marker_id} vanished after a conflict") from exc

@@ -58,7 +58,7 @@ class OutboxPublisher:
         self._ttl = dispatched_ttl_seconds
         self._clock = clock
 
-    def publish(self, documents: Iterable[Mapping[str, Any]]) -> PublishReport:
+    async def publish(self, documents: Iterable[Mapping[str, Any]]) -> PublishReport:
         """Publish the pending outbox entries among ``documents`` (a change-feed batch holds others too).
 
         An entry that fails is logged and left pending for the next change or the sweep.
@@ -78,7 +78,7 @@ class OutboxPublisher:
                 skipped += 1
                 continue
             try:
-                self._publish_one(entry)
+                await self._publish_one(entry)
                 dispatched.append(entry.id)
             except ConsumerError as exc:
                 logger.warning("outbox %s not published: %s; left pending", entry.id, exc,
@@ -86,20 +86,20 @@ class OutboxPublisher:
                 failed.append(entry.id)
         return PublishReport(tuple(dispatched), tuple(failed), skipped)
 
-    def sweep(self, *, stuck_after_seconds: int, limit: int = 100) -> PublishReport:
+    async def sweep(self, *, stuck_after_seconds: int, limit: int = 100) -> PublishReport:
         """Find pending outbox entries older than the threshold and publish them."""
         conditions, before = OutboxEntry.pending_before(self._clock() - stuck_after_seconds)
-        stuck = self._store.query(conditions, before=before, limit=limit)
+        stuck = await self._store.query(conditions, before=before, limit=limit)
         if stuck:
             logger.warning("sweep found %d stuck outbox documents", len(stuck), extra={"stuck": len(stuck)})
-        return self.publish(stuck)
+        return await self.publish(stuck)
 
-    def _publish_one(self, entry: OutboxEntry) -> None:
-        self._sender.send(entry.destination, [outgoing_message(entry)])
+    async def _publish_one(self, entry: OutboxEntry) -> None:
+        await self._sender.send(entry.destination, [outgoing_message(entry)])
         marked = msgspec.structs.replace(entry, status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(),
                                          ttl=self._ttl)
         try:
-            self._store.execute_batch(entry.order_id, [Replace(marked.to_document(), if_match=entry.etag)])
+            await self._store.execute_batch(entry.order_id, [Replace(marked.to_document(), if_match=entry.etag)])
         except BatchFailed as exc:
             if not isinstance(exc.error, PreconditionFailed):
                 raise

@@ -51,7 +51,7 @@ class OrderServices:
     clock: Callable[[], float] = field(default=time.time)
 
 
-def place_order(message: InboundMessage, services: OrderServices) -> Result:
+async def place_order(message: InboundMessage, services: OrderServices) -> Result:
     """Validate; create order, outbox entry and reservation claim in one batch; on conflict compare
     request hashes; then reserve stock through the two-phase record.
 
@@ -67,17 +67,17 @@ def place_order(message: InboundMessage, services: OrderServices) -> Result:
     effect = SideEffect(services.store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds,
                         services.clock)
     try:
-        created, claim = _create(order, message, hash_, services, effect)
+        created, claim = await _create(order, message, hash_, services, effect)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"create failed: {exc}", hash_)
     if isinstance(created, Result):
         return created
     try:
-        reservation = effect.run(
+        reservation = await effect.run(
             order_id=order.order_id,
             dedup_key=(order.order_id,),
             message=message,
-            call=lambda key: effect_reply(services.fulfilment.reserve(key, reservation_request(order))),
+            call=lambda key: _reserve(services.fulfilment, key, order),
             claimed=claim if created is Outcome.CREATED else None,
             found=claim if created is Outcome.DUPLICATE else None,
             request_hash=hash_,
@@ -87,7 +87,7 @@ def place_order(message: InboundMessage, services: OrderServices) -> Result:
     return _result(created, reservation, order, hash_)
 
 
-def _create(
+async def _create(
     order: OrderPlaced, message: InboundMessage, hash_: str, services: OrderServices, effect: SideEffect
 ) -> tuple[Outcome | Result, SideEffectRecord | None]:
     """CREATED with the written claim, DUPLICATE with the claim as read (or None), or a final Result.
@@ -109,7 +109,7 @@ def _create(
     write: list[BatchOperation] = [Create(placed.to_document())]
     for _ in range(MAX_RACES):
         try:
-            written = store.execute_batch(
+            written = await store.execute_batch(
                 order.order_id, [write[0], Create(outbox.to_document()), Create(claim.to_document()), *write[1:]]
             )
             return Outcome.CREATED, SideEffectRecord.from_document(written[2])
@@ -118,15 +118,15 @@ def _create(
             if not (exc.at(0, AlreadyExists) or isinstance(exc.error, (PreconditionFailed, NotFound))):
                 raise StoreError(f"order {order.order_id}: {exc}") from exc
             taken = exc.at(0, AlreadyExists)
-        if taken and (found := effect.find(claim)) is not None and found.request_hash is not None:
+        if taken and (found := await effect.find(claim)) is not None and found.request_hash is not None:
             return _compare(order.order_id, found.request_hash, hash_), found
-        stored = read_order(store, order.order_id)
+        stored = await read_order(store, order.order_id)
         if stored.order is not None or stored.foreign:
             return _compare(order.order_id, stored.order.request_hash if stored.order else None, hash_), None
         write = [Create(placed.to_document())]
         if stored.pending is not None:
             adopted = msgspec.structs.replace(placed, parked=stored.pending.parked)
-            done = release(adopted, waiting(store, settings.consumer_name, order.order_id))
+            done = release(adopted, await waiting(store, settings.consumer_name, order.order_id))
             write = [Replace(done.order.to_document(), stored.pending.etag), *done.operations]
     return Result(Outcome.TRANSIENT, f"order {order.order_id} kept changing under us; retry", hash_), None
 
@@ -139,6 +139,10 @@ def _compare(order_id: str, stored_hash: str | None, hash_: str) -> Outcome | Re
         f"messageId {order_id} already stored with requestHash {stored_hash}; this delivery has {hash_}",
         hash_,
     )
+
+
+async def _reserve(fulfilment: FulfilmentService, key: str, order: OrderPlaced) -> EffectReply:
+    return effect_reply(await fulfilment.reserve(key, reservation_request(order)))
 
 
 def reservation_request(order: OrderPlaced) -> dict[str, object]:

@@ -24,14 +24,14 @@ class StuckReport:
     side_effects: tuple[SideEffectRecord, ...]
 
 
-def report_stuck(
+async def report_stuck(
     store: DocumentStore, *, consumer: str, now: float, parked_after: float, stuck_after: float
 ) -> StuckReport:
     """Find, log and count events parked longer than ``parked_after`` and side effects whose lease
     ended more than ``stuck_after`` seconds ago, up to MAX_REPORTED of each."""
-    parked = tuple(ParkedEvent.from_document(d) for d in store.query(
+    parked = tuple(ParkedEvent.from_document(d) for d in await store.query(
         ParkedEvent.waiting(consumer), before=("parkedAt", now - parked_after), limit=MAX_REPORTED))
-    stuck = tuple(SideEffectRecord.from_document(d) for d in store.query(
+    stuck = tuple(SideEffectRecord.from_document(d) for d in await store.query(
         SideEffectRecord.in_progress(), before=("leaseUntil", now - stuck_after), limit=MAX_REPORTED))
     for event in parked:
         record_overdue("parked", event.order_id, f"sequence={event.sequence} eventId={event.event_id}"

@@ -56,10 +56,10 @@ class Stored:
         return Create(PendingOrder(id=order_id, order_id=order_id, parked=1).to_document())
 
 
-def read_order(store: DocumentStore, order_id: str) -> Stored:
+async def read_order(store: DocumentStore, order_id: str) -> Stored:
     """Read what stands at the order's id."""
     try:
-        document = store.read(order_id, order_id)
+        document = await store.read(order_id, order_id)
     except NotFound:
         return Stored()
     if OrderDocument.is_kind(document):
@@ -69,9 +69,9 @@ def read_order(store: DocumentStore, order_id: str) -> Stored:
     return Stored(foreign=True)
 
 
-def waiting(store: DocumentStore, consumer: str, order_id: str) -> list[ParkedEvent]:
+async def waiting(store: DocumentStore, consumer: str, order_id: str) -> list[ParkedEvent]:
     """The events this consumer has parked against the order, in sequence order."""
-    found = store.query(ParkedEvent.waiting(consumer), partition_key=order_id, limit=MAX_PARKED_READ)
+    found = await store.query(ParkedEvent.waiting(consumer), partition_key=order_id, limit=MAX_PARKED_READ)
     return sorted((ParkedEvent.from_document(d) for d in found), key=lambda p: p.sequence)
 
 
@@ -121,51 +121,51 @@ def release(order: OrderDocument, parked: list[ParkedEvent]) -> Release:
     return result
 
 
-def find_parked(store: DocumentStore, consumer: str, order_id: str | None) -> list[ParkedEvent]:
+async def find_parked(store: DocumentStore, consumer: str, order_id: str | None) -> list[ParkedEvent]:
     """What this consumer has parked, for one order or all (rejected and dropped ones included)."""
     conditions = {k: v for k, v in ParkedEvent.waiting(consumer).items() if k != "status"}
-    found = store.query(conditions, partition_key=order_id, limit=MAX_PARKED_READ)
+    found = await store.query(conditions, partition_key=order_id, limit=MAX_PARKED_READ)
     return sorted((ParkedEvent.from_document(d) for d in found), key=lambda p: (p.order_id, p.sequence))
 
 
-def _one_parked(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> ParkedEvent:
-    for parked in find_parked(store, consumer, order_id):
+async def _one_parked(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> ParkedEvent:
+    for parked in await find_parked(store, consumer, order_id):
         if parked.event_id == event_id and parked.status is ParkedStatus.PARKED:
             return parked
     raise NotFound(f"no event {event_id} waits parked against order {order_id}")
 
 
-def force_release(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> Release:
+async def force_release(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> Release:
     """Apply a parked event now, its missing predecessors notwithstanding (an operator's decision),
     then what waits behind it. Raise NotFound, or StoreError when the order's state forbids it."""
-    parked = _one_parked(store, consumer, order_id, event_id)
-    stored = read_order(store, order_id)
+    parked = await _one_parked(store, consumer, order_id, event_id)
+    stored = await read_order(store, order_id)
     if stored.order is None:
         raise StoreError(f"order {order_id} is not placed yet; a parked event can only join a placed order")
     event = parked.cloud_event()
     skipped_to = msgspec.structs.replace(stored.order, version=event.sequence - 1)
     if not skipped_to.allows(event):
         raise StoreError(f"order {order_id} is {stored.order.status}; {event.type} may not follow")
-    others = [p for p in waiting(store, consumer, order_id) if p.id != parked.id]
+    others = [p for p in await waiting(store, consumer, order_id) if p.id != parked.id]
     if earlier := [p.sequence for p in others if p.sequence < parked.sequence]:
         raise StoreError(f"versions {earlier} of order {order_id} are parked before it; release those first")
     done = release(skipped_to.applied(event), others)
-    store.execute_batch(order_id, [Replace(done.order.to_document(), stored.order.etag),
+    await store.execute_batch(order_id, [Replace(done.order.to_document(), stored.order.etag),
                                    Create(EventRecord.of(event).to_document()), Delete(parked.id, parked.etag),
                                    *done.operations])
     done.applied.insert(0, event.sequence)
     return done
 
 
-def drop(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> ParkedEvent:
+async def drop(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> ParkedEvent:
     """Set a parked event aside for good (an operator's decision): kept, marked dropped, no longer counted."""
-    parked = _one_parked(store, consumer, order_id, event_id)
-    stored = read_order(store, order_id)
+    parked = await _one_parked(store, consumer, order_id, event_id)
+    stored = await read_order(store, order_id)
     holder = stored.order or stored.pending
     dropped = msgspec.structs.replace(parked, status=ParkedStatus.DROPPED, reason="dropped by an operator")
     operations: list[BatchOperation] = [Replace(dropped.to_document(), parked.etag)]
     if holder is not None:
         fewer = msgspec.structs.replace(holder, parked=max(0, holder.parked - 1))
         operations.append(Replace(fewer.to_document(), holder.etag))
-    store.execute_batch(order_id, operations)
+    await store.execute_batch(order_id, operations)
     return dropped

@@ -16,7 +16,7 @@ The effect knows nothing of what it calls: the call answers with an ``EffectRepl
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -89,20 +89,20 @@ class SideEffect:
             message_sequence=message.sequence_number, request_hash=request_hash,
         )
 
-    def find(self, record: SideEffectRecord) -> SideEffectRecord | None:
+    async def find(self, record: SideEffectRecord) -> SideEffectRecord | None:
         """The stored record with ``record``'s id, as it is now (one point read); None if there is none."""
         try:
-            return SideEffectRecord.from_document(self.store.read(record.id, record.order_id))
+            return SideEffectRecord.from_document(await self.store.read(record.id, record.order_id))
         except NotFound:
             return None
 
-    def run(
+    async def run(
         self,
         *,
         order_id: str,
         dedup_key: tuple[str, ...],
         message: InboundMessage,
-        call: Callable[[str], EffectReply],
+        call: Callable[[str], Awaitable[EffectReply]],
         claimed: SideEffectRecord | None = None,
         found: SideEffectRecord | None = None,
         request_hash: str | None = None,
@@ -112,33 +112,33 @@ class SideEffect:
         ``found`` is the record as the caller just read it (a copy's one read after its conflict):
         finished, it is the verdict; in progress, the takeover rules start from it without reading again.
         """
-        record = claimed or self._claim(order_id, dedup_key, message, found, request_hash)
+        record = claimed or await self._claim(order_id, dedup_key, message, found, request_hash)
         if isinstance(record, EffectResult):
             return record
         try:
-            reply = call(record.idempotency_key)
+            reply = await call(record.idempotency_key)
         except DownstreamUnavailable as exc:
-            self._release(record)
+            await self._release(record)
             return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: {exc}")
         if reply.kind is ReplyKind.SUCCEEDED:
-            return self._finish(record, EffectStatus.COMPLETED, reply, message)
+            return await self._finish(record, EffectStatus.COMPLETED, reply, message)
         if reply.kind is ReplyKind.TRANSIENT:
-            self._release(record)
+            await self._release(record)
             return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: HTTP {reply.status}")
-        return self._finish(record, EffectStatus.FAILED, reply, message)
+        return await self._finish(record, EffectStatus.FAILED, reply, message)
 
-    def _claim(
+    async def _claim(
         self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage, found: SideEffectRecord | None,
         request_hash: str | None,
     ) -> SideEffectRecord | EffectResult:
         record = self.claim(order_id, dedup_key, message, request_hash)
         if found is None:
             try:
-                return SideEffectRecord.from_document(self.store.create(record.to_document()))
+                return SideEffectRecord.from_document(await self.store.create(record.to_document()))
             except AlreadyExists:
                 pass
         for _ in range(MAX_RACES):
-            current = _verdict(found) if found is not None else self._read(record)
+            current = _verdict(found) if found is not None else await self._read(record)
             found = None
             if isinstance(current, EffectResult):
                 return current
@@ -151,11 +151,11 @@ class SideEffect:
             taken = msgspec.structs.replace(current, attempt=current.attempt + 1,
                                             message_sequence=message.sequence_number,
                                             lease_until=self._lease_until(message.locked_until_utc))
-            if (written := self._replace(current, taken)) is not None:
+            if (written := await self._replace(current, taken)) is not None:
                 return written
         return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: the claim kept changing under us")
 
-    def _finish(
+    async def _finish(
         self, record: SideEffectRecord, status: EffectStatus, reply: EffectReply, message: InboundMessage
     ) -> EffectResult:
         """Record the call's answer. If the record changed while we called, read it again: finished by
@@ -168,9 +168,9 @@ class SideEffect:
                 record, status=status, response_status=reply.status, reference=reply.reference,
                 reason=(reply.reason or "")[:MAX_REASON_CHARS] or None, finished_at=self.clock(),
             )
-            if self._replace(record, finished) is not None:
+            if await self._replace(record, finished) is not None:
                 return EffectResult(outcome, summary(finished))
-            current = self._read(record)
+            current = await self._read(record)
             if isinstance(current, EffectResult):
                 return current
             if not _same_message(current, message):
@@ -179,21 +179,21 @@ class SideEffect:
             record = current
         return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: the record kept changing under us")
 
-    def _read(self, record: SideEffectRecord) -> SideEffectRecord | EffectResult:
+    async def _read(self, record: SideEffectRecord) -> SideEffectRecord | EffectResult:
         """The stored record if still in progress; DONE or REJECTED if finished; TRANSIENT if gone."""
-        current = self.find(record)
+        current = await self.find(record)
         if current is None:  # removed under us: the redelivery claims it anew
             return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: record removed under us")
         return _verdict(current)
 
-    def _release(self, record: SideEffectRecord) -> None:
+    async def _release(self, record: SideEffectRecord) -> None:
         """End the lease early after a failed call, so that the redelivery may take over at once."""
-        self._replace(record, msgspec.structs.replace(record, lease_until=self.clock()))
+        await self._replace(record, msgspec.structs.replace(record, lease_until=self.clock()))
 
-    def _replace(self, current: SideEffectRecord, new: SideEffectRecord) -> SideEffectRecord | None:
+    async def _replace(self, current: SideEffectRecord, new: SideEffectRecord) -> SideEffectRecord | None:
         """Write ``new`` if ``current`` is still what is stored; None if someone else changed it."""
         try:
-            [written] = self.store.execute_batch(current.order_id, [Replace(new.to_document(), current.etag)])
+            [written] = await self.store.execute_batch(current.order_id, [Replace(new.to_document(), current.etag)])
         except BatchFailed:
             return None
         return SideEffectRecord.from_document(written)

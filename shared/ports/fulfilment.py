@@ -1,6 +1,6 @@
 """The fulfilment-service port: reserve stock for an order, idempotently.
 
-Adapters: ``shared.adapters.http.HttpFulfilment`` (requests, explicit timeouts) and
+Adapters: ``shared.adapters.http.HttpFulfilment`` (aiohttp, explicit timeouts) and
 ``shared.adapters.memory.InMemoryFulfilment``. ``tests/contract/test_fulfilment.py`` runs one suite
 against both, the HTTP one against the stand-in server on loopback.
 """
@@ -26,7 +26,7 @@ class Reply:
 class FulfilmentService(Protocol):
     """Reserve stock for an order."""
 
-    def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
         """POST the reservation with the Idempotency-Key header and return the reply, whatever its status.
 
         Raise DownstreamUnavailable when the call timed out or could not connect.

@@ -28,6 +28,6 @@ class OutgoingMessage:
 class MessageSender(Protocol):
     """Send messages to a named destination."""
 
-    def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+    async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
         """Send every message or raise PublishError; a partial send may happen, resends are harmless."""
         ...

@@ -8,11 +8,12 @@ the shared error family, never as HTTP statuses.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import msgspec
 
 from shared.errors import BatchTooLarge, StoreError
 
@@ -71,7 +72,8 @@ def check_batch(operations: Sequence[BatchOperation]) -> None:
         raise BatchTooLarge(
             f"batch of {len(operations)} operations exceeds the limit of {MAX_BATCH_OPERATIONS}", status=400
         )
-    size = sum(len(json.dumps(_payload(op), default=str).encode("utf-8")) for op in operations)
+    # msgspec encodes about ten times faster than json.dumps; the size is what counts here, not the text.
+    size = sum(len(msgspec.json.encode(_payload(op), enc_hook=str)) for op in operations)
     if size > MAX_BATCH_BYTES:
         raise BatchTooLarge(f"batch of {size} bytes exceeds the limit of {MAX_BATCH_BYTES}", status=413)
     for op in operations:
@@ -97,7 +99,7 @@ def check_field(name: str) -> None:
 class DocumentStore(Protocol):
     """A container of JSON documents, partitioned by their top-level ``orderId``."""
 
-    def create(self, document: Document) -> Document:
+    async def create(self, document: Document) -> Document:
         """Create ``document`` and return it as stored (with ``_etag``).
 
         Raise AlreadyExists if a document with the same id exists in its partition; never overwrite.
@@ -105,11 +107,11 @@ class DocumentStore(Protocol):
         """
         ...
 
-    def read(self, doc_id: str, partition_key: str) -> Document:
+    async def read(self, doc_id: str, partition_key: str) -> Document:
         """Return the stored document. Raise NotFound if there is none, TransientStoreError to retry."""
         ...
 
-    def query(
+    async def query(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
         before: tuple[str, Any] | None = None, limit: int = 100,
     ) -> list[Document]:
@@ -119,7 +121,7 @@ class DocumentStore(Protocol):
         """
         ...
 
-    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """Apply the operations atomically, in order, in one partition; return the written documents.
 
         Raise BatchTooLarge before sending anything when ``check_batch`` refuses the batch. Raise

@@ -5,11 +5,10 @@ If the fake drifts from Cosmos DB's behaviour, the same test fails for one of th
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from azure.cosmos import PartitionKey
@@ -18,14 +17,21 @@ from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import InMemoryStore
 from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound, PreconditionFailed
 from shared.ports.store import MAX_BATCH_OPERATIONS, Create, Delete, DocumentStore, Patch, Replace
+from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
 
 @pytest.fixture(scope="module")
-def cosmos_container(cosmos_endpoint: CosmosEndpoint) -> Iterator[object]:
+def cosmos_store(cosmos_endpoint: CosmosEndpoint, loop: asyncio.Runner) -> Iterator[CosmosStore]:
+    """The adapter as the app makes it, on a container of its own (made and dropped with the sync client)."""
     client = make_cosmos_client(cosmos_endpoint)
     database = client.create_database_if_not_exists(f"contract-{uuid.uuid4().hex[:8]}")
-    yield database.create_container_if_not_exists("orders", PartitionKey(path="/orderId"), default_ttl=-1)
+    database.create_container_if_not_exists("orders", PartitionKey(path="/orderId"), default_ttl=-1)
+    store = CosmosStore.from_settings(Settings(
+        cosmos_endpoint=cosmos_endpoint.url, cosmos_key=cosmos_endpoint.key,
+        cosmos_verify_tls=cosmos_endpoint.verify_tls, cosmos_database=database.id, cosmos_container="orders"))
+    yield store
+    loop.run(store.close())
     client.delete_database(database.id)
 
 
@@ -49,7 +55,7 @@ def store_and_wait(request: pytest.FixtureRequest) -> tuple[DocumentStore, Calla
             clock.now += seconds
 
         return InMemoryStore(default_ttl=-1, clock=clock), advance
-    return CosmosStore(request.getfixturevalue("cosmos_container")), time.sleep
+    return request.getfixturevalue("cosmos_store"), time.sleep
 
 
 @pytest.fixture
@@ -65,211 +71,224 @@ def new_id() -> str:
     return f"ord-{uuid.uuid4()}"
 
 
-def test_create_returns_the_document_with_an_etag(store: DocumentStore) -> None:
+def test_create_returns_the_document_with_an_etag(store: DocumentStore, loop: asyncio.Runner) -> None:
     order_id = new_id()
-    created = store.create(doc(order_id, total="1.00"))
+    created = loop.run(store.create(doc(order_id, total="1.00")))
     assert created["id"] == order_id
     assert created["total"] == "1.00"
     assert created["_etag"]
 
 
-def test_read_returns_what_was_created(store: DocumentStore) -> None:
+def test_read_returns_what_was_created(store: DocumentStore, loop: asyncio.Runner) -> None:
     order_id = new_id()
-    store.create(doc(order_id, items=[{"sku": "S", "quantity": 2}]))
-    read = store.read(order_id, order_id)
+    loop.run(store.create(doc(order_id, items=[{"sku": "S", "quantity": 2}])))
+    read = loop.run(store.read(order_id, order_id))
     assert read["items"] == [{"sku": "S", "quantity": 2}]
 
 
-def test_second_create_of_the_same_id_raises_already_exists_and_keeps_the_first(store: DocumentStore) -> None:
+def test_second_create_of_the_same_id_raises_already_exists_and_keeps_the_first(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
     order_id = new_id()
-    store.create(doc(order_id, version=1))
+    loop.run(store.create(doc(order_id, version=1)))
     with pytest.raises(AlreadyExists) as caught:
-        store.create(doc(order_id, version=2))
+        loop.run(store.create(doc(order_id, version=2)))
     assert caught.value.status == 409
-    assert store.read(order_id, order_id)["version"] == 1
+    assert loop.run(store.read(order_id, order_id))["version"] == 1
 
 
-def test_read_of_a_missing_document_raises_not_found(store: DocumentStore) -> None:
+def test_read_of_a_missing_document_raises_not_found(store: DocumentStore, loop: asyncio.Runner) -> None:
     with pytest.raises(NotFound) as caught:
-        store.read("no-such-order", "no-such-order")
+        loop.run(store.read("no-such-order", "no-such-order"))
     assert caught.value.status == 404
 
 
-def test_read_in_another_partition_raises_not_found(store: DocumentStore) -> None:
+def test_read_in_another_partition_raises_not_found(store: DocumentStore, loop: asyncio.Runner) -> None:
     order_id = new_id()
-    store.create(doc(order_id))
+    loop.run(store.create(doc(order_id)))
     with pytest.raises(NotFound):
-        store.read(order_id, "another-partition")
+        loop.run(store.read(order_id, "another-partition"))
 
 
-def test_same_id_in_two_partitions_is_two_documents(store: DocumentStore) -> None:
+def test_same_id_in_two_partitions_is_two_documents(store: DocumentStore, loop: asyncio.Runner) -> None:
     shared_id = new_id()
-    store.create({"id": shared_id, "orderId": "p-1"})
-    store.create({"id": shared_id, "orderId": "p-2"})
-    assert store.read(shared_id, "p-1")["orderId"] == "p-1"
-    assert store.read(shared_id, "p-2")["orderId"] == "p-2"
+    loop.run(store.create({"id": shared_id, "orderId": "p-1"}))
+    loop.run(store.create({"id": shared_id, "orderId": "p-2"}))
+    assert loop.run(store.read(shared_id, "p-1"))["orderId"] == "p-1"
+    assert loop.run(store.read(shared_id, "p-2"))["orderId"] == "p-2"
 
 
-
-
-def test_sixteen_concurrent_creates_of_one_id_have_exactly_one_winner(store: DocumentStore) -> None:
+def test_sixteen_concurrent_creates_of_one_id_have_exactly_one_winner(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
     order_id = new_id()
-    start = threading.Barrier(16)
 
-    def attempt(n: int) -> str:
-        start.wait()
+    async def attempt(start: asyncio.Barrier, n: int) -> str:
+        await start.wait()
         try:
-            store.create(doc(order_id, writer=n))
+            await store.create(doc(order_id, writer=n))
         except AlreadyExists:
             return "conflict"
         return "created"
 
-    with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(attempt, range(16)))
+    async def race() -> list[str]:
+        start = asyncio.Barrier(16)
+        return list(await asyncio.gather(*(attempt(start, n) for n in range(16))))
+
+    results = loop.run(race())
     assert results.count("created") == 1
     assert results.count("conflict") == 15
 
 
-def test_batch_writes_every_operation(store: DocumentStore) -> None:
+def test_batch_writes_every_operation(store: DocumentStore, loop: asyncio.Runner) -> None:
     order_id = new_id()
-    store.execute_batch(order_id, [Create(doc(order_id)), Create({"id": f"{order_id}-m", "orderId": order_id})])
-    assert store.read(f"{order_id}-m", order_id)["orderId"] == order_id
-    assert store.read(order_id, order_id)["id"] == order_id
+    loop.run(store.execute_batch(order_id, [Create(doc(order_id)),
+                                            Create({"id": f"{order_id}-m", "orderId": order_id})]))
+    assert loop.run(store.read(f"{order_id}-m", order_id))["orderId"] == order_id
+    assert loop.run(store.read(order_id, order_id))["id"] == order_id
 
 
 @pytest.mark.parametrize("failing_at", [0, 1, 2])
-def test_batch_that_fails_at_any_operation_writes_nothing(store: DocumentStore, failing_at: int) -> None:
+def test_batch_that_fails_at_any_operation_writes_nothing(
+    store: DocumentStore, failing_at: int, loop: asyncio.Runner
+) -> None:
     order_id = new_id()
-    store.create(doc(f"{order_id}-taken", orderId=order_id))
+    loop.run(store.create(doc(f"{order_id}-taken", orderId=order_id)))
     ops = [Create({"id": f"{order_id}-{n}", "orderId": order_id}) for n in range(3)]
     ops[failing_at] = Create({"id": f"{order_id}-taken", "orderId": order_id})
     with pytest.raises(BatchFailed) as caught:
-        store.execute_batch(order_id, ops)
+        loop.run(store.execute_batch(order_id, ops))
     assert (caught.value.index, caught.value.status) == (failing_at, 409)
     for n in range(3):
         if n != failing_at:
             with pytest.raises(NotFound):
-                store.read(f"{order_id}-{n}", order_id)
+                loop.run(store.read(f"{order_id}-{n}", order_id))
 
 
-def test_conditional_patch_applies_when_the_condition_holds(store: DocumentStore) -> None:
+def test_conditional_patch_applies_when_the_condition_holds(store: DocumentStore, loop: asyncio.Runner) -> None:
     order_id = new_id()
-    store.create(doc(order_id, version=1, status="placed"))
-    store.execute_batch(order_id, [Patch(order_id, {"version": 2, "status": "paid"},
-                                         {"version": 1, "status": ("placed", "paid")})])
-    stored = store.read(order_id, order_id)
+    loop.run(store.create(doc(order_id, version=1, status="placed")))
+    loop.run(store.execute_batch(order_id, [Patch(order_id, {"version": 2, "status": "paid"},
+                                                  {"version": 1, "status": ("placed", "paid")})]))
+    stored = loop.run(store.read(order_id, order_id))
     assert (stored["version"], stored["status"]) == (2, "paid")
 
 
 @pytest.mark.parametrize("condition", [{"version": 2}, {"status": ("cancelled", "shipped")}, {"Version": 1}])
 def test_conditional_patch_fails_412_and_writes_nothing_when_the_condition_fails(
-    store: DocumentStore, condition: dict
+    store: DocumentStore, condition: dict, loop: asyncio.Runner
 ) -> None:
     order_id = new_id()
-    store.create(doc(order_id, version=1, status="placed"))
+    loop.run(store.create(doc(order_id, version=1, status="placed")))
     marker = Create({"id": f"{order_id}-marker", "orderId": order_id})
     with pytest.raises(BatchFailed) as caught:
-        store.execute_batch(order_id, [marker, Patch(order_id, {"version": 9}, condition)])
+        loop.run(store.execute_batch(order_id, [marker, Patch(order_id, {"version": 9}, condition)]))
     assert caught.value.index == 1 and isinstance(caught.value.error, PreconditionFailed)
-    assert store.read(order_id, order_id)["version"] == 1
+    assert loop.run(store.read(order_id, order_id))["version"] == 1
     with pytest.raises(NotFound):
-        store.read(f"{order_id}-marker", order_id)
+        loop.run(store.read(f"{order_id}-marker", order_id))
 
 
-def test_patch_of_a_missing_document_fails_404(store: DocumentStore) -> None:
+def test_patch_of_a_missing_document_fails_404(store: DocumentStore, loop: asyncio.Runner) -> None:
     order_id = new_id()
     with pytest.raises(BatchFailed) as caught:
-        store.execute_batch(order_id, [Patch(order_id, {"version": 2}, {"version": 1})])
+        loop.run(store.execute_batch(order_id, [Patch(order_id, {"version": 2}, {"version": 1})]))
     assert isinstance(caught.value.error, NotFound)
 
 
-def test_replace_needs_the_current_etag(store: DocumentStore) -> None:
+def test_replace_needs_the_current_etag(store: DocumentStore, loop: asyncio.Runner) -> None:
     order_id = new_id()
-    created = store.create(doc(order_id, attempt=1))
-    store.execute_batch(order_id, [Replace(doc(order_id, attempt=2), if_match=created["_etag"])])
+    created = loop.run(store.create(doc(order_id, attempt=1)))
+    loop.run(store.execute_batch(order_id, [Replace(doc(order_id, attempt=2), if_match=created["_etag"])]))
     with pytest.raises(BatchFailed) as caught:
-        store.execute_batch(order_id, [Replace(doc(order_id, attempt=3), if_match=created["_etag"])])
+        loop.run(store.execute_batch(order_id, [Replace(doc(order_id, attempt=3), if_match=created["_etag"])]))
     assert isinstance(caught.value.error, PreconditionFailed)
-    assert store.read(order_id, order_id)["attempt"] == 2
+    assert loop.run(store.read(order_id, order_id))["attempt"] == 2
 
 
-def test_batch_over_100_operations_is_refused_before_sending(store: DocumentStore) -> None:
+def test_batch_over_100_operations_is_refused_before_sending(store: DocumentStore, loop: asyncio.Runner) -> None:
     order_id = new_id()
     ops = [Create({"id": f"{order_id}-{n}", "orderId": order_id}) for n in range(MAX_BATCH_OPERATIONS + 1)]
     with pytest.raises(BatchTooLarge):
-        store.execute_batch(order_id, ops)
+        loop.run(store.execute_batch(order_id, ops))
     with pytest.raises(NotFound):
-        store.read(f"{order_id}-0", order_id)
+        loop.run(store.read(f"{order_id}-0", order_id))
 
 
-def test_batch_over_2_mb_is_refused_before_sending(store: DocumentStore) -> None:
+def test_batch_over_2_mb_is_refused_before_sending(store: DocumentStore, loop: asyncio.Runner) -> None:
     order_id = new_id()
     big = "x" * (1024 * 1024)
     ops = [Create({"id": f"{order_id}-{n}", "orderId": order_id, "pad": big}) for n in range(2)]
     with pytest.raises(BatchTooLarge):
-        store.execute_batch(order_id, ops)
+        loop.run(store.execute_batch(order_id, ops))
 
 
 def test_document_with_ttl_expires_and_others_remain(
-    store_and_wait: tuple[DocumentStore, Callable[[float], None]],
+    store_and_wait: tuple[DocumentStore, Callable[[float], None]], loop: asyncio.Runner,
 ) -> None:
     store, wait = store_and_wait
     order_id = new_id()
-    store.execute_batch(order_id, [Create(doc(f"{order_id}-marker", orderId=order_id, ttl=1)),
-                                   Create(doc(order_id))])
+    loop.run(store.execute_batch(order_id, [Create(doc(f"{order_id}-marker", orderId=order_id, ttl=1)),
+                                            Create(doc(order_id))]))
     deadline = time.monotonic() + 10
     while True:
         wait(1.1)
         try:
-            store.read(f"{order_id}-marker", order_id)
+            loop.run(store.read(f"{order_id}-marker", order_id))
         except NotFound:
             break
         assert time.monotonic() < deadline, "the marker should have expired"
-    assert store.read(order_id, order_id)["id"] == order_id
-    store.create(doc(f"{order_id}-marker", orderId=order_id))  # an expired id can be created again
+    assert loop.run(store.read(order_id, order_id))["id"] == order_id
+    loop.run(store.create(doc(f"{order_id}-marker", orderId=order_id)))  # an expired id can be created again
 
 
-def test_query_finds_matching_documents_across_partitions(store: DocumentStore) -> None:
+def test_query_finds_matching_documents_across_partitions(store: DocumentStore, loop: asyncio.Runner) -> None:
     tag = uuid.uuid4().hex
     for n, status in enumerate(["pending", "pending", "dispatched", "pending"]):
         order_id = new_id()
-        store.create({"id": f"{order_id}-outbox", "orderId": order_id, "type": f"outbox-{tag}", "status": status,
-                      "createdAt": 100.0 + n})
-    found = store.query({"type": f"outbox-{tag}", "status": "pending"}, before=("createdAt", 103.0))
+        loop.run(store.create({"id": f"{order_id}-outbox", "orderId": order_id, "type": f"outbox-{tag}",
+                               "status": status, "createdAt": 100.0 + n}))
+    found = loop.run(store.query({"type": f"outbox-{tag}", "status": "pending"}, before=("createdAt", 103.0)))
     assert sorted(d["createdAt"] for d in found) == [100.0, 101.0]
-    assert len(store.query({"type": f"outbox-{tag}"}, limit=2)) == 2
-    assert store.query({"type": f"outbox-{tag}", "status": "lost"}) == []
+    assert len(loop.run(store.query({"type": f"outbox-{tag}"}, limit=2))) == 2
+    assert loop.run(store.query({"type": f"outbox-{tag}", "status": "lost"})) == []
 
 
-def test_delete_in_a_batch_removes_the_document_with_the_other_writes(store: DocumentStore) -> None:
+def test_delete_in_a_batch_removes_the_document_with_the_other_writes(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
     order_id = new_id()
-    created = store.create(doc(f"{order_id}-parked", orderId=order_id))
-    store.execute_batch(order_id, [Create(doc(order_id)), Delete(f"{order_id}-parked", if_match=created["_etag"])])
-    assert store.read(order_id, order_id)["id"] == order_id
+    created = loop.run(store.create(doc(f"{order_id}-parked", orderId=order_id)))
+    loop.run(store.execute_batch(order_id, [Create(doc(order_id)),
+                                            Delete(f"{order_id}-parked", if_match=created["_etag"])]))
+    assert loop.run(store.read(order_id, order_id))["id"] == order_id
     with pytest.raises(NotFound):
-        store.read(f"{order_id}-parked", order_id)
+        loop.run(store.read(f"{order_id}-parked", order_id))
 
 
-def test_delete_with_a_stale_etag_or_of_a_missing_document_fails_and_writes_nothing(store: DocumentStore) -> None:
+def test_delete_with_a_stale_etag_or_of_a_missing_document_fails_and_writes_nothing(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
     order_id = new_id()
-    created = store.create(doc(f"{order_id}-parked", orderId=order_id, n=1))
-    store.execute_batch(order_id, [Replace(doc(f"{order_id}-parked", orderId=order_id, n=2))])
+    created = loop.run(store.create(doc(f"{order_id}-parked", orderId=order_id, n=1)))
+    loop.run(store.execute_batch(order_id, [Replace(doc(f"{order_id}-parked", orderId=order_id, n=2))]))
     with pytest.raises(BatchFailed) as stale:
-        store.execute_batch(order_id, [Create(doc(order_id)), Delete(f"{order_id}-parked", if_match=created["_etag"])])
+        loop.run(store.execute_batch(order_id, [Create(doc(order_id)),
+                                                Delete(f"{order_id}-parked", if_match=created["_etag"])]))
     assert stale.value.index == 1 and isinstance(stale.value.error, PreconditionFailed)
     with pytest.raises(BatchFailed) as missing:
-        store.execute_batch(order_id, [Create(doc(order_id)), Delete(f"{order_id}-gone")])
+        loop.run(store.execute_batch(order_id, [Create(doc(order_id)), Delete(f"{order_id}-gone")]))
     assert missing.value.index == 1 and isinstance(missing.value.error, NotFound)
     with pytest.raises(NotFound):
-        store.read(order_id, order_id)
-    assert store.read(f"{order_id}-parked", order_id)["n"] == 2
+        loop.run(store.read(order_id, order_id))
+    assert loop.run(store.read(f"{order_id}-parked", order_id))["n"] == 2
 
 
-def test_query_can_stay_in_one_partition(store: DocumentStore) -> None:
+def test_query_can_stay_in_one_partition(store: DocumentStore, loop: asyncio.Runner) -> None:
     tag = uuid.uuid4().hex
     first, second = new_id(), new_id()
     for order_id in (first, first, second):
-        store.create({"id": f"{order_id}-{uuid.uuid4().hex}", "orderId": order_id, "type": tag})
-    assert len(store.query({"type": tag}, partition_key=first)) == 2
-    assert len(store.query({"type": tag}, partition_key=second)) == 1
-    assert len(store.query({"type": tag})) == 3
+        loop.run(store.create({"id": f"{order_id}-{uuid.uuid4().hex}", "orderId": order_id, "type": tag}))
+    assert len(loop.run(store.query({"type": tag}, partition_key=first))) == 2
+    assert len(loop.run(store.query({"type": tag}, partition_key=second))) == 1
+    assert len(loop.run(store.query({"type": tag}))) == 3

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -22,48 +26,99 @@ def server() -> Iterator[FulfilmentServer]:
         yield running
 
 
+@pytest.fixture
+def http(loop: asyncio.Runner) -> Iterator[Callable[[str, float, float], HttpFulfilment]]:
+    """Make HTTP adapters (url, connect timeout, read timeout); their sessions are closed after the test."""
+    made: list[HttpFulfilment] = []
+
+    def make(url: str, connect_timeout: float, read_timeout: float) -> HttpFulfilment:
+        made.append(HttpFulfilment(url, connect_timeout=connect_timeout, read_timeout=read_timeout))
+        return made[-1]
+
+    yield make
+    for client in made:
+        loop.run(client.close())
+
+
 @pytest.fixture(params=["memory", "http"])
 def service(request: pytest.FixtureRequest) -> FulfilmentService:
     if request.param == "memory":
         return InMemoryFulfilment()
-    url = request.getfixturevalue("server").url
-    return HttpFulfilment(url, connect_timeout=2, read_timeout=2)
+    make: Callable[[str, float, float], HttpFulfilment] = request.getfixturevalue("http")
+    return make(request.getfixturevalue("server").url, 2, 2)
 
 
 def request_for(order_id: str) -> dict:
     return {"orderId": order_id, "items": [{"sku": "SKU-1", "quantity": 2}]}
 
 
-def test_first_reservation_is_created_with_an_id(service: FulfilmentService) -> None:
-    reply = service.reserve(f"key-{uuid.uuid4()}", request_for("o-1"))
+def test_first_reservation_is_created_with_an_id(service: FulfilmentService, loop: asyncio.Runner) -> None:
+    reply = loop.run(service.reserve(f"key-{uuid.uuid4()}", request_for("o-1")))
     assert reply.status == 201 and effect_reply(reply).kind is ReplyKind.SUCCEEDED
     assert reply.body["reservationId"]
 
 
-def test_repeat_with_the_same_key_returns_the_same_reservation(service: FulfilmentService) -> None:
+def test_repeat_with_the_same_key_returns_the_same_reservation(
+    service: FulfilmentService, loop: asyncio.Runner
+) -> None:
     key = f"key-{uuid.uuid4()}"
-    first = service.reserve(key, request_for("o-1"))
-    again = service.reserve(key, request_for("o-1"))
+    first = loop.run(service.reserve(key, request_for("o-1")))
+    again = loop.run(service.reserve(key, request_for("o-1")))
     assert effect_reply(again).kind is ReplyKind.SUCCEEDED
     assert again.body["reservationId"] == first.body["reservationId"]
 
 
-def test_same_key_with_another_request_is_refused_permanently(service: FulfilmentService) -> None:
+def test_same_key_with_another_request_is_refused_permanently(service: FulfilmentService, loop: asyncio.Runner) -> None:
     key = f"key-{uuid.uuid4()}"
-    service.reserve(key, request_for("o-1"))
-    reply = service.reserve(key, request_for("o-2"))
+    loop.run(service.reserve(key, request_for("o-1")))
+    reply = loop.run(service.reserve(key, request_for("o-2")))
     assert reply.status == 422 and effect_reply(reply).kind is ReplyKind.REJECTED
     assert reply.body["reason"]
 
 
-def test_unreachable_service_raises_downstream_unavailable() -> None:
+def test_unreachable_service_raises_downstream_unavailable(
+    http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
+) -> None:
     with FulfilmentServer() as closing:
         url = closing.url
     with pytest.raises(DownstreamUnavailable):
-        HttpFulfilment(url, connect_timeout=1, read_timeout=1).reserve("k", request_for("o"))
+        loop.run(http(url, 1, 1).reserve("k", request_for("o")))
 
 
-def test_slow_service_times_out_as_downstream_unavailable(server: FulfilmentServer) -> None:
+def test_slow_service_times_out_as_downstream_unavailable(
+    server: FulfilmentServer, http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
+) -> None:
     server.stall_next(1.5)
     with pytest.raises(DownstreamUnavailable):
-        HttpFulfilment(server.url, connect_timeout=1, read_timeout=0.3).reserve(f"k-{uuid.uuid4()}", request_for("o"))
+        loop.run(http(server.url, 1, 0.3).reserve(f"k-{uuid.uuid4()}", request_for("o")))
+
+
+def test_a_lost_answer_raises_downstream_unavailable(
+    server: FulfilmentServer, http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
+) -> None:
+    server.lose_next()
+    with pytest.raises(DownstreamUnavailable):
+        loop.run(http(server.url, 1, 1).reserve(f"k-{uuid.uuid4()}", request_for("o")))
+
+
+@pytest.fixture
+def garbling_url() -> Iterator[str]:
+    """A loopback listener that answers one request with something that is not HTTP."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def answer() -> None:
+            with contextlib.suppress(OSError):
+                connection, _ = listener.accept()
+                with connection:
+                    connection.recv(65536)
+                    connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_an_answer_that_is_not_http_raises_downstream_unavailable(
+    garbling_url: str, http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
+) -> None:
+    with pytest.raises(DownstreamUnavailable):
+        loop.run(http(garbling_url, 1, 1).reserve("k", request_for("o")))

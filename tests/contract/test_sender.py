@@ -5,6 +5,7 @@ consumer of the destination would see.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -14,11 +15,12 @@ from typing import TypedDict, Unpack
 import pytest
 from azure.servicebus import ServiceBusClient
 
-from devservers.servicebus import start_broker
+from devservers.servicebus import Broker, start_broker
 from shared.adapters.memory import RecordingSender
-from shared.adapters.servicebus import ServiceBusSender
+from shared.adapters.servicebus import ServiceBusSender, make_client
 from shared.errors import PublishError
 from shared.ports.sender import MessageSender, OutgoingMessage
+from shared.settings import Settings
 
 QUEUE = "contract"
 WINDOW_SECONDS = 1
@@ -43,8 +45,15 @@ class Destination:
 
 
 @pytest.fixture(scope="module")
-def broker_client() -> Iterator[ServiceBusClient]:
-    with start_broker(CONFIG) as broker, ServiceBusClient.from_connection_string(broker.connection_string) as client:
+def broker() -> Iterator[Broker]:
+    with start_broker(CONFIG) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def broker_client(broker: Broker) -> Iterator[ServiceBusClient]:
+    """The test's own (sync) client, which reads what reached the queue."""
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
         yield client
 
 
@@ -66,7 +75,7 @@ def _received(client: ServiceBusClient) -> list[OutgoingMessage]:
 
 
 @pytest.fixture(params=["recording", "servicebus"])
-def destination(request: pytest.FixtureRequest) -> Iterator[Destination]:
+def destination(request: pytest.FixtureRequest, loop: asyncio.Runner) -> Iterator[Destination]:
     if request.param == "recording":
         now = [time.time()]
         fake = RecordingSender(detection_window_seconds=WINDOW_SECONDS, clock=lambda: now[0], destinations={QUEUE})
@@ -83,8 +92,10 @@ def destination(request: pytest.FixtureRequest) -> Iterator[Destination]:
         return
     client: ServiceBusClient = request.getfixturevalue("broker_client")
     _received(client)  # drain what an earlier test left
-    sender = ServiceBusSender(client)
+    broker: Broker = request.getfixturevalue("broker")
+    sender = ServiceBusSender(make_client(Settings(servicebus_connection=broker.connection_string)))
     yield Destination(sender, lambda: _received(client), time.sleep)
+    loop.run(sender.close())
 
 
 class MessageFields(TypedDict, total=False):
@@ -101,38 +112,38 @@ def message(message_id: str | None = None, **fields: Unpack[MessageFields]) -> O
     return OutgoingMessage(message_id=message_id or f"m-{uuid.uuid4()}", body=b'{"orderId":"o-1"}', **fields)
 
 
-def test_a_message_arrives_with_its_ids_subject_and_properties(destination: Destination) -> None:
+def test_a_message_arrives_with_its_ids_subject_and_properties(destination: Destination, loop: asyncio.Runner) -> None:
     sent = message(correlation_id="c-1", subject="OrderAccepted", application_properties={"type": "OrderAccepted"})
-    destination.sender.send(QUEUE, [sent])
+    loop.run(destination.sender.send(QUEUE, [sent]))
     assert destination.delivered() == [sent]
 
 
-def test_a_batch_arrives_whole_and_in_order(destination: Destination) -> None:
+def test_a_batch_arrives_whole_and_in_order(destination: Destination, loop: asyncio.Runner) -> None:
     batch = [message() for _ in range(5)]
-    destination.sender.send(QUEUE, batch)
+    loop.run(destination.sender.send(QUEUE, batch))
     assert [m.message_id for m in destination.delivered()] == [m.message_id for m in batch]
 
 
-def test_a_resend_inside_the_detection_window_is_dropped(destination: Destination) -> None:
+def test_a_resend_inside_the_detection_window_is_dropped(destination: Destination, loop: asyncio.Runner) -> None:
     first = message()
-    destination.sender.send(QUEUE, [first])
-    destination.sender.send(QUEUE, [first])
+    loop.run(destination.sender.send(QUEUE, [first]))
+    loop.run(destination.sender.send(QUEUE, [first]))
     assert [m.message_id for m in destination.delivered()] == [first.message_id]
 
 
-def test_a_resend_after_the_window_arrives_again(destination: Destination) -> None:
+def test_a_resend_after_the_window_arrives_again(destination: Destination, loop: asyncio.Runner) -> None:
     first = message()
-    destination.sender.send(QUEUE, [first])
+    loop.run(destination.sender.send(QUEUE, [first]))
     destination.wait(WINDOW_SECONDS + 0.5)
-    destination.sender.send(QUEUE, [first])
+    loop.run(destination.sender.send(QUEUE, [first]))
     assert [m.message_id for m in destination.delivered()] == [first.message_id] * 2
 
 
-def test_sending_nothing_sends_nothing(destination: Destination) -> None:
-    destination.sender.send(QUEUE, [])
+def test_sending_nothing_sends_nothing(destination: Destination, loop: asyncio.Runner) -> None:
+    loop.run(destination.sender.send(QUEUE, []))
     assert destination.delivered() == []
 
 
-def test_a_missing_destination_is_a_publish_error(destination: Destination) -> None:
+def test_a_missing_destination_is_a_publish_error(destination: Destination, loop: asyncio.Runner) -> None:
     with pytest.raises(PublishError, match="no-such-queue"):
-        destination.sender.send("no-such-queue", [message()])
+        loop.run(destination.sender.send("no-such-queue", [message()]))

@@ -1,14 +1,19 @@
 """Call the functions the way the host does: a real ServiceBusReceivedMessage from the host's hand-over
 format, the real ServiceBusMessageActions client over gRPC to a fake Settlement service, and the app's
-real Cosmos adapter against the local Cosmos server (or COSMOS_TEST_ENDPOINT)."""
+real Cosmos adapter against the local Cosmos server (or COSMOS_TEST_ENDPOINT).
+
+The functions are coroutine functions; like the worker, the tests await every invocation on one event
+loop (the session's ``loop``), where the app's async clients live, and close the clients at the end.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
@@ -19,11 +24,14 @@ import function_app
 from devservers.faultproxy import FaultProxy, fault_proxy
 from devservers.fulfilment import FulfilmentServer
 from shared import bootstrap
+from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.bootstrap import Services
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.fake_host import FakeHost, Settlement, make_received_message
+
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="session")
@@ -56,12 +64,17 @@ class CosmosTarget:
 
 @dataclass
 class App:
-    """The process's services as a test set them up; ``reconfigure`` swaps in other settings or fakes."""
+    """The process's services as a test set them up; ``reconfigure`` swaps in other settings or fakes.
+
+    The clients the installed ``Services`` made are closed on the loop when it is replaced and at the end.
+    """
 
     target: CosmosTarget
     settings: Settings
     stack: ExitStack
+    loop: asyncio.Runner
     overrides: dict[str, Any] = field(default_factory=dict)
+    services: Services | None = None
 
     @property
     def container(self) -> ContainerProxy:
@@ -77,7 +90,25 @@ class App:
             if name in changes:
                 self.overrides[name] = changes.pop(name)
         self.settings = msgspec.structs.replace(self.settings, **changes)
-        return self.stack.enter_context(bootstrap.use(Services(self.settings, **self.overrides)))
+        installed = self.stack.enter_context(bootstrap.use(Services(self.settings, **self.overrides)))
+        self.close()
+        self.services = installed
+        return installed
+
+    def close(self) -> None:
+        """Close the clients the installed services made (clients handed in are their maker's to close)."""
+        if self.services is not None:
+            self.loop.run(self.services.aclose())
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` on the loop the app's clients live in."""
+        return self.loop.run(coro)
+
+    def cosmos_store(self) -> CosmosStore:
+        """The real Cosmos adapter on the test container directly (past any fault proxy); closed at the end."""
+        store = CosmosStore.from_settings(self.target.settings())
+        self.stack.callback(lambda: self.loop.run(store.close()))
+        return store
 
 
 @pytest.fixture(scope="session")
@@ -107,12 +138,14 @@ def fulfilment(fulfilment_server: FulfilmentServer) -> Iterator[FulfilmentServer
 
 
 @pytest.fixture
-def app_on_cosmos(cosmos_target: CosmosTarget, fulfilment: FulfilmentServer) -> Iterator[App]:
-    """The app's services pointed at the test container and the fulfilment server; clients are made lazily."""
+def app_on_cosmos(cosmos_target: CosmosTarget, fulfilment: FulfilmentServer, loop: asyncio.Runner) -> Iterator[App]:
+    """The app's services pointed at the test container and the fulfilment server; clients are made lazily
+    (in the loop, on first use) and closed when the test ends."""
     settings = cosmos_target.settings(fulfillment_url=fulfilment.url, fulfillment_read_timeout_seconds=2,
                                       abandon_delay_seconds=0)
     with ExitStack() as stack:
-        app = App(cosmos_target, settings, stack)
+        app = App(cosmos_target, settings, stack, loop)
+        stack.callback(app.close)  # last: after the services it closes are uninstalled
         app.reconfigure()
         yield app
 
@@ -136,16 +169,23 @@ def app_in_memory() -> Iterator[InMemoryStore]:
 
 
 class Deliverer:
-    """Deliver a message to a function as the host would, and read back how it was settled."""
+    """Deliver a message to a function as the host would (awaited on the loop), and read back how it was settled."""
 
-    def __init__(self, host: FakeHost, functions: dict[str, Callable[..., Any]], name: str) -> None:
+    def __init__(
+        self, host: FakeHost, functions: dict[str, Callable[..., Any]], name: str, loop: asyncio.Runner
+    ) -> None:
         self.host = host
         self.function = functions[name]
+        self.loop = loop
 
     def __call__(self, body: bytes, **message: Any) -> list[Settlement]:
         msg = make_received_message(body, **message)
-        self.function(msg, self.host.message_actions())
+        self.invoke(msg)
         return self.settlements(msg)
+
+    def invoke(self, msg: ServiceBusReceivedMessage, actions: Any = None) -> None:
+        """Run the function on ``msg`` to its end, as the worker awaits one invocation."""
+        self.loop.run(self.function(msg, actions or self.host.message_actions()))
 
     def message(self, body: bytes, **message: Any) -> ServiceBusReceivedMessage:
         return make_received_message(body, **message)
@@ -157,12 +197,16 @@ class Deliverer:
 
 
 @pytest.fixture
-def deliver_order(fake_host: FakeHost, registered_functions: dict[str, Callable[..., Any]]) -> Deliverer:
+def deliver_order(
+    fake_host: FakeHost, registered_functions: dict[str, Callable[..., Any]], loop: asyncio.Runner
+) -> Deliverer:
     """Deliver to process_order."""
-    return Deliverer(fake_host, registered_functions, "process_order")
+    return Deliverer(fake_host, registered_functions, "process_order", loop)
 
 
 @pytest.fixture
-def deliver_event(fake_host: FakeHost, registered_functions: dict[str, Callable[..., Any]]) -> Deliverer:
+def deliver_event(
+    fake_host: FakeHost, registered_functions: dict[str, Callable[..., Any]], loop: asyncio.Runner
+) -> Deliverer:
     """Deliver to process_order_event."""
-    return Deliverer(fake_host, registered_functions, "process_order_event")
+    return Deliverer(fake_host, registered_functions, "process_order_event", loop)

@@ -1,11 +1,14 @@
-"""Competing consumers: 16 threads deliver copies of one message at the same moment, against real Cosmos."""
+"""Competing consumers: 16 copies of one message delivered at the same moment, against real Cosmos.
+
+The worker awaits concurrent invocations of an async function as tasks on its one loop; so do these
+tests: 16 tasks released together by a barrier, their Cosmos and fulfilment requests in flight at once.
+"""
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 from devservers.fulfilment import FulfilmentServer
 from tests.functions.conftest import App, Deliverer
@@ -17,15 +20,17 @@ COPIES = 16
 def deliver_all_at_once(deliver: Deliverer, bodies: list[bytes], message_id: str) -> list[tuple[str, str | None]]:
     messages = [deliver.message(body, message_id=message_id) for body in bodies]
     actions = deliver.host.message_actions()
-    start = threading.Barrier(len(messages))
 
-    def run(msg: object) -> None:
-        start.wait()
-        deliver.function(msg, actions)
+    async def all_at_once() -> None:
+        start = asyncio.Barrier(len(messages))
 
-    with ThreadPoolExecutor(max_workers=len(messages)) as pool:
-        for future in [pool.submit(run, m) for m in messages]:
-            future.result()
+        async def run(msg: object) -> None:
+            await start.wait()
+            await deliver.function(msg, actions)
+
+        await asyncio.gather(*(run(m) for m in messages))
+
+    deliver.loop.run(all_at_once())
     settled = [deliver.settlements(m) for m in messages]
     assert all(len(s) == 1 for s in settled), "every delivery must end in exactly one settlement"
     return [(s[0].action, s[0].reason) for s in settled]

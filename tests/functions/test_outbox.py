@@ -13,11 +13,11 @@ import azure.functions as func
 import pytest
 from azure.functions.timer import TimerRequest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient
+from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 from azure.servicebus.exceptions import OperationTimeoutError
 
 from devservers.faultproxy import fault_proxy
 from devservers.servicebus import Broker, start_broker
-from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import RecordingSender
 from shared.adapters.servicebus import ServiceBusSender
 from shared.domain.keys import idempotency_key
@@ -44,21 +44,21 @@ def broker() -> Iterator[Broker]:
 
 
 class BrokerTap:
-    """The real sender to the local broker: ``sent`` is what the app sent, ``delivered`` what reached the
+    """The real (async) sender to the local broker: ``sent`` is what the app sent, ``delivered`` what reached the
     destination queues past their duplicate detection, read back with the real SDK receiver."""
 
     def __init__(self, connection_string: str) -> None:
         self.connection_string = connection_string
         self.sessions = False  # also read the session-enabled destination
-        self.sender = ServiceBusSender(ServiceBusClient.from_connection_string(connection_string))
+        self.sender = ServiceBusSender(AsyncServiceBusClient.from_connection_string(connection_string))
         self.sent: list[tuple[str, OutgoingMessage]] = []
         self._received: list[tuple[str, OutgoingMessage]] = []
         _ = self.delivered  # drain what earlier tests left in the shared queues
         self._received.clear()
 
-    def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+    async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
         self.sent.extend((destination, m) for m in messages)
-        self.sender.send(destination, messages)
+        await self.sender.send(destination, messages)
 
     @property
     def delivered(self) -> list[tuple[str, OutgoingMessage]]:
@@ -97,9 +97,11 @@ def sender(request: pytest.FixtureRequest, app_on_cosmos: App) -> Iterator[Recor
         return
     broker: Broker = request.getfixturevalue("broker")
     tap = BrokerTap(broker.connection_string)
-    app_on_cosmos.reconfigure(sender=tap)
-    yield tap
-    tap.sender.close()
+    try:
+        app_on_cosmos.reconfigure(sender=tap)
+        yield tap
+    finally:
+        app_on_cosmos.run(tap.sender.close())  # handed in, so the test's to close, on the loop it sent in
 
 
 def partition(target: App, order_id: str, doc_type: str | None = None) -> list[dict]:
@@ -134,7 +136,7 @@ def test_failed_batch_writes_neither_order_nor_outbox(
     app_on_cosmos: App, deliver_order: Deliverer
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
-    claim = SideEffect(_store(app_on_cosmos), "order-projection", "reserve-stock", 60).claim(
+    claim = SideEffect(app_on_cosmos.cosmos_store(), "order-projection", "reserve-stock", 60).claim(
         order_id, (order_id,), InboundMessage(message_id=order_id, body=None))
     app_on_cosmos.container.create_item(claim.to_document())  # the batch's third create will conflict
     assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "abandon"
@@ -147,7 +149,7 @@ def test_publisher_sends_pending_outbox_from_a_change_feed_batch_and_marks_it_di
     registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order, correlation_id="corr-8")
-    registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id))
+    app_on_cosmos.run(registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id)))
     [(destination, message)] = sender.delivered
     assert destination == "order-accepted"
     assert message.message_id == idempotency_key("order-projection", "OrderAccepted", order_id)
@@ -163,8 +165,8 @@ def test_dispatched_and_other_documents_in_the_feed_are_skipped(
 ) -> None:
     order_id = place(deliver_order)
     publish = registered_functions["publish_outbox"]
-    publish(change_feed(app_on_cosmos, order_id))
-    publish(change_feed(app_on_cosmos, order_id))  # the feed delivers the dispatched document again
+    app_on_cosmos.run(publish(change_feed(app_on_cosmos, order_id)))
+    app_on_cosmos.run(publish(change_feed(app_on_cosmos, order_id)))  # the feed delivers the dispatched one again
     assert len(sender.delivered) == 1
 
 
@@ -176,7 +178,7 @@ def test_session_destination_gets_the_order_as_session_id(
     if isinstance(sender, BrokerTap):
         sender.sessions = True  # the tap reads the session-enabled queue too
     order_id = place(deliver_order)
-    registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id))
+    app_on_cosmos.run(registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id)))
     [(destination, message)] = sender.delivered
     assert (destination, message.session_id) == ("order-accepted-sessions", order_id)
 
@@ -190,11 +192,11 @@ def test_crash_before_the_mark_republishes_the_same_message_id(
     with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
         app_on_cosmos.reconfigure(cosmos_endpoint=proxy.url)
         proxy.fail("POST", r"/docs/?$", 503, count=None)  # the mark fails after the send
-        registered_functions["publish_outbox"](feed)
+        app_on_cosmos.run(registered_functions["publish_outbox"](feed))
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "pending"
     app_on_cosmos.reconfigure(cosmos_endpoint=app_on_cosmos.endpoint.url, outbox_stuck_after_seconds=1)
     time.sleep(1.1)
-    registered_functions["sweep_outbox"](TimerRequest())  # the republish, within the detection window
+    app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))  # the republish, in the detection window
     expected = idempotency_key("order-projection", "OrderAccepted", order_id)
     assert [m.message_id for _, m in sender.sent].count(expected) == 2  # sent twice under the same MessageId...
     # ...and the destination's duplicate detection lets exactly one through
@@ -207,9 +209,9 @@ def test_republishing_one_outbox_document_twice_delivers_one_message(
 ) -> None:
     order_id = place(deliver_order)
     [document] = partition(app_on_cosmos, order_id, "outbox")
-    publisher = OutboxPublisher(CosmosStore(app_on_cosmos.container), sender, dispatched_ttl_seconds=60)
-    publisher.publish([document])
-    publisher.publish([document])  # the same pending copy again, as after a crash before the mark
+    publisher = OutboxPublisher(app_on_cosmos.cosmos_store(), sender, dispatched_ttl_seconds=60)
+    app_on_cosmos.run(publisher.publish([document]))
+    app_on_cosmos.run(publisher.publish([document]))  # the same pending copy again, as after a crash before the mark
     assert [m.message_id for _, m in sender.sent].count(document["messageId"]) == 2
     assert [m.message_id for _, m in sender.delivered].count(document["messageId"]) == 1
 
@@ -219,14 +221,10 @@ def test_sweep_publishes_only_documents_pending_past_the_threshold(
     sender: RecordingSender, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order)
-    registered_functions["sweep_outbox"](TimerRequest())  # threshold 300 s: too young
+    app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))  # threshold 300 s: too young
     assert all(m.message_id != partition(app_on_cosmos, order_id, "outbox")[0]["messageId"] for _, m in sender.sent)
     outbox = partition(app_on_cosmos, order_id, "outbox")[0]
     app_on_cosmos.container.replace_item(outbox["id"], {**outbox, "createdAt": outbox["createdAt"] - 301})
-    registered_functions["sweep_outbox"](TimerRequest())
+    app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))
     assert outbox["messageId"] in [m.message_id for _, m in sender.sent]
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "dispatched"
-
-
-def _store(target: App) -> CosmosStore:
-    return CosmosStore(target.container)

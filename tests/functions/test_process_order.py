@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -194,11 +195,15 @@ def test_forbidden_by_cosmos_is_an_error_and_abandoned(
 
 
 def test_missing_setting_is_an_error_that_names_it_and_abandons(
-    deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
+    deliver_order: Deliverer, caplog: pytest.LogCaptureFixture, loop: asyncio.Runner
 ) -> None:
     order_id = new_id()
-    with caplog.at_level(logging.INFO), bootstrap.use(Services(Settings(fulfillment_url="http://127.0.0.1:9"))):
-        [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    services = Services(Settings(fulfillment_url="http://127.0.0.1:9"))
+    try:
+        with caplog.at_level(logging.INFO), bootstrap.use(services):
+            [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
+    finally:
+        loop.run(services.aclose())
     assert settlement.action == "abandon"
     errors = [r.exc_info for r in caplog.records if r.exc_info]
     assert errors and "COSMOS_ENDPOINT" in str(errors[0][1])
@@ -212,7 +217,7 @@ def test_lost_lock_on_complete_is_logged_and_raised_then_redelivery_is_a_duplica
     deliver_order.host.recorder.fail_next(action="complete")
     msg = deliver_order.message(body, message_id=order_id)
     with caplog.at_level(logging.INFO), pytest.raises(SettlementError):
-        deliver_order.function(msg, deliver_order.host.message_actions())
+        deliver_order.invoke(msg)
     assert any("settlement complete failed" in r.getMessage() for r in caplog.records)
     [redelivered] = deliver_order(body, message_id=order_id)
     assert redelivered.action == "complete"
@@ -292,7 +297,7 @@ def test_a_failing_telemetry_exporter_does_not_cost_the_settlement(
 
     order_id = new_id()
     msg = deliver_order.message(encode(order_body(order_id)), message_id=order_id)
-    run_delivery("process_order", msg, fake_host.message_actions(), handle_order, record=broken)
+    app_on_cosmos.run(run_delivery("process_order", msg, fake_host.message_actions(), handle_order, record=broken))
     [settlement] = deliver_order.settlements(msg)
     assert settlement.action == "complete"
     assert count_orders(app_on_cosmos, order_id) == 1

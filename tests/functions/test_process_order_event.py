@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from azure.functions.timer import TimerRequest
 
 from consumers.delivery import run_delivery
 from devservers.faultproxy import FaultProxy
-from shared.adapters.cosmos import CosmosStore
 from shared.domain.documents import EventRecord
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
 from shared.domain.messages import InboundMessage
@@ -172,13 +170,12 @@ def test_batch_failing_at_its_last_operation_writes_nothing(
 def test_two_consumers_share_the_container_and_each_applies_once(
     app_on_cosmos: App, deliver_event: Deliverer, order_id: str
 ) -> None:
-    store = CosmosStore(app_on_cosmos.container)
-    audit = audit_handler(store, ttl_seconds=3600)
+    audit = audit_handler(app_on_cosmos.cosmos_store(), ttl_seconds=3600)
     body = event_body(order_id, 2)
 
     def to_audit() -> str:
         msg = deliver_event.message(encode_event(body), message_id=body["id"], session_id=order_id)
-        run_delivery("audit_trail", msg, deliver_event.host.message_actions(), audit)
+        app_on_cosmos.run(run_delivery("audit_trail", msg, deliver_event.host.message_actions(), audit))
         [settlement] = deliver_event.settlements(msg)
         return settlement.action
 
@@ -203,16 +200,18 @@ def test_sixteen_concurrent_deliveries_of_one_event_apply_it_once(
     messages = [deliver_event.message(encode_event(body), message_id=body["id"], session_id=order_id)
                 for _ in range(16)]
     actions = deliver_event.host.message_actions()
-    start = threading.Barrier(16)
 
-    def run(msg: object) -> None:
-        start.wait()
-        deliver_event.function(msg, actions)
+    async def all_at_once() -> None:  # as the worker runs concurrent invocations: tasks on its one loop
+        start = asyncio.Barrier(16)
+
+        async def run(msg: object) -> None:
+            await start.wait()
+            await deliver_event.function(msg, actions)
+
+        await asyncio.gather(*(run(m) for m in messages))
 
     before = outcome_counts()
-    with ThreadPoolExecutor(16) as pool:
-        for future in [pool.submit(run, m) for m in messages]:
-            future.result()
+    app_on_cosmos.run(all_at_once())
     settled = [deliver_event.settlements(m) for m in messages]
     assert Counter(s[0].action for s in settled if len(s) == 1) == {"complete": 16}
     after = outcome_counts()
@@ -247,5 +246,5 @@ def test_report_stuck_counts_an_event_parked_past_its_alert_age_on_cosmos(
     app_on_cosmos.reconfigure(parked_alert_after_seconds=1)
     time.sleep(1.1)
     before = overdue_counts()[("parked", order_id)]
-    registered_functions["report_stuck"](TimerRequest())
+    app_on_cosmos.run(registered_functions["report_stuck"](TimerRequest()))
     assert overdue_counts()[("parked", order_id)] == before + 1

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,9 +40,17 @@ class CrashAfterCall:
     def __init__(self, inner: HttpFulfilment) -> None:
         self.inner = inner
 
-    def reserve(self, key: str, request: Mapping[str, Any]) -> Reply:
-        self.inner.reserve(key, request)
+    async def reserve(self, key: str, request: Mapping[str, Any]) -> Reply:
+        await self.inner.reserve(key, request)
         raise RuntimeError("worker crashed after the call")
+
+
+@pytest.fixture
+def real(fulfilment: FulfilmentServer, loop: asyncio.Runner) -> Iterator[HttpFulfilment]:
+    """The real HTTP adapter, made by the test (so not closed by the app's services): closed on the loop at the end."""
+    adapter = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
+    yield adapter
+    loop.run(adapter.close())
 
 
 def test_created_order_reserves_once_with_the_derived_key(
@@ -129,10 +138,9 @@ def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
 
 
 def test_crash_after_the_call_a_copy_completes_and_the_redelivery_takes_over_at_once(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer,
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer, real: HttpFulfilment,
 ) -> None:
     order_id, body = new_order()
-    real = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
     app_on_cosmos.reconfigure(fulfilment=CrashAfterCall(real))
     lock_ends = datetime.now(UTC) + timedelta(minutes=1)
     first = deliver_order(body, message_id=order_id, locked_until=lock_ends, sequence_number=7)
@@ -154,10 +162,9 @@ def test_crash_after_the_call_a_copy_completes_and_the_redelivery_takes_over_at_
 
 
 def test_a_copy_takes_over_a_claim_whose_lease_expired(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer,
+    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer, real: HttpFulfilment,
 ) -> None:
     order_id, body = new_order()
-    real = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
     app_on_cosmos.reconfigure(fulfilment=CrashAfterCall(real))
     lock_ends = datetime.now(UTC) + timedelta(seconds=1)
     deliver_order(body, message_id=order_id, locked_until=lock_ends, sequence_number=1)
@@ -170,9 +177,8 @@ def test_a_copy_takes_over_a_claim_whose_lease_expired(
 
 
 def test_lease_is_capped_by_the_setting(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer,
+    app_on_cosmos: App, deliver_order: Deliverer, real: HttpFulfilment,
 ) -> None:
-    real = HttpFulfilment(fulfilment.url, connect_timeout=2, read_timeout=2)
     app_on_cosmos.reconfigure(side_effect_lease_seconds=5, fulfilment=CrashAfterCall(real))
     order_id, body = new_order()
     before = time.time()

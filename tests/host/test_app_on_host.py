@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -44,6 +45,9 @@ def test_an_order_becomes_one_document_and_its_message_is_completed(
                what="the completed settlement")
     assert len(store.documents(order_id, "order")) == 1
     assert not [m for m in peek(broker, "orders") if m.message_id == order_id]
+    # The async function's own log record reaches the host tagged with its invocation, as in Azure.
+    assert re.search(rf"worker \[[0-9a-f]{{8}}\] idempotent_consumer: delivery process_order messageId={order_id} ",
+                     host.output())
 
 
 def test_an_invalid_order_is_dead_lettered_with_its_reason(

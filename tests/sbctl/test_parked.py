@@ -1,10 +1,17 @@
-"""sbctl parked against the local Cosmos server: list, drop and release what the consumer parked."""
+"""sbctl parked against the local Cosmos server: list, drop and release what the consumer parked.
+
+The tests set up and read back through the app's async Cosmos adapter, on the session's loop; sbctl
+runs each command on an event loop of its own (asyncio.run), as it does from the shell.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pytest
 from azure.cosmos import PartitionKey
@@ -21,76 +28,97 @@ from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
 
+T = TypeVar("T")
+
+
+@dataclass
+class Target:
+    """The database sbctl is pointed at, and the app's adapter on its container, used on ``loop``."""
+
+    endpoint: CosmosEndpoint
+    database: str
+    store: CosmosStore
+    loop: asyncio.Runner
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run(coro)
+
 
 @pytest.fixture(scope="module")
-def target(cosmos_endpoint: CosmosEndpoint) -> Iterator[tuple[CosmosEndpoint, str, CosmosStore]]:
+def target(cosmos_endpoint: CosmosEndpoint, loop: asyncio.Runner) -> Iterator[Target]:
     client = make_cosmos_client(cosmos_endpoint)
     database = client.create_database_if_not_exists(f"parked-{uuid.uuid4().hex[:8]}")
-    container = database.create_container_if_not_exists("orders", PartitionKey(path="/orderId"), default_ttl=-1)
-    yield cosmos_endpoint, database.id, CosmosStore(container)
-    client.delete_database(database.id)
+    database.create_container_if_not_exists("orders", PartitionKey(path="/orderId"), default_ttl=-1)
+    store = CosmosStore.from_settings(Settings(
+        cosmos_endpoint=cosmos_endpoint.url, cosmos_key=cosmos_endpoint.key,
+        cosmos_verify_tls=cosmos_endpoint.verify_tls, cosmos_database=database.id, cosmos_container="orders",
+    ))
+    try:
+        yield Target(cosmos_endpoint, database.id, store, loop)
+    finally:
+        loop.run(store.close())
+        client.delete_database(database.id)
 
 
-def cli(target: tuple[CosmosEndpoint, str, CosmosStore], *args: str) -> int:
-    endpoint, database, _ = target
-    options = ["--cosmos-endpoint", endpoint.url, "--cosmos-key", endpoint.key, "--database", database]
+def cli(target: Target, *args: str) -> int:
+    endpoint = target.endpoint
+    options = ["--cosmos-endpoint", endpoint.url, "--cosmos-key", endpoint.key, "--database", target.database]
     if not endpoint.verify_tls:
         options.append("--no-verify-tls")
     return main(["parked", *args, *options])
 
 
-def park(store: CosmosStore, order_id: str, sequence: int, event_type: str) -> str:
+def park(target: Target, order_id: str, sequence: int, event_type: str) -> str:
     body = event_body(order_id, sequence, event_type)
     message = InboundMessage(message_id=body["id"], body=encode_event(body), session_id=order_id)
-    assert apply_order_event(message, store, Settings()).outcome.value == "parked"
+    assert target.run(apply_order_event(message, target.store, Settings())).outcome.value == "parked"
     return str(body["id"])
 
 
-def placed(store: CosmosStore) -> str:
+def placed(target: Target) -> str:
     order_id = f"ord-{uuid.uuid4()}"
     message = inbound(order_body(order_id))
-    store.create(OrderDocument.placed(parse_order(message), message, "h").to_document())
+    target.run(target.store.create(OrderDocument.placed(parse_order(message), message, "h").to_document()))
     return order_id
 
 
 def test_list_shows_parked_events_and_exits_3_when_none(
-    target: tuple[CosmosEndpoint, str, CosmosStore], capsys: pytest.CaptureFixture[str]
+    target: Target, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    order_id = placed(target[2])
+    order_id = placed(target)
     assert cli(target, "list", "--order", order_id) == 3
-    event_id = park(target[2], order_id, 3, ORDER_SHIPPED)
+    event_id = park(target, order_id, 3, ORDER_SHIPPED)
     assert cli(target, "list", "--order", order_id) == 0
     out = capsys.readouterr().out
     assert order_id in out and event_id in out and "OrderShipped" in out and "parked" in out
 
 
-def test_drop_keeps_the_event_marked_dropped_and_uncounted(target: tuple[CosmosEndpoint, str, CosmosStore]) -> None:
-    store = target[2]
-    order_id = placed(store)
-    event_id = park(store, order_id, 3, ORDER_CANCELLED)
+def test_drop_keeps_the_event_marked_dropped_and_uncounted(target: Target) -> None:
+    store = target.store
+    order_id = placed(target)
+    event_id = park(target, order_id, 3, ORDER_CANCELLED)
     assert cli(target, "drop", "--order", order_id, "--event", event_id) == 0
-    [dropped] = [d for d in store.query({"type": "parked-event"}, partition_key=order_id)]
+    [dropped] = [d for d in target.run(store.query({"type": "parked-event"}, partition_key=order_id))]
     assert (dropped["status"], dropped["eventId"]) == ("dropped", event_id)
-    assert store.read(order_id, order_id)["parked"] == 0
+    assert target.run(store.read(order_id, order_id))["parked"] == 0
 
 
 def test_release_applies_the_event_past_its_missing_predecessor_then_what_waits_behind_it(
-    target: tuple[CosmosEndpoint, str, CosmosStore], capsys: pytest.CaptureFixture[str]
+    target: Target, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store = target[2]
-    order_id = placed(store)
-    third = park(store, order_id, 3, PAYMENT_CAPTURED)
-    park(store, order_id, 4, ORDER_SHIPPED)
+    order_id = placed(target)
+    third = park(target, order_id, 3, PAYMENT_CAPTURED)
+    park(target, order_id, 4, ORDER_SHIPPED)
     assert cli(target, "release", "--order", order_id, "--event", third) == 0
     assert "released versions [3, 4]" in capsys.readouterr().out
-    order = store.read(order_id, order_id)
+    order = target.run(target.store.read(order_id, order_id))
     assert (order["version"], order["status"], order["parked"]) == (4, "shipped", 0)
 
 
 def test_release_of_an_event_not_parked_is_one_clear_error(
-    target: tuple[CosmosEndpoint, str, CosmosStore], capsys: pytest.CaptureFixture[str]
+    target: Target, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    order_id = placed(target[2])
+    order_id = placed(target)
     assert cli(target, "release", "--order", order_id, "--event", "nope") == 1
     err = capsys.readouterr().err
     assert err.startswith("sbctl: error: ") and "no event nope waits parked" in err and "Traceback" not in err

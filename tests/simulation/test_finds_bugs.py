@@ -31,47 +31,47 @@ class _Delegating:
     def __init__(self, store: DocumentStore) -> None:
         self.store = store
 
-    def create(self, document: Document) -> Document:
-        return self.store.create(document)
+    async def create(self, document: Document) -> Document:
+        return await self.store.create(document)
 
-    def read(self, doc_id: str, partition_key: str) -> Document:
-        return self.store.read(doc_id, partition_key)
+    async def read(self, doc_id: str, partition_key: str) -> Document:
+        return await self.store.read(doc_id, partition_key)
 
-    def query(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-              before: tuple[str, Any] | None = None, limit: int = 100) -> list[Document]:
-        return self.store.query(conditions, partition_key=partition_key, before=before, limit=limit)
+    async def query(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                    before: tuple[str, Any] | None = None, limit: int = 100) -> list[Document]:
+        return await self.store.query(conditions, partition_key=partition_key, before=before, limit=limit)
 
-    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
-        return self.store.execute_batch(partition_key, operations)
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        return await self.store.execute_batch(partition_key, operations)
 
 
 class ReadThenCreate(_Delegating):
     """Bug 1: the order's create done as "read, and write if absent" (an upsert): two copies both find it absent."""
 
-    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         first = operations[0]
         if not (isinstance(first, Create) and OrderDocument.is_kind(first.document)):
-            return self.store.execute_batch(partition_key, operations)
+            return await self.store.execute_batch(partition_key, operations)
         try:
-            self.store.read(partition_key, partition_key)
+            await self.store.read(partition_key, partition_key)
         except NotFound:
             pass
         else:
             raise BatchFailed(0, AlreadyExists(f"document {partition_key} already exists"))
         try:
-            return self.store.execute_batch(partition_key, operations)
+            return await self.store.execute_batch(partition_key, operations)
         except BatchFailed as exc:
             if not isinstance(exc.error, AlreadyExists):
                 raise
         overwrite = [Replace(op.document) if isinstance(op, Create) else op for op in operations]
-        return self.store.execute_batch(partition_key, overwrite)
+        return await self.store.execute_batch(partition_key, overwrite)
 
 
 class VersionUnchecked(_Delegating):
     """Bug 3: the order's version check removed: patches without their condition, replaces without the etag."""
 
-    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
-        return self.store.execute_batch(partition_key, [_unchecked(op, partition_key) for op in operations])
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        return await self.store.execute_batch(partition_key, [_unchecked(op, partition_key) for op in operations])
 
 
 def _unchecked(operation: BatchOperation, order_id: str) -> BatchOperation:
@@ -89,16 +89,16 @@ class KeyPerCall:
         self.fulfilment = fulfilment
         self.nonces = itertools.count(1)
 
-    def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
-        return self.fulfilment.reserve(f"{idempotency_key}.{next(self.nonces)}", request)
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        return await self.fulfilment.reserve(f"{idempotency_key}.{next(self.nonces)}", request)
 
 
 def fresh_sequence_numbers(handler: OrderHandler) -> OrderHandler:
     """Bug 4: every delivery looks like another message, so a redelivery cannot take over its own claim."""
     numbers = itertools.count(10**9)
 
-    def place(message: InboundMessage, services: OrderServices) -> Result:
-        return handler(dataclasses.replace(message, sequence_number=next(numbers)), services)
+    async def place(message: InboundMessage, services: OrderServices) -> Result:
+        return await handler(dataclasses.replace(message, sequence_number=next(numbers)), services)
 
     return place
 

@@ -6,7 +6,7 @@ consumer name, which is what lets both apply every event once without blocking e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from shared.domain.keys import derive_id
 from shared.domain.lifecycle import parse_event
@@ -24,11 +24,11 @@ _OUTCOMES = {
 }
 
 
-def audit_handler(store: DocumentStore, ttl_seconds: int) -> Callable[[InboundMessage], Result]:
-    """A handler that records each event once in an audit document."""
+def audit_handler(store: DocumentStore, ttl_seconds: int) -> Callable[[InboundMessage], Awaitable[Result]]:
+    """A handler (async, as run_delivery awaits it) that records each event once in an audit document."""
     inbox = Inbox(store, AUDIT_CONSUMER, ttl_seconds)
 
-    def handle(message: InboundMessage) -> Result:
+    async def handle(message: InboundMessage) -> Result:
         try:
             event = parse_event(message)
         except InvalidMessage as exc:
@@ -42,7 +42,7 @@ def audit_handler(store: DocumentStore, ttl_seconds: int) -> Callable[[InboundMe
             "eventId": event.id,
         }
         try:
-            verdict = inbox.apply(partition_key=event.order_id, dedup_key=(event.source, event.id),
+            verdict = await inbox.apply(partition_key=event.order_id, dedup_key=(event.source, event.id),
                                   request_hash=hash_, operations=[Create(record)])
         except TransientStoreError as exc:
             return Result(Outcome.TRANSIENT, str(exc), hash_)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
@@ -22,19 +24,20 @@ from tests.support.orders import inbound, order_body
 
 SETTINGS = Settings(servicebus_message_ttl_seconds=3600, dlq_resubmit_grace_seconds=0, dedup_ttl_seconds=7200,
                     fulfillment_url="http://fulfilment.invalid")
+run = asyncio.run  # the in-memory fakes hold nothing across calls: a fresh loop per call will do
 
 
 def placed(store: InMemoryStore, order_id: str = "ord-1") -> None:
     message = inbound(order_body(order_id))
     order = parse_order(message)
-    store.create(OrderDocument.placed(order, message, order.request_hash()).to_document())
+    run(store.create(OrderDocument.placed(order, message, order.request_hash()).to_document()))
 
 
 def deliver(store: InMemoryStore, body: dict, *, delivery_count: int | None = 0,
             settings: Settings = SETTINGS) -> Result:
     message = InboundMessage(message_id=body["id"], body=encode_event(body), session_id=body["subject"],
                              delivery_count=delivery_count)
-    return apply_order_event(message, store, settings)
+    return run(apply_order_event(message, store, settings))
 
 
 @pytest.fixture
@@ -49,7 +52,7 @@ def test_event_applies_in_one_batch_with_marker_business_document_and_patch(stor
     result = deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2"))
     assert result.outcome is Outcome.APPLIED
     assert store.requests - before == 1
-    order = store.read("ord-1", "ord-1")
+    order = run(store.read("ord-1", "ord-1"))
     assert (order["status"], order["version"], order["payment"]["paymentId"]) == ("paid", 2, "pay-1")
     kinds = sorted(d["type"] for d in store.documents())
     assert kinds == ["inbox", "order", "payment"]
@@ -64,7 +67,7 @@ def test_redelivered_event_is_a_duplicate(store: InMemoryStore) -> None:
     body = event_body("ord-1", 2, event_id="e-2")
     deliver(store, body)
     assert deliver(store, body, delivery_count=1).outcome is Outcome.DUPLICATE
-    assert store.read("ord-1", "ord-1")["version"] == 2
+    assert run(store.read("ord-1", "ord-1"))["version"] == 2
 
 
 def test_same_event_identity_with_other_content_is_a_payload_mismatch(store: InMemoryStore) -> None:
@@ -90,7 +93,7 @@ def test_event_ahead_of_its_predecessor_is_parked_and_its_message_completed(stor
     result = deliver(store, event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3"))
     assert result.outcome is Outcome.PARKED
     assert "waits for version 2" in result.description
-    order = store.read("ord-1", "ord-1")
+    order = run(store.read("ord-1", "ord-1"))
     assert (order["version"], order["parked"]) == (1, 1)
     [parked] = of_type(store, "parked-event")
     assert (parked["sequence"], parked["status"], parked["eventId"]) == (3, "parked", "e-3")
@@ -105,7 +108,7 @@ def test_predecessor_releases_the_parked_successor_in_its_own_batch(store: InMem
     assert "released versions [3]" in result.description
     # the conditional patch fails (something is parked), then: read the order, read what is parked, one batch
     assert store.requests - batches == 4
-    order = store.read("ord-1", "ord-1")
+    order = run(store.read("ord-1", "ord-1"))
     assert (order["version"], order["status"], order["parked"]) == (3, "shipped", 0)
     assert len(of_type(store, "payment")) == len(of_type(store, "shipment")) == 1
     assert of_type(store, "parked-event") == []
@@ -114,9 +117,9 @@ def test_predecessor_releases_the_parked_successor_in_its_own_batch(store: InMem
 def test_a_chain_of_parked_events_is_released_in_version_order(store: InMemoryStore) -> None:
     assert deliver(store, event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3")).outcome is Outcome.PARKED
     assert deliver(store, event_body("ord-1", 4, ORDER_CANCELLED, event_id="e-4")).outcome is Outcome.PARKED
-    assert store.read("ord-1", "ord-1")["parked"] == 2
+    assert run(store.read("ord-1", "ord-1"))["parked"] == 2
     deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2"))
-    order = store.read("ord-1", "ord-1")
+    order = run(store.read("ord-1", "ord-1"))
     # shipped, then a cancellation that the shipped state forbids: rejected, kept with its reason
     assert (order["version"], order["status"], order["parked"]) == (3, "shipped", 0)
     [rejected] = of_type(store, "parked-event")
@@ -130,7 +133,7 @@ def test_a_parked_event_redelivered_is_a_duplicate_and_with_other_content_a_mism
     assert deliver(store, body).outcome is Outcome.DUPLICATE
     other = event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3", trackingNumber="OTHER")
     assert deliver(store, other).outcome is Outcome.PAYLOAD_MISMATCH
-    assert store.read("ord-1", "ord-1")["parked"] == 1
+    assert run(store.read("ord-1", "ord-1"))["parked"] == 1
 
 
 def test_an_event_before_its_order_waits_on_a_pending_order_that_the_order_replaces() -> None:
@@ -138,11 +141,11 @@ def test_an_event_before_its_order_waits_on_a_pending_order_that_the_order_repla
     result = deliver(store, event_body("ord-9", 2, PAYMENT_CAPTURED, event_id="e-2"))
     assert result.outcome is Outcome.PARKED
     assert "waits for version 1" in result.description
-    pending = store.read("ord-9", "ord-9")
+    pending = run(store.read("ord-9", "ord-9"))
     assert (pending["type"], pending["version"], pending["parked"]) == ("order-pending", 0, 1)
-    placed = place(inbound(order_body("ord-9")), OrderServices(store, InMemoryFulfilment(), SETTINGS))
+    placed = run(place(inbound(order_body("ord-9")), OrderServices(store, InMemoryFulfilment(), SETTINGS)))
     assert placed.outcome is Outcome.CREATED
-    order = store.read("ord-9", "ord-9")
+    order = run(store.read("ord-9", "ord-9"))
     assert (order["type"], order["version"], order["status"], order["parked"]) == ("order", 2, "paid", 0)
     assert len(of_type(store, "payment")) == len(of_type(store, "outbox")) == 1
     assert of_type(store, "parked-event") == []
@@ -155,7 +158,7 @@ def test_two_parked_events_for_one_version_apply_once_and_the_other_is_removed_a
     deliver(store, event_body("ord-1", 3, ORDER_CANCELLED, event_id="e-3b"))
     result = deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2"))
     assert "released versions [3]" in result.description and "was stale and is removed" in result.description
-    order = store.read("ord-1", "ord-1")
+    order = run(store.read("ord-1", "ord-1"))
     assert (order["version"], order["status"], order["parked"]) == (3, "shipped", 0)
     assert of_type(store, "parked-event") == [] and of_type(store, "cancellation") == []
 
@@ -169,13 +172,13 @@ def test_forbidden_transition_is_invalid_transition(store: InMemoryStore, first:
     assert deliver(store, event_body("ord-1", 2, first)).outcome is Outcome.APPLIED
     result = deliver(store, event_body("ord-1", 3, second))
     assert result.outcome is Outcome.INVALID_TRANSITION
-    assert store.read("ord-1", "ord-1")["version"] == 2
+    assert run(store.read("ord-1", "ord-1"))["version"] == 2
 
 
 def test_capture_then_ship_then_nothing_else(store: InMemoryStore) -> None:
     assert deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED)).outcome is Outcome.APPLIED
     assert deliver(store, event_body("ord-1", 3, ORDER_SHIPPED)).outcome is Outcome.APPLIED
-    assert store.read("ord-1", "ord-1")["status"] == "shipped"
+    assert run(store.read("ord-1", "ord-1"))["status"] == "shipped"
 
 
 def test_invalid_event_names_the_rule(store: InMemoryStore) -> None:
@@ -189,7 +192,7 @@ def test_inbox_refuses_a_batch_over_the_limit_before_sending(store: InMemoryStor
     before = store.requests
     ops = [Create({"id": f"d-{n}", "orderId": "ord-1"}) for n in range(MAX_BATCH_OPERATIONS)]  # + marker = 101
     with pytest.raises(BatchTooLarge):
-        inbox.apply(partition_key="ord-1", dedup_key=("s", "e"), request_hash="h", operations=ops)
+        run(inbox.apply(partition_key="ord-1", dedup_key=("s", "e"), request_hash="h", operations=ops))
     assert store.requests == before
 
 

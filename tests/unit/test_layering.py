@@ -60,9 +60,20 @@ def test_only_the_servicebus_adapter_and_the_binding_translation_import_azure_se
     assert importers("consumers", "azure.servicebus") == {"consumers/binding.py"}
 
 
+def test_the_core_reaches_services_through_async_clients_only() -> None:
+    # The functions run on the worker's one event loop: one blocking call would stall every delivery on it.
+    clients = {"CosmosClient", "ContainerProxy", "ServiceBusClient", "DefaultAzureCredential", "RequestsTransport"}
+    for path in modules("shared"):
+        assert not any(n.split(".")[0] in {"requests", "urllib3", "http"} for n in imported_modules(path)), path
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("azure."):
+                sync = {alias.name for alias in node.names} & clients
+                assert not sync or (node.module or "").endswith(".aio"), (path, node.module, sync)
+
+
 def test_function_app_only_registers_blueprints() -> None:
     tree = ast.parse((ROOT / "function_app.py").read_text())
-    assert [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)] == []
+    assert [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)] == []
 
 
 def _one_edit_apart(a: str, b: str) -> bool:

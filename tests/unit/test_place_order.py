@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -20,10 +21,11 @@ from shared.settings import Settings
 from tests.support.orders import inbound, order_body, rule_path
 
 SETTINGS = Settings(consumer_name="order-intake", fulfillment_url="http://fulfilment.invalid")
+run = asyncio.run  # the in-memory fakes hold nothing across calls: a fresh loop per call will do
 
 
 def place_order(message, store: InMemoryStore) -> Result:
-    return place(message, OrderServices(store, InMemoryFulfilment(), SETTINGS))
+    return run(place(message, OrderServices(store, InMemoryFulfilment(), SETTINGS)))
 
 
 def orders(store: InMemoryStore) -> list[Document]:
@@ -38,15 +40,15 @@ class FailingStore(InMemoryStore):
         self.create_error = create_error
         self.read_error = read_error
 
-    def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         if self.create_error:
             raise self.create_error
-        return super().execute_batch(partition_key, operations)
+        return await super().execute_batch(partition_key, operations)
 
-    def read(self, doc_id: str, partition_key: str) -> Document:
+    async def read(self, doc_id: str, partition_key: str) -> Document:
         if self.read_error:
             raise self.read_error
-        return super().read(doc_id, partition_key)
+        return await super().read(doc_id, partition_key)
 
 
 def test_new_order_is_created_in_one_batch_and_its_reservation_finished_in_one_more() -> None:
@@ -90,7 +92,7 @@ def test_a_copy_finding_a_record_without_its_hash_reads_the_order_and_is_still_a
     place_order(inbound(order_body("ord-1")), store)
     [record] = [d for d in store.documents() if d.get("type") == "side-effect"]
     del record["requestHash"]  # claimed before the record kept the hash
-    store.execute_batch("ord-1", [Replace(record, None)])
+    run(store.execute_batch("ord-1", [Replace(record, None)]))
     result = place_order(inbound(order_body("ord-1")), store)
     assert result.outcome is Outcome.DUPLICATE
     other = place_order(inbound(order_body("ord-1", **OTHER_ITEMS)), store)
@@ -146,7 +148,7 @@ def test_unexpected_store_error_propagates_to_the_caller() -> None:
 
 def test_document_without_request_hash_under_same_id_is_a_mismatch() -> None:
     store = InMemoryStore()
-    store.create({"id": "ord-1", "orderId": "ord-1", "type": "something-else"})
+    run(store.create({"id": "ord-1", "orderId": "ord-1", "type": "something-else"}))
     assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.PAYLOAD_MISMATCH
 
 
@@ -156,12 +158,18 @@ def test_a_delivery_whose_lock_ran_out_does_not_take_a_claim_over() -> None:
     effect = SideEffect(store, "order-intake", "reserve-stock", 60, lambda: now[0])
     lock = datetime.fromtimestamp(now[0] + 30, UTC)
     first = InboundMessage(message_id="o", body=None, sequence_number=5, locked_until_utc=lock)
-    store.create(effect.claim("o", ("o",), first).to_document())
+    run(store.create(effect.claim("o", ("o",), first).to_document()))
     now[0] += 31  # the lock has run out; the same message's live redelivery owns the claim now
-    succeed = lambda key: EffectReply(ReplyKind.SUCCEEDED)  # noqa: E731
-    result = effect.run(order_id="o", dedup_key=("o",), message=first, call=succeed)
+    calls: list[str] = []
+
+    async def succeed(key: str) -> EffectReply:
+        calls.append(key)
+        return EffectReply(ReplyKind.SUCCEEDED)
+
+    result = run(effect.run(order_id="o", dedup_key=("o",), message=first, call=succeed))
     assert result.outcome is EffectOutcome.TRANSIENT
-    assert SideEffectRecord.from_document(store.read(store.documents()[0]["id"], "o")).attempt == 1
+    assert calls == []
+    assert SideEffectRecord.from_document(run(store.read(store.documents()[0]["id"], "o"))).attempt == 1
 
 
 def test_a_finish_that_finds_its_own_message_took_the_claim_over_finishes_it() -> None:
@@ -170,14 +178,15 @@ def test_a_finish_that_finds_its_own_message_took_the_claim_over_finishes_it() -
     message = InboundMessage(message_id="o", body=None, sequence_number=5)
     record_id = effect.claim("o", ("o",), message).id
 
-    def call_while_a_stale_delivery_takes_over(key: str) -> EffectReply:
-        current = store.read(record_id, "o")
-        store.execute_batch("o", [Replace({**current, "attempt": 9}, if_match=current["_etag"])])
+    async def call_while_a_stale_delivery_takes_over(key: str) -> EffectReply:
+        current = await store.read(record_id, "o")
+        await store.execute_batch("o", [Replace({**current, "attempt": 9}, if_match=current["_etag"])])
         return EffectReply(ReplyKind.SUCCEEDED, 201, reference="res-1")
 
-    result = effect.run(order_id="o", dedup_key=("o",), message=message, call=call_while_a_stale_delivery_takes_over)
+    result = run(effect.run(order_id="o", dedup_key=("o",), message=message,
+                            call=call_while_a_stale_delivery_takes_over))
     assert result.outcome is EffectOutcome.DONE
-    stored = SideEffectRecord.from_document(store.read(record_id, "o"))
+    stored = SideEffectRecord.from_document(run(store.read(record_id, "o")))
     assert (stored.status, stored.reference) == (EffectStatus.COMPLETED, "res-1")
 
 
@@ -185,7 +194,7 @@ def test_a_claim_made_again_after_its_record_was_removed_keeps_the_hash() -> Non
     store = InMemoryStore()
     place_order(inbound(order_body("ord-1")), store)
     [record] = [d for d in store.documents() if d.get("type") == "side-effect"]
-    store.execute_batch("ord-1", [Delete(record["id"], None)])
+    run(store.execute_batch("ord-1", [Delete(record["id"], None)]))
     assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.DUPLICATE
     [again] = [d for d in store.documents() if d.get("type") == "side-effect"]
     assert again["requestHash"] == record["requestHash"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -12,10 +13,12 @@ from shared.domain.messages import InboundMessage
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.place_order import effect_reply
 from shared.handlers.reports import report_stuck
-from shared.handlers.side_effects import SideEffect
+from shared.handlers.side_effects import EffectReply, SideEffect
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.metrics import overdue_counts
+
+run = asyncio.run  # the in-memory fakes hold nothing across calls: a fresh loop per call will do
 
 
 class Clock:
@@ -29,7 +32,7 @@ class Clock:
 def park(store: InMemoryStore, clock: Clock, order_id: str) -> None:
     body = event_body(order_id, 3, ORDER_SHIPPED)
     message = InboundMessage(message_id=body["id"], body=encode_event(body), session_id=order_id)
-    assert apply_order_event(message, store, Settings(), clock).outcome.value == "parked"
+    assert run(apply_order_event(message, store, Settings(), clock)).outcome.value == "parked"
 
 
 def test_parked_events_older_than_the_alert_age_are_reported_and_counted(caplog: pytest.LogCaptureFixture) -> None:
@@ -40,7 +43,8 @@ def test_parked_events_older_than_the_alert_age_are_reported_and_counted(caplog:
     park(store, clock, "ord-young")
     before = overdue_counts()
     with caplog.at_level(logging.WARNING):
-        found = report_stuck(store, consumer="order-projection", now=clock.now, parked_after=900, stuck_after=300)
+        found = run(report_stuck(store, consumer="order-projection", now=clock.now, parked_after=900,
+                                 stuck_after=300))
     assert [p.order_id for p in found.parked] == ["ord-old"]
     assert overdue_counts()[("parked", "ord-old")] == before[("parked", "ord-old")] + 1
     assert any("overdue parked orderId=ord-old" in r.getMessage() for r in caplog.records)
@@ -51,11 +55,14 @@ def test_side_effects_in_progress_past_their_lease_are_reported_but_finished_one
     store = InMemoryStore(default_ttl=-1, clock=clock)
     effect = SideEffect(store, "order-projection", "reserve-stock", 60, clock)
     message = InboundMessage(message_id="m", body=None, sequence_number=1)
-    store.create(effect.claim("ord-stuck", ("ord-stuck",), message).to_document())
+    run(store.create(effect.claim("ord-stuck", ("ord-stuck",), message).to_document()))
     service = InMemoryFulfilment()
-    result = effect.run(order_id="ord-done", dedup_key=("ord-done",), message=message,
-                        call=lambda key: effect_reply(service.reserve(key, {"orderId": "ord-done"})))
+
+    async def reserve(key: str) -> EffectReply:
+        return effect_reply(await service.reserve(key, {"orderId": "ord-done"}))
+
+    result = run(effect.run(order_id="ord-done", dedup_key=("ord-done",), message=message, call=reserve))
     assert result.outcome.value == "done"
     clock.now += 60 + 301
-    found = report_stuck(store, consumer="order-projection", now=clock.now, parked_after=900, stuck_after=300)
+    found = run(report_stuck(store, consumer="order-projection", now=clock.now, parked_after=900, stuck_after=300))
     assert [r.order_id for r in found.side_effects] == ["ord-stuck"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from azure.identity import DefaultAzureCredential
+from azure.identity.aio import DefaultAzureCredential
 
 from shared.adapters.servicebus import credential_for, make_client, to_sdk
 from shared.errors import ConfigurationError
@@ -11,22 +13,24 @@ from shared.ports.sender import OutgoingMessage
 from shared.settings import Settings
 
 
-def test_connection_string_is_used_locally_without_connecting() -> None:
+def test_connection_string_is_used_locally_without_connecting(loop: asyncio.Runner) -> None:
     settings = Settings.from_env(
         {"ServiceBusConnection": "Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=v;"
                                  "UseDevelopmentEmulator=true"}
     )
     client = make_client(settings)
     assert client.fully_qualified_namespace == "127.0.0.1:5672"
-    client.close()
+    loop.run(client.close())
 
 
-def test_namespace_uses_managed_identity() -> None:
+def test_namespace_uses_managed_identity(loop: asyncio.Runner) -> None:
     settings = Settings.from_env({"ServiceBusConnection__fullyQualifiedNamespace": "ns.servicebus.windows.net"})
-    assert isinstance(credential_for(settings), DefaultAzureCredential)
+    credential = credential_for(settings)
+    assert isinstance(credential, DefaultAzureCredential)  # the async one, as the async client needs
+    loop.run(credential.close())
     client = make_client(settings)
     assert client.fully_qualified_namespace == "ns.servicebus.windows.net"
-    client.close()
+    loop.run(client.close())
 
 
 def test_missing_connection_names_both_settings() -> None:

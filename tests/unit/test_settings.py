@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
-from azure.identity import DefaultAzureCredential
+from azure.identity.aio import DefaultAzureCredential
 
-from shared.adapters.cosmos import credential_for
+from shared.adapters.cosmos import CosmosStore, credential_for
+from shared.adapters.servicebus import ServiceBusSender
 from shared.errors import ConfigurationError
 from shared.settings import SETTINGS, Settings
 
@@ -61,11 +64,46 @@ def test_declared_defaults_are_the_fields_defaults() -> None:
         assert SETTINGS[field.encode_name].default == field.default, field.encode_name
 
 
-def test_without_a_key_the_cosmos_client_uses_managed_identity() -> None:
+def test_without_a_key_the_cosmos_client_uses_managed_identity(loop: asyncio.Runner) -> None:
     settings = Settings.from_env({"COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/"})
-    assert isinstance(credential_for(settings), DefaultAzureCredential)
+    credential = credential_for(settings)
+    assert isinstance(credential, DefaultAzureCredential)  # the async one, as azure.cosmos.aio needs
+    loop.run(credential.close())
 
 
 def test_with_a_key_the_cosmos_client_uses_the_key() -> None:
     settings = Settings.from_env({"COSMOS_ENDPOINT": "http://127.0.0.1:8081", "COSMOS_KEY": "k=="})
     assert credential_for(settings) == "k=="
+
+
+def _count_credential_closes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record each DefaultAzureCredential closed (the SDK clients never close the credential they are given)."""
+    closed: list[object] = []
+    original = DefaultAzureCredential.close
+
+    async def close(self: DefaultAzureCredential) -> None:
+        closed.append(self)
+        await original(self)
+
+    monkeypatch.setattr(DefaultAzureCredential, "close", close)
+    return closed
+
+
+def test_a_store_on_managed_identity_closes_its_credential_with_its_client(
+    loop: asyncio.Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = _count_credential_closes(monkeypatch)
+    store = CosmosStore.from_settings(Settings.from_env({"COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/"}))
+    loop.run(store.close())
+    assert len(closed) == 1
+    loop.run(store.close())  # closing again closes nothing twice
+    assert len(closed) == 1
+
+
+def test_a_sender_on_managed_identity_closes_its_credential_with_its_client(
+    loop: asyncio.Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = _count_credential_closes(monkeypatch)
+    settings = Settings.from_env({"ServiceBusConnection__fullyQualifiedNamespace": "ns.servicebus.windows.net"})
+    loop.run(ServiceBusSender.from_settings(settings).close())
+    assert len(closed) == 1
