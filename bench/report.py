@@ -23,7 +23,7 @@ def line(cell: Cell) -> str:
     """One cell in one line, for progress."""
     return (f"{cell.workload}, {cell.strategy}, c{cell.concurrency}: {cell.per_second:.0f} messages/s,"
             f" {cell.requests_per_message:.2f} requests/message, p50 {cell.percentile(50):.1f} ms,"
-            f" p99 {cell.percentile(99):.1f} ms")
+            f" p99 {cell.percentile(99):.1f} ms, client CPU {cell.cpu_ms_per_request:.2f} ms/request")
 
 
 def floor(cells: Sequence[Cell]) -> dict[str, float]:
@@ -114,7 +114,15 @@ def markdown(cells: Sequence[Cell], floors: dict[str, float], extra: dict[str, A
                            if found else "")
             out.append(f"| {strategy} | " + " | ".join(row) + " |")
         out.append("")
-    out += ["**This project's throughput as a ratio of each alternative's**, same run:", "",
+    top = levels[-1]
+    out += [f"**Client CPU per Cosmos request** at c{top}, ms (this process; with the stand-in, its server too):",
+            "", "| strategy | " + " | ".join(WORKLOADS) + " |",
+            "| --- | " + " | ".join("---" for _ in WORKLOADS) + " |"]
+    for strategy in dict.fromkeys(c.strategy for c in cells):
+        at_top = {c.workload: c for c in cells if c.strategy == strategy and c.concurrency == top}
+        out.append(f"| {strategy} | " + " | ".join(f"{at_top[w].cpu_ms_per_request:.2f}" if w in at_top else ""
+                                                   for w in WORKLOADS) + " |")
+    out += ["", "**This project's throughput as a ratio of each alternative's**, same run:", "",
             "| against | workload | " + " | ".join(f"c{n}" for n in levels) + " |",
             "| --- | --- | " + " | ".join("---" for _ in levels) + " |"]
     for other in dict.fromkeys(c.strategy for c in cells if c.strategy not in (PROJECT, PROJECT_STANDIN)):
@@ -170,7 +178,8 @@ def write(cells: Sequence[Cell], floors: dict[str, float], extra: dict[str, Any]
                    "messages": c.messages, "seconds": round(c.seconds, 3), "messages per second":
                    round(c.per_second, 1), "requests per message": round(c.requests_per_message, 3),
                    "requests per copy": c.requests_per_copy, "request units": c.request_units,
-                   "p50 ms": round(c.percentile(50), 2), "p99 ms": round(c.percentile(99), 2)} for c in cells],
+                   "p50 ms": round(c.percentile(50), 2), "p99 ms": round(c.percentile(99), 2),
+                   "client CPU ms per request": round(c.cpu_ms_per_request, 3)} for c in cells],
     }
     (results / "bench.json").write_text(json.dumps(figures, indent=2))
     if not smoke:

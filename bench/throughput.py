@@ -90,10 +90,15 @@ class Cell:
     latencies_ms: list[float]
     copies: int = 0
     copy_requests: int = 0
+    cpu_seconds: float = 0.0  # this process's CPU over the cell: the client's (the Cosmos server is another)
 
     @property
     def per_second(self) -> float:
         return self.messages / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return self.cpu_seconds * 1000 / self.requests if self.requests else 0.0
 
     @property
     def requests_per_message(self) -> float:
@@ -294,19 +299,19 @@ class Bench:
 
         phases = [[u for u in work.units if u[0].phase == phase] for phase in (0, 1)]
         requests_before, units_before = self.transport.snapshot()
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         await run_phase(phases[0])
         between, _ = self.transport.snapshot()
         await run_phase(phases[1])
         copy_requests = self.transport.snapshot()[0] - between
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
         requests_after, units_after = self.transport.snapshot()
         if failed:
             self.failures.append(f"{strategy} on {work.name} at c{concurrency}: {len(failed)} messages not processed")
         return Cell(strategy, work.name, concurrency, len(latencies), seconds, requests_after - requests_before,
                     units_after - units_before if self.request_units and self.transport.charged else None,
                     latencies,
-                    copies=sum(len(u) for u in phases[1]), copy_requests=copy_requests)
+                    copies=sum(len(u) for u in phases[1]), copy_requests=copy_requests, cpu_seconds=cpu_seconds)
 
 
 @contextmanager
