@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import cold_start
+from bench import cold_start, own_code
 from bench.throughput import DUPLICATES, EVENTS, NEW, PROJECT, PROJECT_STANDIN, RAW, WORKLOADS, Cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def floor(cells: Sequence[Cell]) -> dict[str, float]:
 def extras(memory_sizes: Sequence[int]) -> dict[str, Any]:
     """Cold start (median of 10 fresh processes) and peak RSS over each number of messages."""
     print("bench: cold start, 10 fresh processes each", flush=True)
-    found: dict[str, Any] = {"cold start": cold_start.measure(10)}
+    found: dict[str, Any] = {"cold start": cold_start.measure(10), "own code": own_code.measure()}
     memory = {}
     for size in memory_sizes:
         print(f"bench: peak memory over {size} messages", flush=True)
@@ -146,6 +146,9 @@ def _extra_lines(extra: dict[str, Any]) -> list[str]:
                f" a minimal SDK-type Service Bus app {start['minimal_s'] * 1000:.0f} ms: {start['ratio']:.2f}x."
                f" The first invocation then imports the async clients (aiohttp, azure.cosmos.aio): with those,"
                f" {start['first_invocation_s'] * 1000:.0f} ms, {start['first_invocation_ratio']:.2f}x.")
+    own = extra["own code"]
+    out.append(f"The project's own code (bench/own_code.py: the handlers over ports that answer at once):"
+               f" {own['new order ms']:.3f} ms of CPU per new order, {own['applied event ms']:.3f} ms per event.")
     memory = extra["memory"]
     out.append("Peak RSS of the project's path (new orders, c1): "
                + ", ".join(f"{int(n):,} messages {m['peak_rss_mb']:.1f} MB" for n, m in memory.items()) + ".")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench import own_code, throughput
 from tests.devservers.helptext import options_without_help, run_module
 
 
@@ -45,3 +46,11 @@ def test_the_memory_run_reports_its_own_peak_not_its_parents() -> None:
     figures = json.loads(run.stdout.strip().splitlines()[-1])
     assert figures["messages"] == 50 and 0 < figures["peak_rss_mb"] < 250
     assert figures["fulfilment_ms"] > 0 and len(ballast) > 0
+
+
+def test_the_own_code_figure_measures_the_happy_path() -> None:
+    # Its ports answer at once; if they stopped fitting the handlers, another outcome would be timed.
+    figures = own_code.measure(messages=40, warm_up=5)
+    events = sum(len(unit) for unit in throughput.workload(throughput.EVENTS, 40, seed=3).units)
+    assert figures["outcomes"] == {"created": 40, "applied": events}
+    assert figures["new order ms"] > 0 and figures["applied event ms"] > 0

@@ -1,0 +1,91 @@
+"""The project's own CPU per message: the handlers over ports that answer at once, with no SDK and no copy.
+
+What ``this project`` costs beyond the requests it sends: decode and validate the body, hash it,
+build the documents and the batch, read the answers. The store answers each batch with its documents
+as written; the fulfilment service answers 201. The figure is CPU per message over N messages after
+a warm-up, in this process.
+
+    python -m bench.own_code [--messages 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench import throughput
+from shared.handlers.apply_event import apply_order_event
+from shared.handlers.place_order import OrderServices, place_order
+from shared.ports.fulfilment import Reply
+from shared.ports.store import BatchOperation, Create, Document, Replace
+from shared.settings import Settings
+
+WARM_UP = 500
+
+
+class AnsweringStore:
+    """A DocumentStore whose batches succeed at once; the happy path's only call."""
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        return [{**op.document, "_etag": '"1"', "_ts": 1} if isinstance(op, Create | Replace) else {}
+                for op in operations]
+
+    async def create(self, document: Document) -> Document:
+        raise NotImplementedError("the happy path creates in a batch")
+
+    async def read(self, doc_id: str, partition_key: str) -> Document:
+        raise NotImplementedError("the happy path reads nothing")
+
+    async def query(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                    before: tuple[str, Any] | None = None, limit: int = 100) -> list[Document]:
+        return []
+
+
+class Reserved:
+    """A fulfilment service that answers 201 and keeps nothing."""
+
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        return Reply(201, {"reservationId": "res-1"})
+
+
+async def _measure(messages: int, warm_up: int) -> dict[str, Any]:
+    settings = Settings(fulfillment_url="http://fulfilment.invalid")
+    store = AnsweringStore()
+    services = OrderServices(store, Reserved(), settings)
+    orders = [u[0].inbound for u in throughput.workload(throughput.NEW, messages + warm_up, seed=3).units]
+    events = [m.inbound for u in throughput.workload(throughput.EVENTS, messages, seed=3).units for m in u]
+    outcomes: Counter[str] = Counter()
+    for message in orders[:warm_up]:
+        await place_order(message, services)
+    started = time.process_time()
+    for message in orders[warm_up:]:
+        outcomes[(await place_order(message, services)).outcome.value] += 1
+    order_ms = (time.process_time() - started) * 1000 / (len(orders) - warm_up)
+    started = time.process_time()
+    for message in events:
+        outcomes[(await apply_order_event(message, store, settings)).outcome.value] += 1
+    event_ms = (time.process_time() - started) * 1000 / len(events)
+    return {"new order ms": round(order_ms, 3), "applied event ms": round(event_ms, 3),
+            "outcomes": dict(outcomes)}
+
+
+def measure(messages: int = 4000, warm_up: int = WARM_UP) -> dict[str, Any]:
+    """CPU milliseconds per new order and per applied event spent in the project's own code, and the
+    outcomes (all ``created`` and ``applied``: the happy path is what is measured)."""
+    return asyncio.run(_measure(messages, warm_up))
+
+
+def main() -> None:
+    """Print the figures as one JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=4000, help="messages per path (default 4000)")
+    print(json.dumps(measure(parser.parse_args().messages)))
+
+
+if __name__ == "__main__":
+    main()
