@@ -1,15 +1,19 @@
 """Run one delivery: translate, decide, record, settle. Nothing but a failed settlement escapes.
 
 The handler is awaited on the worker's event loop. The binding's settlement calls are blocking gRPC
-calls, so they run on a thread, and the loop keeps serving other deliveries meanwhile.
+calls, so they run on threads of their own (not the loop's default pool, which aiohttp's DNS look-ups
+share), and the loop keeps serving other deliveries meanwhile. What is logged about a settlement is
+logged on the loop, where the worker knows the invocation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from consumers.binding import to_inbound
@@ -24,6 +28,11 @@ Handler = Callable[[InboundMessage], Awaitable[Result]]
 
 
 Recorder = Callable[[str, InboundMessage, Result, float], None]
+
+# As many as the host runs deliveries at once (host.json: maxConcurrentCalls 16 + maxConcurrentSessions 8),
+# so that no settlement waits for a thread.
+SETTLEMENT_THREADS = 24
+_settling = ThreadPoolExecutor(SETTLEMENT_THREADS, thread_name_prefix="settle")
 
 
 async def run_delivery(
@@ -42,6 +51,11 @@ async def run_delivery(
     try:
         inbound = to_inbound(msg)
         result = await handler(inbound)
+    except asyncio.CancelledError:
+        # Only when the worker stops: no settlement now, so the lock runs out and the broker redelivers.
+        logger.warning("%s messageId=%s cancelled before its settlement; redelivered once its lock runs out",
+                       function, inbound.message_id, extra={"messageId": inbound.message_id, "function": function})
+        raise
     except Exception as exc:
         logger.exception(
             "unexpected %s in %s messageId=%s; abandoning for redelivery",
@@ -58,4 +72,13 @@ async def run_delivery(
         logger.exception("recording delivery %s messageId=%s failed", function, inbound.message_id)
     if SETTLEMENTS[result.outcome].action is Action.ABANDON:
         await sleep(abandon_wait(abandon_delay, inbound.locked_until_utc, time.time()))
-    return await asyncio.to_thread(settle, msg, actions, result, message_id=inbound.message_id)
+    call = functools.partial(settle, msg, actions, result)
+    try:
+        return await asyncio.get_running_loop().run_in_executor(_settling, call)
+    except Exception:
+        # Typically a lost lock. The broker will redeliver; the create absorbs it as a duplicate.
+        action = SETTLEMENTS[result.outcome].action.value
+        logger.error("settlement %s failed messageId=%s outcome=%s", action, inbound.message_id,
+                     result.outcome.value, extra={"messageId": inbound.message_id, "outcome": result.outcome.value,
+                                                  "settlement": action})
+        raise

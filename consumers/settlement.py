@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
 from shared.domain.outcomes import Outcome, Result
-
-logger = logging.getLogger("idempotent_consumer.settlement")
 
 # Service Bus caps dead-letter descriptions; keep ours well inside and never include payloads.
 MAX_DESCRIPTION_CHARS = 1024
@@ -62,28 +59,17 @@ class MessageActions(Protocol):
         """Move the message to the dead-letter queue with a reason and description."""
 
 
-def settle(msg: Any, actions: MessageActions, result: Result, *, message_id: str | None) -> Settlement:
-    """Make exactly one settlement call for the delivery. A failed call is logged and re-raised."""
+def settle(msg: Any, actions: MessageActions, result: Result) -> Settlement:
+    """Make exactly one settlement call for the delivery; a failed call raises (the caller logs it)."""
     settlement = SETTLEMENTS[result.outcome]
-    try:
-        if settlement.action is Action.COMPLETE:
-            actions.complete(msg)
-        elif settlement.action is Action.ABANDON:
-            actions.abandon(msg)
-        else:
-            actions.deadletter(
-                msg,
-                deadletter_reason=settlement.reason,
-                deadletter_error_description=result.description[:MAX_DESCRIPTION_CHARS] or settlement.reason,
-            )
-    except Exception:
-        # Typically a lost lock. The broker will redeliver; the create absorbs it as a duplicate.
-        logger.error(
-            "settlement %s failed messageId=%s outcome=%s",
-            settlement.action.value,
-            message_id,
-            result.outcome.value,
-            extra={"messageId": message_id, "outcome": result.outcome.value, "settlement": settlement.action.value},
+    if settlement.action is Action.COMPLETE:
+        actions.complete(msg)
+    elif settlement.action is Action.ABANDON:
+        actions.abandon(msg)
+    else:
+        actions.deadletter(
+            msg,
+            deadletter_reason=settlement.reason,
+            deadletter_error_description=result.description[:MAX_DESCRIPTION_CHARS] or settlement.reason,
         )
-        raise
     return settlement

@@ -6,7 +6,7 @@ import re
 
 from consumers.settlement import SETTLEMENTS, Action
 from shared.domain.outcomes import Outcome, Result, abandon_wait
-from shared.errors import NotFound
+from shared.errors import ConsumerError, NotFound
 from simulation.broker import Delivery, LockLost
 from simulation.faults import SETTLE_FAULTS
 from simulation.scheduler import EPOCH, Crash, drive
@@ -191,6 +191,10 @@ class Sweeper:
 
 
 def _failed(world: World, error: Exception) -> None:
+    """A publisher or sweeper invocation failed: the host logs it and the feed or timer goes on. A port's
+    error is expected under chaos; anything else (a coroutine that suspended, say) is a bug of the run."""
     world.settlements["invocation_failed"] += 1
+    if not isinstance(error, ConsumerError):
+        world.errors.append(f"{type(error).__name__} in an outbox invocation: {error}")
     if world.sched.trace_lines is not None:
         world.sched.trace(f"invocation failed: {type(error).__name__}: {error}")

@@ -10,6 +10,7 @@ port's conditions and queries are rendered as Cosmos DB SQL here, with values as
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -143,15 +144,24 @@ logger = logging.getLogger("idempotent_consumer.cosmos")
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 
 
+# What requests read and aiohttp never does: the CA of a TLS-inspecting proxy goes in SSL_CERT_FILE.
+CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+
+
 def ignored_proxy_variables(settings: Settings, environ: Mapping[str, str] = os.environ) -> list[str]:
-    """The proxy variables set in the environment that the clients ignore (the setting is off); warned once."""
+    """The proxy variables set in the environment that the clients ignore (the setting is off), and the
+    CA-bundle variables they never read; each kind named in one warning."""
+    bundles = [name for name in CA_BUNDLE_VARIABLES if environ.get(name)]
+    if bundles:
+        logger.warning("%s set, but the Cosmos DB and fulfilment clients (aiohttp) never read it; put the CA in"
+                       " SSL_CERT_FILE", ", ".join(bundles))
     if settings.http_proxy_from_environment:
-        return []
+        return bundles
     found = [name for name in PROXY_VARIABLES if environ.get(name)]
     if found:
         logger.warning("%s set, but HTTP_PROXY_FROM_ENVIRONMENT is false: the Cosmos DB and fulfilment clients"
                        " ignore them; set it to true behind a proxy", ", ".join(found))
-    return found
+    return found + bundles
 
 
 def make_client(settings: Settings, transport: Any = None, credential: Any = None) -> CosmosClient:
@@ -181,9 +191,13 @@ def make_client(settings: Settings, transport: Any = None, credential: Any = Non
 class CosmosStore:
     """DocumentStore over one Cosmos DB container."""
 
-    def __init__(self, container: ContainerProxy, owned: Sequence[Any] = ()) -> None:
+    def __init__(
+        self, container: ContainerProxy, owned: Sequence[Any] = (), unopened: CosmosClient | None = None
+    ) -> None:
         self._container = container
         self._owned = list(owned)  # the client and credential this store made, closed by ``close``
+        self._unopened = unopened  # a client this store made, opened on its first request
+        self._opening = asyncio.Lock()  # binds to the loop of its first use
 
     @classmethod
     def from_settings(cls, settings: Settings, client: CosmosClient | None = None) -> CosmosStore:
@@ -196,7 +210,20 @@ class CosmosStore:
         container = client.get_database_client(settings.cosmos_database).get_container_client(
             settings.cosmos_container
         )
-        return cls(container, owned)
+        return cls(container, owned, client if owned else None)
+
+    async def _ready(self) -> ContainerProxy:
+        """The container, once the client this store made is open. Opening (``__aenter__``) reads the
+        account: its regions, and its consistency, from which the client keeps session tokens. The sync
+        client did that in its constructor; without it the async client sends no session token, and a
+        read after our own write could reach a replica that has not seen it."""
+        if self._unopened is not None:
+            async with self._opening:
+                if (client := self._unopened) is not None:
+                    with translate_errors("connect to Cosmos DB"):
+                        await client.__aenter__()
+                    self._unopened = None
+        return self._container
 
     async def close(self) -> None:
         """Close what this store made: the client (its HTTP session), then a managed-identity credential
@@ -208,12 +235,12 @@ class CosmosStore:
     async def create(self, document: Document) -> Document:
         """Create the document; a taken id raises AlreadyExists."""
         with translate_errors(f"create {document.get('id')}"):
-            return dict(await self._container.create_item(body=document))
+            return dict(await (await self._ready()).create_item(body=document))
 
     async def read(self, doc_id: str, partition_key: str) -> Document:
         """Point-read a document; a missing one raises NotFound."""
         with translate_errors(f"read {doc_id}"):
-            return dict(await self._container.read_item(item=doc_id, partition_key=partition_key))
+            return dict(await (await self._ready()).read_item(item=doc_id, partition_key=partition_key))
 
     async def query(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
@@ -224,8 +251,9 @@ class CosmosStore:
         # The async client queries across partitions when no partition key is given.
         scope: dict[str, Any] = {"partition_key": partition_key} if partition_key is not None else {}
         found: list[Document] = []
+        container = await self._ready()
         with translate_errors("query"):
-            async for item in self._container.query_items(sql, parameters=parameters, max_item_count=limit, **scope):
+            async for item in container.query_items(sql, parameters=parameters, max_item_count=limit, **scope):
                 found.append(dict(item))
                 if len(found) == limit:
                     break
@@ -234,8 +262,9 @@ class CosmosStore:
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """One transactional batch in one partition: all operations or none."""
         check_batch(operations)
+        container = await self._ready()
         with translate_errors(f"batch of {len(operations)} in {partition_key}"):
-            results = await self._container.execute_item_batch(
+            results = await container.execute_item_batch(
                 batch_operations=[batch_operation(op) for op in operations], partition_key=partition_key
             )
         return [dict(r.get("resourceBody") or {}) for r in results]

@@ -21,8 +21,10 @@ class HttpFulfilment:
     def __init__(self, base_url: str, *, connect_timeout: float, read_timeout: float,
                  proxy_from_environment: bool = False) -> None:
         self._url = base_url.rstrip("/") + RESERVATIONS_PATH
-        # sock_read bounds each wait for the answer, as requests' read timeout did.
-        self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
+        # sock_read bounds each wait for bytes, as requests' read timeout did; total bounds the whole call,
+        # which requests never did, so that an answer trickling in cannot hold a delivery past its lock.
+        self._timeout = aiohttp.ClientTimeout(total=connect_timeout + read_timeout, sock_connect=connect_timeout,
+                                              sock_read=read_timeout)
         self._trust_env = proxy_from_environment  # HTTP_PROXY_FROM_ENVIRONMENT
         self._session: aiohttp.ClientSession | None = None
 

@@ -94,8 +94,9 @@ class ServiceBusSender:
                 await _close_quietly(sender)
             self._senders.clear()
         await self._client.close()
-        if self._credential is not None:
-            await self._credential.close()
+        credential, self._credential = self._credential, None
+        if credential is not None:
+            await credential.close()
 
 
 async def _close_quietly(sender: Any) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from azure.cosmos import PartitionKey
+from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
 
 from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import InMemoryStore
@@ -292,3 +293,15 @@ def test_query_can_stay_in_one_partition(store: DocumentStore, loop: asyncio.Run
     assert len(loop.run(store.query({"type": tag}, partition_key=first))) == 2
     assert len(loop.run(store.query({"type": tag}, partition_key=second))) == 1
     assert len(loop.run(store.query({"type": tag}))) == 3
+
+
+def test_the_adapter_opens_the_client_it_made_so_that_it_keeps_session_tokens(
+    cosmos_store: CosmosStore, loop: asyncio.Runner
+) -> None:
+    # Opening an async client (``__aenter__``) reads the account, whose consistency (Session, on the
+    # local server as in infra/) makes the client keep session tokens; one never opened keeps none,
+    # and a read after our own write could reach a replica that has not seen it. The wire shows no
+    # difference here (the local server sends no tokens), so this looks at the SDK's session.
+    loop.run(cosmos_store.query({"id": "absent"}))
+    [client] = [owned for owned in cosmos_store._owned if isinstance(owned, AsyncCosmosClient)]
+    assert client.client_connection.session is not None

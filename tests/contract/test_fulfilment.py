@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -122,3 +123,33 @@ def test_an_answer_that_is_not_http_raises_downstream_unavailable(
 ) -> None:
     with pytest.raises(DownstreamUnavailable):
         loop.run(http(garbling_url, 1, 1).reserve("k", request_for("o")))
+
+
+@pytest.fixture
+def trickling_url() -> Iterator[str]:
+    """A loopback listener that answers 201 and then sends its body one byte every 0.1 s, for 10 s."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def answer() -> None:
+            with contextlib.suppress(OSError):
+                connection, _ = listener.accept()
+                with connection:
+                    connection.recv(65536)
+                    body = b'{"reservationId": "res-1"}'.ljust(100)
+                    connection.sendall(b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+                                       b"Content-Length: %d\r\n\r\n" % len(body))
+                    for byte in body:
+                        connection.sendall(bytes([byte]))
+                        time.sleep(0.1)
+
+        threading.Thread(target=answer, daemon=True).start()
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_an_answer_that_trickles_past_both_timeouts_raises_downstream_unavailable(
+    trickling_url: str, http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
+) -> None:
+    # Each byte comes well inside the read timeout, so only a bound on the whole call ends it: without
+    # one the call would answer 201 after 10 s, long past connect + read.
+    with pytest.raises(DownstreamUnavailable):
+        loop.run(http(trickling_url, 0.2, 0.3).reserve("k", request_for("o")))

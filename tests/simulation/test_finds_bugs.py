@@ -7,12 +7,13 @@ bug, not the seed, is what fails.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared.domain.documents import OrderDocument
+from shared.domain.documents import OrderDocument, OutboxEntry
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
 from shared.errors import AlreadyExists, BatchFailed, NotFound
@@ -132,3 +133,21 @@ def test_a_removed_version_check_is_found_as_events_applied_out_of_order() -> No
 
 def test_a_redelivery_that_cannot_take_over_its_own_claim_is_found_as_a_side_effect_left_in_progress() -> None:
     assert_found(Wiring(place_order=fresh_sequence_numbers), "stuck")
+
+
+class SuspendsOnOutboxMark(_Delegating):
+    """Not an idempotency bug: a port that suspends its coroutine, here only where the outbox publisher
+    marks an entry dispatched. The simulator has no event loop, so it must fail the run, not lose it."""
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        [first, *_] = operations
+        if isinstance(first, Replace) and OutboxEntry.is_kind(first.document):
+            await asyncio.sleep(0)
+        return await self.store.execute_batch(partition_key, operations)
+
+
+def test_a_port_that_suspends_fails_the_run_even_in_the_outbox_publisher() -> None:
+    report = simulate(0, wiring=Wiring(store=SuspendsOnOutboxMark))
+    assert {v.rule for v in report.violations} >= {"unexpected-error"}
+    assert any("outbox invocation" in v.detail for v in report.violations)
+    assert not simulate(0).violations

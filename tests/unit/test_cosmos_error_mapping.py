@@ -119,3 +119,13 @@ def test_proxy_variables_the_clients_ignore_are_named_in_one_warning(caplog: pyt
     assert [r.getMessage() for r in caplog.records] == [
         "HTTPS_PROXY set, but HTTP_PROXY_FROM_ENVIRONMENT is false: the Cosmos DB and fulfilment clients ignore"
         " them; set it to true behind a proxy"]
+
+
+def test_ca_bundle_variables_are_named_whatever_the_setting(caplog: pytest.LogCaptureFixture) -> None:
+    # requests read them; aiohttp never does, so a proxy's CA set there would go unused without a word.
+    on = Settings(cosmos_endpoint="http://127.0.0.1:1", fulfillment_url="http://x", http_proxy_from_environment=True)
+    with caplog.at_level(logging.WARNING):
+        assert ignored_proxy_variables(on, {"REQUESTS_CA_BUNDLE": "/etc/proxy-ca.pem"}) == ["REQUESTS_CA_BUNDLE"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "REQUESTS_CA_BUNDLE set, but the Cosmos DB and fulfilment clients (aiohttp) never read it; put the CA in"
+        " SSL_CERT_FILE"]

@@ -27,10 +27,10 @@ def test_namespace_uses_managed_identity(loop: asyncio.Runner) -> None:
     settings = Settings.from_env({"ServiceBusConnection__fullyQualifiedNamespace": "ns.servicebus.windows.net"})
     credential = credential_for(settings)
     assert isinstance(credential, DefaultAzureCredential)  # the async one, as the async client needs
-    loop.run(credential.close())
-    client = make_client(settings)
+    client = make_client(settings, credential)
     assert client.fully_qualified_namespace == "ns.servicebus.windows.net"
     loop.run(client.close())
+    loop.run(credential.close())
 
 
 def test_missing_connection_names_both_settings() -> None:
