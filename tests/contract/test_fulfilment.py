@@ -102,54 +102,47 @@ def test_a_lost_answer_raises_downstream_unavailable(
         loop.run(http(server.url, 1, 1).reserve(f"k-{uuid.uuid4()}", request_for("o")))
 
 
-@pytest.fixture
-def garbling_url() -> Iterator[str]:
-    """A loopback listener that answers one request with something that is not HTTP."""
+@contextlib.contextmanager
+def answering(answer: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A loopback listener whose one connection, once the request is read, gets ``answer``; its URL."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
 
-        def answer() -> None:
+        def serve() -> None:
             with contextlib.suppress(OSError):
                 connection, _ = listener.accept()
                 with connection:
                     connection.recv(65536)
-                    connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                    answer(connection)
 
-        threading.Thread(target=answer, daemon=True).start()
+        threading.Thread(target=serve, daemon=True).start()
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def not_http(connection: socket.socket) -> None:
+    connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+
+
+def trickle(connection: socket.socket) -> None:
+    """201, then the body one byte every 0.1 s, for 10 s."""
+    body = b'{"reservationId": "res-1"}'.ljust(100)
+    connection.sendall(b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                       % len(body))
+    for byte in body:
+        connection.sendall(bytes([byte]))
+        time.sleep(0.1)
 
 
 def test_an_answer_that_is_not_http_raises_downstream_unavailable(
-    garbling_url: str, http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
+    http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
 ) -> None:
-    with pytest.raises(DownstreamUnavailable):
-        loop.run(http(garbling_url, 1, 1).reserve("k", request_for("o")))
-
-
-@pytest.fixture
-def trickling_url() -> Iterator[str]:
-    """A loopback listener that answers 201 and then sends its body one byte every 0.1 s, for 10 s."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-
-        def answer() -> None:
-            with contextlib.suppress(OSError):
-                connection, _ = listener.accept()
-                with connection:
-                    connection.recv(65536)
-                    body = b'{"reservationId": "res-1"}'.ljust(100)
-                    connection.sendall(b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
-                                       b"Content-Length: %d\r\n\r\n" % len(body))
-                    for byte in body:
-                        connection.sendall(bytes([byte]))
-                        time.sleep(0.1)
-
-        threading.Thread(target=answer, daemon=True).start()
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    with answering(not_http) as url, pytest.raises(DownstreamUnavailable):
+        loop.run(http(url, 1, 1).reserve("k", request_for("o")))
 
 
 def test_an_answer_that_trickles_past_both_timeouts_raises_downstream_unavailable(
-    trickling_url: str, http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
+    http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
 ) -> None:
     # Each byte comes well inside the read timeout, so only a bound on the whole call ends it: without
     # one the call would answer 201 after 10 s, long past connect + read.
-    with pytest.raises(DownstreamUnavailable):
-        loop.run(http(trickling_url, 0.2, 0.3).reserve("k", request_for("o")))
+    with answering(trickle) as url, pytest.raises(DownstreamUnavailable):
+        loop.run(http(url, 0.2, 0.3).reserve("k", request_for("o")))
