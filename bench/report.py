@@ -207,8 +207,9 @@ def _chart(cells: Sequence[Cell], path: Path) -> None:
     for axis, label in ((speed, f"messages per second at c{top}"), (wire, "Cosmos requests per message")):
         axis.set_xticks([w + 0.4 - width / 2 for w in range(len(WORKLOADS))], WORKLOADS)
         axis.set_ylabel(label)
-    speed.legend(fontsize="small")
-    figure.tight_layout()
+    handles, labels = speed.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncols=len(strategies), fontsize="small")
+    figure.tight_layout(rect=(0, 0.06, 1, 1))  # the legend below both panels, clear of the bars
     figure.savefig(path, dpi=100)
     pyplot.close(figure)
 
