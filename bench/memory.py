@@ -15,27 +15,16 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from bench import throughput
 from devservers.cosmos import start_cosmos_server
 from devservers.fulfilment import FulfilmentServer
 from shared.adapters.cosmos import make_client
 from shared.adapters.http import HttpFulfilment
-from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 
 FULFILMENT_CALLS = 200
-
-
-class Reserved:
-    """A fulfilment fake that keeps nothing (the in-memory fake's ledger would grow with the run, and
-    that growth would be the harness's, not the path's)."""
-
-    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
-        return Reply(201, {"reservationId": f"res-{idempotency_key[-12:]}"})
 
 
 def peak_rss_kb() -> int:
@@ -69,7 +58,7 @@ async def _run(settings: Settings, messages: int) -> tuple[list[float], list[flo
     async with make_client(settings) as client:
         database = await client.create_database_if_not_exists("bench")
         container = await database.create_container_if_not_exists("memory", partition_key=throughput.PARTITION)
-        handle, installed = throughput.this_project(throughput.NEW, container, settings, Reserved())
+        handle, installed = throughput.this_project(throughput.NEW, container, settings, throughput.Reserved())
         times: list[float] = []
         with installed():
             for message in throughput.new_orders(messages, seed=7):

@@ -21,7 +21,6 @@ from typing import Any
 from bench import throughput
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.place_order import OrderServices, place_order
-from shared.ports.fulfilment import Reply
 from shared.ports.store import BatchOperation, Create, Document, Replace
 from shared.settings import Settings
 
@@ -46,17 +45,10 @@ class AnsweringStore:
         return []
 
 
-class Reserved:
-    """A fulfilment service that answers 201 and keeps nothing."""
-
-    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
-        return Reply(201, {"reservationId": "res-1"})
-
-
 async def _measure(messages: int, warm_up: int) -> dict[str, Any]:
     settings = Settings(fulfillment_url="http://fulfilment.invalid")
     store = AnsweringStore()
-    services = OrderServices(store, Reserved(), settings)
+    services = OrderServices(store, throughput.Reserved(), settings)
     orders = [u[0].inbound for u in throughput.workload(throughput.NEW, messages + warm_up, seed=3).units]
     events = [m.inbound for u in throughput.workload(throughput.EVENTS, messages, seed=3).units for m in u]
     outcomes: Counter[str] = Counter()

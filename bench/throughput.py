@@ -27,7 +27,7 @@ import random
 import statistics
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -46,7 +46,7 @@ from shared.adapters.http import HttpFulfilment
 from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
-from shared.ports.fulfilment import FulfilmentService
+from shared.ports.fulfilment import FulfilmentService, Reply
 from shared.settings import Settings
 
 NEW, DUPLICATES, EVENTS = "new orders", "30% duplicates", "lifecycle events"
@@ -155,6 +155,14 @@ def workload(name: str, messages: int, seed: int) -> Workload:
         units.append([Message(_inbound(e["id"], _encode(e), next(sequence), body["orderId"]),
                               {**e, "orderId": body["orderId"]}) for e in events])
     return Workload(name, units, orders)
+
+
+class Reserved:
+    """A fulfilment fake that answers 201 and keeps nothing (the in-memory fake's ledger grows with a
+    run, and that growth or its cost would be the harness's, not the path's)."""
+
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        return Reply(201, {"reservationId": f"res-{idempotency_key[-12:]}"})
 
 
 # A strategy handles one message; it returns False when the message was not processed (to be reported).

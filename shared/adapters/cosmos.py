@@ -142,8 +142,6 @@ def filter_predicate(condition: Mapping[str, Any]) -> str:
 logger = logging.getLogger("idempotent_consumer.cosmos")
 # What aiohttp reads from the environment per request when HTTP_PROXY_FROM_ENVIRONMENT is true (trust_env).
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
-
-
 # What requests read and aiohttp never does: the CA of a TLS-inspecting proxy goes in SSL_CERT_FILE.
 CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
@@ -188,6 +186,10 @@ def make_client(settings: Settings, transport: Any = None, credential: Any = Non
         return CosmosClient(endpoint, credential=credential or credential_for(settings), **options)
 
 
+def _container(client: CosmosClient, settings: Settings) -> ContainerProxy:
+    return client.get_database_client(settings.cosmos_database).get_container_client(settings.cosmos_container)
+
+
 class CosmosStore:
     """DocumentStore over one Cosmos DB container."""
 
@@ -202,15 +204,12 @@ class CosmosStore:
     @classmethod
     def from_settings(cls, settings: Settings, client: CosmosClient | None = None) -> CosmosStore:
         """Bind to the configured container; connects on first use, never at construction."""
-        owned: list[Any] = []
-        if client is None:
-            credential = credential_for(settings)
-            client = make_client(settings, credential=credential)
-            owned = [client] + ([] if isinstance(credential, str) else [credential])
-        container = client.get_database_client(settings.cosmos_database).get_container_client(
-            settings.cosmos_container
-        )
-        return cls(container, owned, client if owned else None)
+        if client is not None:
+            return cls(_container(client, settings))
+        credential = credential_for(settings)
+        client = make_client(settings, credential=credential)
+        made = [client] if isinstance(credential, str) else [client, credential]
+        return cls(_container(client, settings), owned=made, unopened=client)
 
     async def _ready(self) -> ContainerProxy:
         """The container, once the client this store made is open. Opening (``__aenter__``) reads the
