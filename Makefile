@@ -6,7 +6,7 @@ PYTHON ?= $(firstword $(foreach p,python3.13 $(wildcard $(HOME)/.pyenv/versions/
 VENV := .venv
 BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
-COSMOS_DIR := devservers/cosmos
+COSMOS_DIR := tools/devservers/cosmos
 
 .PHONY: test setup lint typecheck pytest run demo chaos bench cosmos-server servicebus-server checkov simulate clean
 
@@ -14,9 +14,12 @@ test: setup lint typecheck pytest
 
 setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+# The tools (tools/*) are installed into the venv by a path file, so that `.venv/bin/python -m sbctl ...`,
+# `-m devservers.host`, `-m simulation` and the rest run from the project root.
+$(VENV)/.installed: requirements.txt tools/requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "idempotent_consumer_tools.pth").write_text(str(pathlib.Path("tools").resolve()) + "\n")'
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt
@@ -38,7 +41,7 @@ pytest: setup
 	$(BIN)/python -m pytest -n 4 --dist loadgroup
 
 # The whole local stack in the foreground: broker, Cosmos server, fulfilment stand-in and the app on the
-# local Functions host (devservers/host), on local.settings.sample.json's ports. Ctrl-C stops it all.
+# local Functions host (tools/devservers/host), on local.settings.sample.json's ports. Ctrl-C stops it all.
 run: setup
 	$(BIN)/python -m devservers.run
 
@@ -59,7 +62,7 @@ chaos: setup
 	$(BIN)/python -m chaos --orders $(CHAOS_ORDERS) --rate $(CHAOS_RATE) --hosts $(CHAOS_HOSTS) --seed $(SEED) \
 		$(CHAOS_ARGS)
 
-# What effectively-once costs, against the designs used instead, at the request floor (bench/): every
+# What effectively-once costs, against the designs used instead, at the request floor (tools/bench/): every
 # strategy, workload and concurrency in one run, cold start, memory; results/bench/bench.{md,json,png}.
 bench: setup
 	$(BIN)/python -m bench $(BENCH_ARGS)
@@ -68,7 +71,7 @@ bench: setup
 cosmos-server: setup
 	$(BIN)/python -m devservers.cosmos --port 8081
 
-# The local Service Bus broker (a test peer, see devservers/servicebus/README.md) on 127.0.0.1:5672.
+# The local Service Bus broker (a test peer, see tools/devservers/servicebus/README.md) on 127.0.0.1:5672.
 servicebus-server: setup
 	$(BIN)/python -m devservers.servicebus --config infra/local/servicebus/Config.json --port 5672
 

@@ -1,6 +1,6 @@
 """The local Cosmos server behaves like Cosmos DB where the consumer depends on it.
 
-Each test pins one of the corrections devservers/cosmos/launcher.js makes to the published
+Each test pins one of the corrections tools/devservers/cosmos/launcher.js makes to the published
 @vercel/cosmosdb-server (they fail against the unpatched server), or a Cosmos behaviour the code
 relies on. Set COSMOS_TEST_ENDPOINT to run them against another server (see tests/support/cosmos.py).
 """

@@ -3,7 +3,7 @@
 Register the fixture in a conftest with ``from tests.support.cosmos import cosmos_endpoint  # noqa: F401``.
 
 By default the fixture starts the local server (``devservers.cosmos``; needs
-``npm ci --prefix devservers/cosmos``) on a free port for the whole session. To run the same tests
+``npm ci --prefix tools/devservers/cosmos``) on a free port for the whole session. To run the same tests
 against another Cosmos (e.g. the real emulator) set:
 
 * ``COSMOS_TEST_ENDPOINT``: its URL, e.g. ``https://localhost:8081``;

@@ -17,7 +17,7 @@ from shared.domain.documents import OrderAccepted
 from shared.domain.lifecycle import KINDS, OrderCancelled, OrderShipped, PaymentCaptured
 from shared.domain.orders import OrderPlaced
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / "schemas"
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "schemas"
 MESSAGES: dict[str, type[Any]] = {
     "order-placed": OrderPlaced,
     "payment-captured": PaymentCaptured,

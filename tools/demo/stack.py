@@ -20,7 +20,7 @@ from devservers.cosmos_setup import container_specs, ensure_containers, make_cli
 from devservers.fulfilment import FulfilmentServer
 from devservers.servicebus import Broker, start_broker
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/
 DETECTION_WINDOW_SECONDS = 10
 LOCK_SECONDS = 10
 

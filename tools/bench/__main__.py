@@ -28,7 +28,7 @@ from devservers.fulfilment import FulfilmentServer
 from shared.adapters.cosmos import make_client
 from shared.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/
 MEMORY_SIZES = (2000, 10000, 30000)
 FLOOR = {"new order": 2.0, "copy of an order": 2.0, "applied event": 1.0}
 

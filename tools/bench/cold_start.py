@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/
 MINIMAL_APP = '''
 import azure.functions as func
 import azurefunctions.extensions.bindings.servicebus as servicebus

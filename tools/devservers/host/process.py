@@ -20,7 +20,7 @@ from typing import Any
 from devservers.host.channel import EventStreamService, WorkerChannel
 from devservers.host.protos import protos
 
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds devservers/
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # tools/, the directory that holds devservers/
 MAX_MESSAGE_BYTES = 2**31 - 1
 START_TIMEOUT_SECONDS = 60
 

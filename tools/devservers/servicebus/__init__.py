@@ -40,7 +40,7 @@ __all__ = [
     "start_broker_process",
 ]
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+_TOOLS_ROOT = Path(__file__).resolve().parents[2]  # tools/, the directory that holds devservers/
 
 
 class BrokerStartError(RuntimeError):
@@ -169,7 +169,7 @@ def start_broker_process(
         config_path = str(config)
     command = [python, "-m", "devservers.servicebus", "--config", config_path, "--host", host, "--port", str(port)]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_TOOLS_ROOT), env.get("PYTHONPATH")]))
     try:
         process, address, stderr = _child.start_until_listening(command, startup_timeout=startup_timeout, env=env)
     except _child.ChildStartupError as failure:

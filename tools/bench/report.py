@@ -16,7 +16,7 @@ from typing import Any
 from bench import cold_start, own_code
 from bench.throughput import DUPLICATES, EVENTS, NEW, PROJECT, PROJECT_STANDIN, RAW, WORKLOADS, Cell
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/
 
 
 def line(cell: Cell) -> str:

@@ -21,7 +21,7 @@ from typing import IO
 
 from devservers._child import ChildStartupError, start_until_listening
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/
 SERVERS = (
     ("Service Bus broker", ["-m", "devservers.servicebus", "--config", "infra/local/servicebus/Config.json",
                             "--port", "5672"]),

@@ -5,7 +5,7 @@ the corrections the launcher documents (404s, atomic transactional batch, TTL, p
 queries, case-sensitive patch filter predicates, HTTP keep-alive, Cosmos' refusals of invalid TTLs,
 long ids and items over 2 MB, empty answers to ``no_response`` writes, an incremental change feed
 that ``ContainerProxy.query_items_change_feed`` reads and resumes). Install it once with
-``npm ci --prefix devservers/cosmos``.
+``npm ci --prefix tools/devservers/cosmos``.
 
 The server speaks plain HTTP on loopback and does not check keys, so connect with::
 
@@ -33,7 +33,7 @@ EMULATOR_KEY = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DXwjiK6Nx8fTkhmE64wWBNYj
 PACKAGE_DIR = Path(__file__).resolve().parent
 LAUNCHER = PACKAGE_DIR / "launcher.js"
 _SERVER_PACKAGE_JSON = PACKAGE_DIR / "node_modules" / "@vercel" / "cosmosdb-server" / "package.json"
-_INSTALL_HINT = "run `npm ci --prefix devservers/cosmos` from the repository root"
+_INSTALL_HINT = "run `npm ci --prefix tools/devservers/cosmos` from the repository root"
 
 
 class CosmosServerError(RuntimeError):
