@@ -1,4 +1,4 @@
-"""The README's tables and the local settings sample agree with the code they describe."""
+"""The docs' tables and the local settings sample agree with the code they describe."""
 
 from __future__ import annotations
 
@@ -11,23 +11,33 @@ from shared.domain.outcomes import Outcome
 from shared.settings import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+OPERATIONS = DOCS / "operations.md"  # the Outcomes and Settings tables
 HOST_SETTINGS = {"CosmosDBConnection"}  # read by the Functions host only, not by our code
 
 
-def table_after(heading: str) -> list[list[str]]:
-    section = README.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("|")]
+def section(page: Path, heading: str) -> str:
+    """The text of ``## heading`` in ``page``, up to the next ``## `` heading."""
+    text = page.read_text()
+    marker = f"\n## {heading}\n"
+    assert text.count(marker) == 1, f"{page.relative_to(ROOT)} should have one '## {heading}'"
+    return text.split(marker, 1)[1].split("\n## ", 1)[0]
+
+
+def table_after(page: Path, heading: str) -> list[list[str]]:
+    """The body rows of the table in ``page``'s ``## heading`` section, as stripped cells."""
+    rows = [line for line in section(page, heading).splitlines() if line.startswith("|")]
     return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]]
 
 
 def test_settings_table_lists_exactly_the_settings_the_code_reads() -> None:
-    names = {re.sub(r"`", "", row[0]) for row in table_after("Settings")}
+    names = {re.sub(r"`", "", row[0]) for row in table_after(OPERATIONS, "Settings")}
     assert names - HOST_SETTINGS == set(SETTINGS)
 
 
 def test_settings_table_is_the_declarations() -> None:
-    rows = {re.sub(r"`", "", row[0]): row for row in table_after("Settings")}
+    rows = {re.sub(r"`", "", row[0]): row for row in table_after(OPERATIONS, "Settings")}
     for spec in SETTINGS.values():
         expected = f"`{spec.default_text}`" if spec.default is not None else spec.default_text
         assert rows[spec.name][1] == expected, spec.name
@@ -43,7 +53,7 @@ def test_local_settings_sample_names_every_setting() -> None:
 
 
 def test_outcomes_table_matches_the_settlement_mapping() -> None:
-    rows = {row[0].strip("`"): row for row in table_after("Outcomes")}
+    rows = {row[0].strip("`"): row for row in table_after(OPERATIONS, "Outcomes")}
     assert set(rows) == {o.value for o in Outcome}
     for outcome, settlement in SETTLEMENTS.items():
         row = rows[outcome.value]
@@ -58,3 +68,4 @@ def test_host_json_disables_auto_complete() -> None:
     assert service_bus["autoCompleteMessages"] is False
     assert {"maxConcurrentCalls", "maxAutoLockRenewalDuration"} <= set(service_bus)
     assert host["extensionBundle"]["version"] == "[4.*, 5.0.0)"
+
