@@ -1,4 +1,5 @@
-"""The docs' tables and the local settings sample agree with the code they describe."""
+"""The docs' tables and the local settings sample agree with the code they describe, and the docs hold
+together: the README stays short, indexes every page, and every relative link reaches its file and heading."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 OPERATIONS = DOCS / "operations.md"  # the Outcomes and Settings tables
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
+README_MAX_LINES = 250
 HOST_SETTINGS = {"CosmosDBConnection"}  # read by the Functions host only, not by our code
+
+FENCED = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
 
 
 def section(page: Path, heading: str) -> str:
@@ -29,6 +37,28 @@ def table_after(page: Path, heading: str) -> list[list[str]]:
     """The body rows of the table in ``page``'s ``## heading`` section, as stripped cells."""
     rows = [line for line in section(page, heading).splitlines() if line.startswith("|")]
     return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]]
+
+
+def prose(page: Path) -> str:
+    """The page without its code: fenced blocks and inline code spans removed."""
+    return INLINE_CODE.sub("", FENCED.sub("", page.read_text()))
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """Every heading anchor of ``page``, repeated headings numbered as GitHub numbers them."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for line in FENCED.sub("", page.read_text()).splitlines():
+        if match := re.match(r"#{1,6} +(.*?) *#* *$", line):
+            base = slug(match.group(1))
+            found.add(f"{base}-{seen[base]}" if base in seen else base)
+            seen[base] = seen.get(base, 0) + 1
+    return found
 
 
 def test_settings_table_lists_exactly_the_settings_the_code_reads() -> None:
@@ -69,3 +99,29 @@ def test_host_json_disables_auto_complete() -> None:
     assert {"maxConcurrentCalls", "maxAutoLockRenewalDuration"} <= set(service_bus)
     assert host["extensionBundle"]["version"] == "[4.*, 5.0.0)"
 
+
+def test_the_readme_is_at_most_250_lines() -> None:
+    lines = len(README.read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/"
+
+
+def test_the_readme_indexes_every_docs_page() -> None:
+    linked = {(ROOT / target).resolve() for target in LINK.findall(prose(README))}
+    missing = [page.name for page in PAGES[1:] if page.resolve() not in linked]
+    assert not missing, f"README.md links no docs page {missing}"
+
+
+def test_every_relative_link_reaches_a_file_and_its_heading() -> None:
+    broken: list[str] = []
+    for page in PAGES:
+        for target in LINK.findall(prose(page)):
+            if SCHEME.match(target):
+                continue  # https:, mailto: and the like
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(ROOT)}: ({target})"
+            if not file.exists():
+                broken.append(f"{where} no such file")
+            elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+                broken.append(f"{where} no such heading")
+    assert not broken, "\n".join(broken)
