@@ -11,9 +11,14 @@
         ├── PreconditionFailed    an etag or filter condition did not hold
         ├── TransientStoreError   throttled, timed out, unavailable: retry later
         ├── BatchFailed           one operation of a transactional batch failed (``index``, ``error``); nothing written
-        └── BatchTooLarge         a transactional batch would break Cosmos DB's limits; never sent
+        ├── BatchTooLarge         a transactional batch would break Cosmos DB's limits; never sent
+        └── WriteConflict         a named write found its partition other than it assumed; nothing written
+            ├── OrderIdTaken      a document already holds the order's id
+            ├── AlreadySeen       this consumer's marker for the event exists (``stored_hash``: its first content's)
+            └── OrderChanged      the order, or a document the write relied on, changed since it was read
 
-Adapters translate their SDK's errors into this family where they occur, chained with ``from``. The
+The named writes (``shared.handlers.writes``) raise the conflicts, so that no handler reads a batch's
+positions. Adapters translate their SDK's errors into this family where they occur, chained with ``from``. The
 handlers decide on the error types alone; ``status`` is kept for logs and never compared by the core.
 """
 
@@ -81,10 +86,26 @@ class BatchFailed(StoreError):
         self.index = index
         self.error = error
 
-    def at(self, index: int, error_type: type[StoreError]) -> bool:
-        """Whether operation ``index`` is the one that failed, with an error of ``error_type``."""
-        return self.index == index and isinstance(self.error, error_type)
-
 
 class BatchTooLarge(StoreError):
     """A transactional batch would exceed 100 operations or 2 MB; it is refused, never split."""
+
+
+class WriteConflict(StoreError):
+    """A named write found its partition other than it assumed; none of it was written."""
+
+
+class OrderIdTaken(WriteConflict):
+    """A document already holds the order's id: the same order, another content, or a foreign document."""
+
+
+class AlreadySeen(WriteConflict):
+    """This consumer already wrote its marker for the event; ``stored_hash`` is the first content's requestHash."""
+
+    def __init__(self, message: str, stored_hash: str) -> None:
+        super().__init__(message, status=409)
+        self.stored_hash = stored_hash
+
+
+class OrderChanged(WriteConflict):
+    """The order, or a document the write relied on, changed or vanished since it was read: read it again."""

@@ -23,6 +23,7 @@ from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosClientTimeoutError, CosmosHttpResponseError
 
+from shared.domain.outcomes import is_transient
 from shared.errors import (
     AlreadyExists,
     BatchFailed,
@@ -33,10 +34,6 @@ from shared.errors import (
 )
 from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, check_batch, check_field
 from shared.settings import Settings
-
-# Statuses worth retrying later: timeout, throttled, retry-with, server error, unavailable. A 408 on a
-# write leaves the outcome unknown; abandoning is safe because the redelivery's create is the dedup check.
-TRANSIENT_STATUSES = frozenset({408, 429, 449, 500, 502, 503, 504})
 
 # Retry budget, bounded so that a create plus the read after a 409 end well inside the default
 # one-minute lock: each operation gives up after OPERATION_TIMEOUT_SECONDS, and throttling retries
@@ -71,7 +68,8 @@ _BY_STATUS: dict[int, type[StoreError]] = {409: AlreadyExists, 404: NotFound, 41
 
 def _from_status(what: str, status: int | None, sub_status: int | None) -> StoreError:
     detail = f"{what}: HTTP {status}" + (f".{sub_status}" if sub_status else "")
-    if status in TRANSIENT_STATUSES:
+    # A 408 on a write leaves the outcome unknown; abandoning is safe: the redelivery's create is the dedup check.
+    if is_transient(status):
         return TransientStoreError(detail, status=status)
     return _BY_STATUS.get(status or 0, StoreError)(detail, status=status)
 

@@ -1,9 +1,11 @@
 """Every kind of document the consumer stores, each defined once and used by its writers and readers.
 
 All live in the orders container, in the partition of their order (``orderId``), told apart by
-``type``. A kind is a msgspec Struct: ``to_document`` gives the JSON written to the store and
+``type``. A kind is a msgspec Struct: ``to_document`` gives the JSON a create writes and
 ``from_document`` reads a stored one back, etag included. Code elsewhere reads attributes, never
-string keys.
+string keys. The rules live elsewhere (the order's in ``order.Order``); these only map JSON. A
+stored document is changed by merging changes into it as read (``merged``), never rewritten from a
+Struct, which would drop the fields this version does not model.
 
     order          OrderDocument       the order; events patch its status and version
     order-pending  PendingOrder        stands in for an order whose events came first; becomes the order
@@ -23,13 +25,20 @@ from typing import Any, Self
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from shared.domain.keys import derive_id, idempotency_key
+from shared.domain import identity
 from shared.domain.lifecycle import KINDS, CloudEvent
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderLine, OrderPlaced, utc_text
 
 TYPE_FIELD = "type"
-ORDER_ACCEPTED = "OrderAccepted"
+ORDER_ACCEPTED = identity.ORDER_ACCEPTED
+# Written by Cosmos DB itself; a document written back leaves them to the store.
+SYSTEM_PROPERTIES = frozenset({"_rid", "_self", "_etag", "_attachments", "_ts", "_lsn"})
+
+
+def merged(document: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored document with ``changes`` set: every other field kept, the store's own left to it."""
+    return {**{k: v for k, v in document.items() if k not in SYSTEM_PROPERTIES}, **changes}
 
 
 class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYPE_FIELD):
@@ -89,35 +98,6 @@ class OrderDocument(StoredDocument, kw_only=True, tag="order"):
             delivery_count=message.delivery_count,
         )
 
-    @classmethod
-    def request_hash_of(cls, document: Mapping[str, Any]) -> str | None:
-        """The stored request hash, or None when the document under the order's id is no order of ours."""
-        try:
-            return cls.from_document(document).request_hash
-        except msgspec.ValidationError:
-            return None
-
-    @staticmethod
-    def transition(event: CloudEvent) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The fields an event sets on its order, and the condition under which it may: (set, condition).
-
-        The condition makes the version and state checks part of the same atomic write; it also asks
-        that no event is parked against the order, so that a parked successor is never passed over.
-        """
-        kind = event.kind
-        changes = {"status": kind.status_after, "version": event.sequence, kind.record_type: event.data.canonical(),
-                   "updatedAt": event.time_text}
-        return changes, {"version": event.sequence - 1, "status": kind.allowed_from, "parked": 0}
-
-    def allows(self, event: CloudEvent) -> bool:
-        """Whether the event is the next version and the order's state permits it."""
-        return self.version == event.sequence - 1 and self.status in event.kind.allowed_from
-
-    def applied(self, event: CloudEvent) -> OrderDocument:
-        """The order after the event."""
-        changes, _ = self.transition(event)
-        return msgspec.convert({**self.to_document(), **changes, "_etag": self.etag}, OrderDocument)
-
 
 class PendingOrder(StoredDocument, kw_only=True, tag="order-pending"):
     """Holds an order's id while events that came before OrderPlaced are parked; the order replaces it."""
@@ -164,9 +144,9 @@ class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
     ) -> OutboxEntry:
         """The pending OrderAccepted entry of a new order; its MessageId is derived, so resends are duplicates."""
         return cls(
-            id=derive_id("outbox", consumer, ORDER_ACCEPTED, order.order_id, label=ORDER_ACCEPTED),
+            id=identity.outbox_id(consumer, order.order_id),
             order_id=order.order_id, status=OutboxStatus.PENDING, destination=destination,
-            message_id=idempotency_key(consumer, ORDER_ACCEPTED, order.order_id),
+            message_id=identity.outbox_message_id(consumer, order.order_id),
             correlation_id=message.correlation_id, session_id=order.order_id if requires_session else None,
             subject=ORDER_ACCEPTED, created_at=now,
             payload=OrderAccepted(order.order_id, order.customer_id, order.currency_code, order.total, order.placed_at),
@@ -208,7 +188,6 @@ class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
     reason: str | None = None
     finished_at: float | None = None
 
-
     @staticmethod
     def in_progress() -> dict[str, Any]:
         """Query conditions for records still in progress."""
@@ -224,6 +203,13 @@ class InboxMarker(StoredDocument, kw_only=True, tag="inbox"):
     event_type: str | UnsetType = UNSET
     event_time: str | UnsetType = UNSET
     event_id: str | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, event: CloudEvent, consumer: str, request_hash: str, ttl: int) -> InboxMarker:
+        """The marker of one consumer's event, with the event's type, time and id kept for operators."""
+        return cls(id=identity.inbox_marker_id(consumer, event.source, event.id), order_id=event.order_id,
+                   consumer=consumer, request_hash=request_hash, ttl=ttl, event_type=event.type,
+                   event_time=event.time_text, event_id=event.id)
 
 
 class ParkedStatus(StrEnum):
@@ -254,7 +240,7 @@ class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
            now: float) -> ParkedEvent:
         """The parked copy of an event, which ``cloud_event`` turns back into the validated event."""
         return cls(
-            id=derive_id("parked", consumer, event.source, event.id, label=f"v{event.sequence}"),
+            id=identity.parked_event_id(consumer, event.source, event.id, event.sequence),
             order_id=event.order_id, consumer=consumer, sequence=event.sequence, event_type=event.type,
             event_id=event.id, event_source=event.source, message_id=message_id, request_hash=request_hash,
             parked_at=now, event=msgspec.to_builtins(event),
@@ -285,10 +271,10 @@ class EventRecord(StoredDocument, kw_only=True):
         record_type: type[EventRecord] = records[event.kind.record_type]
         data = event.data.canonical()
         label = str(data.get("paymentId") or data.get("shipmentId") or event.order_id)
-        identity = {"id": derive_id(event.kind.record_type, event.source, event.id, label=label),
-                    "orderId": event.order_id, "eventId": event.id, "eventSource": event.source,
-                    "eventTime": event.time_text, "sequence": event.sequence}
-        return msgspec.convert({**data, **identity}, record_type)
+        known = {"id": identity.event_record_id(event.kind.record_type, event.source, event.id, label),
+                 "orderId": event.order_id, "eventId": event.id, "eventSource": event.source,
+                 "eventTime": event.time_text, "sequence": event.sequence}
+        return msgspec.convert({**data, **known}, record_type)
 
 
 class PaymentRecord(EventRecord, kw_only=True, tag="payment"):

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from shared.domain.keys import canonical_decimal, request_hash
+from shared.domain.identity import canonical_decimal, request_hash
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import utc_text
 from shared.domain.rules import MAX_EXACT_INTEGER, CosmosId, Currency, Money, Name, Text, Timestamp, decode, timestamp

@@ -1,10 +1,24 @@
-"""What the core decided about one delivery. Settlement is mapped from it in one place (consumers)."""
+"""The one vocabulary of results, from a downstream's reply to the settlement.
+
+A downstream answers with a status; ``is_transient`` says, for every downstream alike (Cosmos DB and
+the fulfilment service), whether asking again later may succeed. The core's decision about a delivery
+is an ``Outcome``; the delivery policy maps each outcome to its settlement in one table.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+
+# Timeout, throttled, Cosmos DB's retry-with; and every server error.
+TRANSIENT_STATUSES = frozenset({408, 429, 449})
+
+
+def is_transient(status: int | None) -> bool:
+    """Whether a downstream's status may turn into success if asked again later."""
+    return status is not None and (status in TRANSIENT_STATUSES or status >= 500)
+
 
 # An abandon must reach the broker while the lock still holds, or the message waits out the lock.
 LOCK_MARGIN_SECONDS = 5.0

@@ -1,44 +1,32 @@
 """The idempotent OrderPlaced handler: the create is the duplicate check, then stock is reserved once.
 
-One transactional batch creates the order, its OrderAccepted outbox entry and the claim of the
-stock reservation; the reservation call follows, and its record is finished before the message is
-completed. A duplicate delivery finds the order and finishes a reservation that is not yet confirmed.
+One transactional batch (``OrderIntake``) creates the order, its OrderAccepted outbox entry and the
+claim of the stock reservation; the reservation call follows, and its record is finished before the
+message is completed. A copy finds the order's id taken: the requestHash stored with the claim
+decides between duplicate and payload mismatch, and a duplicate finishes a reservation that is not
+yet confirmed. There is no read before the write: a read-then-write would let two concurrent copies
+both see "absent".
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import msgspec
+from dataclasses import dataclass, field, replace
 
 from shared.domain.documents import OrderDocument, OutboxEntry, SideEffectRecord
 from shared.domain.messages import InboundMessage
-from shared.domain.orders import OrderPlaced, parse_order
+from shared.domain.order import Order
+from shared.domain.orders import parse_order
 from shared.domain.outcomes import Outcome, Result
-from shared.errors import (
-    AlreadyExists,
-    BatchFailed,
-    InvalidMessage,
-    NotFound,
-    PreconditionFailed,
-    StoreError,
-    TransientStoreError,
-)
-from shared.handlers.resequencer import read_order, release, waiting
-from shared.handlers.side_effects import EffectOutcome, EffectReply, EffectResult, ReplyKind, SideEffect
-from shared.ports.fulfilment import FulfilmentService, Reply
-from shared.ports.store import BatchOperation, Create, DocumentStore, Replace
+from shared.errors import InvalidMessage, OrderChanged, OrderIdTaken, TransientStoreError
+from shared.handlers.side_effects import SideEffect
+from shared.handlers.writes import OrderIntake, read_order, waiting
+from shared.ports.fulfilment import FulfilmentService, reservation_request
+from shared.ports.store import MAX_RACES, DocumentStore
 from shared.settings import Settings
 
 RESERVE_STOCK = "reserve-stock"
-MAX_RACES = 5  # how often a pending order may change between our read and our write before we give up
-_EFFECT_OUTCOMES = {
-    EffectOutcome.BUSY: Outcome.IN_PROGRESS,
-    EffectOutcome.TRANSIENT: Outcome.TRANSIENT,
-    EffectOutcome.REJECTED: Outcome.DOWNSTREAM_REJECTED,
-}
 
 
 @dataclass(frozen=True)
@@ -52,116 +40,72 @@ class OrderServices:
 
 
 async def place_order(message: InboundMessage, services: OrderServices) -> Result:
-    """Validate; create order, outbox entry and reservation claim in one batch; on conflict compare
-    request hashes; then reserve stock through the two-phase record.
-
-    There is no read before the write: a read-then-write would let two concurrent copies both see
-    "absent". Errors other than those handled here propagate, and the caller abandons the message.
-    """
+    """Validate; write the order's intake in one batch; on a taken id compare request hashes; then
+    reserve stock through the two-phase record. Other errors propagate: the delivery policy abandons."""
     try:
         order = parse_order(message)
     except InvalidMessage as exc:
         return Result(Outcome.INVALID, exc.rule)
-    hash_ = order.request_hash()
-    settings = services.settings
+    hash_, settings = order.request_hash(), services.settings
     effect = SideEffect(services.store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds,
                         services.clock)
+    intake = OrderIntake(
+        OrderDocument.placed(order, message, hash_),
+        OutboxEntry.order_accepted(order, message, consumer=settings.consumer_name,
+                                   destination=settings.outbox_destination,
+                                   requires_session=settings.outbox_requires_session, now=services.clock()),
+        effect.claim(order.order_id, message, hash_))
     try:
-        created, claim = await _create(order, message, hash_, services, effect)
+        written = await _write(intake, services.store, effect)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"create failed: {exc}", hash_)
-    if isinstance(created, Result):
-        return created
+    if isinstance(written, Result):
+        return written
+    done, record = written
+    created = done is Outcome.CREATED
+    request = reservation_request(order)
     try:
-        reservation = await effect.run(
-            order_id=order.order_id,
-            dedup_key=(order.order_id,),
-            message=message,
-            call=lambda key: _reserve(services.fulfilment, key, order),
-            claimed=claim if created is Outcome.CREATED else None,
-            found=claim if created is Outcome.DUPLICATE else None,
-            request_hash=hash_,
-        )
+        return await effect.run(record or intake.claim, message, lambda key: services.fulfilment.reserve(key, request),
+                                done=done, claimed=created, found=None if created else record)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
-    return _result(created, reservation, order, hash_)
 
 
-async def _create(
-    order: OrderPlaced, message: InboundMessage, hash_: str, services: OrderServices, effect: SideEffect
-) -> tuple[Outcome | Result, SideEffectRecord | None]:
-    """CREATED with the written claim, DUPLICATE with the claim as read (or None), or a final Result.
+async def _write(
+    intake: OrderIntake, store: DocumentStore, effect: SideEffect
+) -> tuple[Outcome, SideEffectRecord | None] | Result:
+    """CREATED with the claim as written, DUPLICATE with the claim as read (or None), or a final Result.
 
-    A copy's id is taken: its one read is of the reservation claim, written in the order's batch,
-    which holds both the first content's requestHash and the reservation's state. Only without a
-    claim that names a hash (a pending order at the id, a record from before the hash was kept) does
-    it read the order too, after that read: one more request on those paths. A pending order means
-    events came first and are parked: the order replaces it, on its etag, in the same batch as its
-    outbox entry and claim, with the parked events it releases.
+    A copy's one read is of the reservation claim, written in the order's batch, which holds both the
+    first content's requestHash and the reservation's state. Only without a claim that names a hash
+    (a pending order at the id, a record from before the hash was kept) does it read the order too:
+    one more request on those paths. A pending order means events came first and are parked: the
+    order takes its place, with the parked events it releases, in the same batch.
     """
-    settings, store = services.settings, services.store
-    placed = OrderDocument.placed(order, message, hash_)
-    outbox = OutboxEntry.order_accepted(
-        order, message, consumer=settings.consumer_name, destination=settings.outbox_destination,
-        requires_session=settings.outbox_requires_session, now=services.clock(),
-    )
-    claim = effect.claim(order.order_id, (order.order_id,), message, hash_)
-    write: list[BatchOperation] = [Create(placed.to_document())]
+    order_id, hash_ = intake.order.order_id, intake.order.request_hash
     for _ in range(MAX_RACES):
         try:
-            written = await store.execute_batch(
-                order.order_id, [write[0], Create(outbox.to_document()), Create(claim.to_document()), *write[1:]]
-            )
-            return Outcome.CREATED, SideEffectRecord.from_document(written[2])
-        except BatchFailed as exc:
-            # The id taken, or (adopting a pending order) it or a parked event changed: read again.
-            if not (exc.at(0, AlreadyExists) or isinstance(exc.error, (PreconditionFailed, NotFound))):
-                raise StoreError(f"order {order.order_id}: {exc}") from exc
-            taken = exc.at(0, AlreadyExists)
-        if taken and (found := await effect.find(claim)) is not None and found.request_hash is not None:
-            return _compare(order.order_id, found.request_hash, hash_), found
-        stored = await read_order(store, order.order_id)
-        if stored.order is not None or stored.foreign:
-            return _compare(order.order_id, stored.order.request_hash if stored.order else None, hash_), None
-        write = [Create(placed.to_document())]
-        if stored.pending is not None:
-            adopted = msgspec.structs.replace(placed, parked=stored.pending.parked)
-            done = release(adopted, await waiting(store, settings.consumer_name, order.order_id))
-            write = [Replace(done.order.to_document(), stored.pending.etag), *done.operations]
-    return Result(Outcome.TRANSIENT, f"order {order.order_id} kept changing under us; retry", hash_), None
+            return Outcome.CREATED, await intake.write(store)
+        except OrderIdTaken:
+            found = await effect.find(intake.claim)
+            if found is not None and found.request_hash is not None:
+                return _seen(order_id, found.request_hash, hash_, found)
+        except OrderChanged:
+            pass  # the pending order, or an event parked against it, moved: read again
+        stored = await read_order(store, order_id)
+        if stored.order.status is not None or stored.foreign:
+            return _seen(order_id, stored.request_hash, hash_, None)
+        pending = stored if stored.document is not None else None
+        release = (Order(order_id, "placed", 1, stored.order.parked).release(
+            await waiting(store, intake.claim.consumer, order_id)) if pending else None)
+        intake = replace(intake, pending=pending, release=release)
+    return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)
 
 
-def _compare(order_id: str, stored_hash: str | None, hash_: str) -> Outcome | Result:
+def _seen(order_id: str, stored_hash: str | None, hash_: str,
+          found: SideEffectRecord | None) -> tuple[Outcome, SideEffectRecord | None] | Result:
     if stored_hash == hash_:
-        return Outcome.DUPLICATE
-    return Result(
-        Outcome.PAYLOAD_MISMATCH,
-        f"messageId {order_id} already stored with requestHash {stored_hash}; this delivery has {hash_}",
-        hash_,
-    )
-
-
-async def _reserve(fulfilment: FulfilmentService, key: str, order: OrderPlaced) -> EffectReply:
-    return effect_reply(await fulfilment.reserve(key, reservation_request(order)))
-
-
-def reservation_request(order: OrderPlaced) -> dict[str, object]:
-    """The reservation the fulfilment service is asked for: the order id and its lines' quantities."""
-    return {"orderId": order.order_id, "items": [{"sku": i.sku, "quantity": i.quantity} for i in order.items]}
-
-
-def effect_reply(reply: Reply) -> EffectReply:
-    """The fulfilment service's reply as a side-effect reply: 2xx succeeded; 408, 429, 5xx transient."""
-    if 200 <= reply.status < 300:
-        reference = reply.body.get("reservationId")
-        return EffectReply(ReplyKind.SUCCEEDED, reply.status, reference=str(reference) if reference else None)
-    if reply.status in (408, 429) or reply.status >= 500:
-        return EffectReply(ReplyKind.TRANSIENT, reply.status)
-    return EffectReply(ReplyKind.REJECTED, reply.status, reason=str(reply.body.get("reason", "")) or None)
-
-
-def _result(created: Outcome, reservation: EffectResult, order: OrderPlaced, hash_: str) -> Result:
-    if reservation.outcome is EffectOutcome.DONE:
-        return Result(created, reservation.description, hash_)
-    description = f"order {order.order_id}: {reservation.description}"
-    return Result(_EFFECT_OUTCOMES[reservation.outcome], description, hash_)
+        return Outcome.DUPLICATE, found
+    return Result(Outcome.PAYLOAD_MISMATCH,
+                  f"messageId {order_id} already stored with requestHash {stored_hash}; this delivery has {hash_}",
+                  hash_)

@@ -10,7 +10,10 @@ finish it. A takeover replaces the record on its etag and calls again with the s
 key, so the service drops the repeat. The create is the atomic claim: of two concurrent copies one
 gets 409. Nothing here waits or asks to be tried again later while another delivery holds the effect.
 
-The effect knows nothing of what it calls: the call answers with an ``EffectReply``.
+The effect knows nothing of what it calls. The call answers with a ``Reply`` (its status, and a
+reference or a reason); ``is_transient`` decides on the status as it does for every downstream. The
+verdict is a ``Result`` in the one vocabulary of outcomes: the caller's ``done`` when the effect
+happened (now or before), IN_PROGRESS when another message holds it, TRANSIENT, DOWNSTREAM_REJECTED.
 """
 
 from __future__ import annotations
@@ -19,58 +22,39 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
+from typing import Protocol
 
 import msgspec
 
+from shared.domain import identity
 from shared.domain.documents import EffectStatus, SideEffectRecord
-from shared.domain.keys import derive_id, idempotency_key
 from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Outcome, Result, is_transient
 from shared.errors import AlreadyExists, BatchFailed, DownstreamUnavailable, NotFound
-from shared.ports.store import DocumentStore, Replace
+from shared.ports.store import MAX_RACES, DocumentStore, Replace
 
 MAX_REASON_CHARS = 200
-MAX_RACES = 5  # how often the record may change between our read and our write before we give up
 
 
-class ReplyKind(StrEnum):
-    """How a call ended, as far as retrying goes."""
+class Reply(Protocol):
+    """What a call answered: the downstream's status, and a reference (on success) or a reason."""
 
-    SUCCEEDED = "succeeded"  # it happened: finish the record completed
-    TRANSIENT = "transient"  # it may succeed later: release the lease, retry on redelivery
-    REJECTED = "rejected"  # refused for good: finish the record failed
+    @property
+    def status(self) -> int:
+        """The downstream's status."""
 
+    @property
+    def reference(self) -> str | None:
+        """What the downstream made, on success."""
 
-@dataclass(frozen=True)
-class EffectReply:
-    """What the call answered: its kind, the downstream status, and a reference or a short reason."""
-
-    kind: ReplyKind
-    status: int | None = None
-    reference: str | None = None
-    reason: str | None = None
-
-
-class EffectOutcome(StrEnum):
-    """What the caller should do with the message."""
-
-    DONE = "done"  # the effect happened (now or before): complete
-    BUSY = "busy"  # another message holds a live claim, or took it over: its deliveries finish the effect
-    TRANSIENT = "transient"  # the service may succeed later
-    REJECTED = "rejected"  # the service refused for good: dead-letter DownstreamRejected
-
-
-@dataclass(frozen=True)
-class EffectResult:
-    """The verdict, described for the log or the dead-letter description."""
-
-    outcome: EffectOutcome
-    description: str
+    @property
+    def reason(self) -> str | None:
+        """Why the downstream refused, when it says."""
 
 
 @dataclass(frozen=True)
 class SideEffect:
-    """One named side effect of one consumer, recorded in the partition of the message it belongs to."""
+    """One named side effect of one consumer, recorded in the partition of the order it belongs to."""
 
     store: DocumentStore
     consumer: str
@@ -78,14 +62,13 @@ class SideEffect:
     lease_seconds: int
     clock: Callable[[], float] = time.time
 
-    def claim(self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage,
-              request_hash: str | None = None) -> SideEffectRecord:
+    def claim(self, order_id: str, message: InboundMessage, request_hash: str | None = None) -> SideEffectRecord:
         """The in_progress record; create it alone, or inside the batch that writes the message's documents."""
-        key = idempotency_key(self.consumer, self.name, *dedup_key)
         return SideEffectRecord(
-            id=derive_id("side-effect", self.consumer, self.name, *dedup_key, label=self.name), order_id=order_id,
-            consumer=self.consumer, effect=self.name, idempotency_key=key, status=EffectStatus.IN_PROGRESS,
-            attempt=1, lease_until=self._lease_until(message.locked_until_utc),
+            id=identity.side_effect_id(self.consumer, self.name, order_id), order_id=order_id,
+            consumer=self.consumer, effect=self.name, idempotency_key=identity.effect_key(self.consumer, self.name,
+                                                                                         order_id),
+            status=EffectStatus.IN_PROGRESS, attempt=1, lease_until=self._lease_until(message.locked_until_utc),
             message_sequence=message.sequence_number, request_hash=request_hash,
         )
 
@@ -97,94 +80,90 @@ class SideEffect:
             return None
 
     async def run(
-        self,
-        *,
-        order_id: str,
-        dedup_key: tuple[str, ...],
-        message: InboundMessage,
-        call: Callable[[str], Awaitable[EffectReply]],
-        claimed: SideEffectRecord | None = None,
-        found: SideEffectRecord | None = None,
-        request_hash: str | None = None,
-    ) -> EffectResult:
-        """Claim (unless ``claimed`` is the record already created), call, and finish the record.
+        self, claim: SideEffectRecord, message: InboundMessage, call: Callable[[str], Awaitable[Reply]], *,
+        done: Outcome, claimed: bool = False, found: SideEffectRecord | None = None,
+    ) -> Result:
+        """Claim (unless ``claimed``: ``claim`` is the record as written), call, and finish the record.
 
         ``found`` is the record as the caller just read it (a copy's one read after its conflict):
         finished, it is the verdict; in progress, the takeover rules start from it without reading again.
+        The result is ``done`` when the effect happened, now or before.
         """
-        record = claimed or await self._claim(order_id, dedup_key, message, found, request_hash)
-        if isinstance(record, EffectResult):
+        result = await self._run(claim, message, call, done=done, claimed=claimed, found=found)
+        if result.outcome is done:
+            return Result(done, result.description, claim.request_hash)
+        return Result(result.outcome, f"order {claim.order_id}: {result.description}", claim.request_hash)
+
+    async def _run(self, claim: SideEffectRecord, message: InboundMessage, call: Callable[[str], Awaitable[Reply]],
+                   *, done: Outcome, claimed: bool, found: SideEffectRecord | None) -> Result:
+        record = claim if claimed else await self._claim(claim, message, found, done)
+        if isinstance(record, Result):
             return record
         try:
             reply = await call(record.idempotency_key)
         except DownstreamUnavailable as exc:
             await self._release(record)
-            return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: {exc}")
-        if reply.kind is ReplyKind.SUCCEEDED:
-            return await self._finish(record, EffectStatus.COMPLETED, reply, message)
-        if reply.kind is ReplyKind.TRANSIENT:
+            return Result(Outcome.TRANSIENT, f"{self.name}: {exc}")
+        if is_transient(reply.status):
             await self._release(record)
-            return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: HTTP {reply.status}")
-        return await self._finish(record, EffectStatus.FAILED, reply, message)
+            return Result(Outcome.TRANSIENT, f"{self.name}: HTTP {reply.status}")
+        status = EffectStatus.COMPLETED if 200 <= reply.status < 300 else EffectStatus.FAILED
+        return await self._finish(record, status, reply, message, done)
 
-    async def _claim(
-        self, order_id: str, dedup_key: tuple[str, ...], message: InboundMessage, found: SideEffectRecord | None,
-        request_hash: str | None,
-    ) -> SideEffectRecord | EffectResult:
-        record = self.claim(order_id, dedup_key, message, request_hash)
+    async def _claim(self, record: SideEffectRecord, message: InboundMessage, found: SideEffectRecord | None,
+                     done: Outcome) -> SideEffectRecord | Result:
         if found is None:
             try:
                 return SideEffectRecord.from_document(await self.store.create(record.to_document()))
             except AlreadyExists:
                 pass
         for _ in range(MAX_RACES):
-            current = _verdict(found) if found is not None else await self._read(record)
+            current = _verdict(found, done) if found is not None else await self._read(record, done)
             found = None
-            if isinstance(current, EffectResult):
+            if isinstance(current, Result):
                 return current
             if current.lease_until > self.clock() and not _same_message(current, message):
-                return EffectResult(EffectOutcome.BUSY, f"{self.name}: claimed by message {current.message_sequence},"
-                                                        f" attempt {current.attempt}, whose redeliveries finish it")
+                return Result(Outcome.IN_PROGRESS, f"{self.name}: claimed by message {current.message_sequence},"
+                                                   f" attempt {current.attempt}, whose redeliveries finish it")
             if message.locked_until_utc is not None and message.locked_until_utc.timestamp() <= self.clock():
                 # Our lock has run out: the message is someone else's now, and so is the claim.
-                return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: this delivery's lock ran out")
+                return Result(Outcome.TRANSIENT, f"{self.name}: this delivery's lock ran out")
             taken = msgspec.structs.replace(current, attempt=current.attempt + 1,
                                             message_sequence=message.sequence_number,
                                             lease_until=self._lease_until(message.locked_until_utc))
             if (written := await self._replace(current, taken)) is not None:
                 return written
-        return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: the claim kept changing under us")
+        return Result(Outcome.TRANSIENT, f"{self.name}: the claim kept changing under us")
 
-    async def _finish(
-        self, record: SideEffectRecord, status: EffectStatus, reply: EffectReply, message: InboundMessage
-    ) -> EffectResult:
+    async def _finish(self, record: SideEffectRecord, status: EffectStatus, reply: Reply, message: InboundMessage,
+                      done: Outcome) -> Result:
         """Record the call's answer. If the record changed while we called, read it again: finished by
         someone else, it stands; taken over by another delivery of our own message (one whose lock ran
         out, say), we finish it ourselves, since we hold the answer; taken by another message, that
         message's deliveries finish it."""
-        outcome = EffectOutcome.DONE if status is EffectStatus.COMPLETED else EffectOutcome.REJECTED
         for _ in range(MAX_RACES):
             finished = msgspec.structs.replace(
                 record, status=status, response_status=reply.status, reference=reply.reference,
                 reason=(reply.reason or "")[:MAX_REASON_CHARS] or None, finished_at=self.clock(),
             )
             if await self._replace(record, finished) is not None:
-                return EffectResult(outcome, summary(finished))
-            current = await self._read(record)
-            if isinstance(current, EffectResult):
+                return Result(done if status is EffectStatus.COMPLETED else Outcome.DOWNSTREAM_REJECTED,
+                              summary(finished))
+            current = await self._read(record, done)
+            if isinstance(current, Result):
                 return current
             if not _same_message(current, message):
-                return EffectResult(EffectOutcome.BUSY, f"{self.name}: message {current.message_sequence} took the"
-                                                        " claim over after our lease; it finishes the record")
+                return Result(Outcome.IN_PROGRESS, f"{self.name}: message {current.message_sequence} took the"
+                                                   " claim over after our lease; it finishes the record")
             record = current
-        return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: the record kept changing under us")
+        return Result(Outcome.TRANSIENT, f"{self.name}: the record kept changing under us")
 
-    async def _read(self, record: SideEffectRecord) -> SideEffectRecord | EffectResult:
-        """The stored record if still in progress; DONE or REJECTED if finished; TRANSIENT if gone."""
+    async def _read(self, record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Result:
+        """The stored record if still in progress; its verdict if finished; TRANSIENT if gone."""
         current = await self.find(record)
         if current is None:  # removed under us: the redelivery claims it anew
-            return EffectResult(EffectOutcome.TRANSIENT, f"{self.name}: record removed under us")
-        return _verdict(current)
+            return Result(Outcome.TRANSIENT, f"{self.name}: record removed under us")
+        return _verdict(current, done)
 
     async def _release(self, record: SideEffectRecord) -> None:
         """End the lease early after a failed call, so that the redelivery may take over at once."""
@@ -203,12 +182,12 @@ class SideEffect:
         return min(cap, locked_until.timestamp()) if locked_until else cap
 
 
-def _verdict(record: SideEffectRecord) -> SideEffectRecord | EffectResult:
-    """DONE or REJECTED for a finished record; the record itself while it is in progress."""
+def _verdict(record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Result:
+    """``done`` or DOWNSTREAM_REJECTED for a finished record; the record itself while it is in progress."""
     if record.status is EffectStatus.COMPLETED:
-        return EffectResult(EffectOutcome.DONE, summary(record))
+        return Result(done, summary(record))
     if record.status is EffectStatus.FAILED:
-        return EffectResult(EffectOutcome.REJECTED, summary(record))
+        return Result(Outcome.DOWNSTREAM_REJECTED, summary(record))
     return record
 
 

@@ -11,16 +11,38 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from shared.domain.orders import OrderPlaced
+
 RESERVATIONS_PATH = "/reservations"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 @dataclass(frozen=True)
 class Reply:
-    """The service's answer: HTTP status and JSON body (empty when the body was not a JSON object)."""
+    """The service's answer: HTTP status and JSON body (empty when the body was not a JSON object).
+
+    A 2xx reserved the stock (``reservationId``); a status ``is_transient`` says so may succeed later;
+    any other refused the reservation for good (``reason``).
+    """
 
     status: int
     body: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def reference(self) -> str | None:
+        """The reservation's id, on success."""
+        value = self.body.get("reservationId")
+        return str(value) if value else None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the service refused, when it says."""
+        return str(self.body.get("reason", "")) or None
+
+
+def reservation_request(order: OrderPlaced) -> dict[str, Any]:
+    """The reservation the service is asked for: the order id and its lines' quantities."""
+    return {"orderId": order.order_id, "items": [{"sku": i.sku, "quantity": i.quantity} for i in order.items]}
 
 
 class FulfilmentService(Protocol):

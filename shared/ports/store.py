@@ -24,6 +24,9 @@ Document = dict[str, Any]
 # because splitting would break its atomicity.
 MAX_BATCH_OPERATIONS = 100
 MAX_BATCH_BYTES = 2 * 1024 * 1024
+# How often a document may change between a read and the conditional write that follows it before the
+# caller gives up; the delivery then ends transient and its redelivery starts again.
+MAX_RACES = 5
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -7,16 +7,17 @@ import asyncio
 import pytest
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain.documents import OrderDocument
+from shared.domain import identity
+from shared.domain.documents import InboxMarker, OrderDocument
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import BatchTooLarge
 from shared.handlers.apply_event import apply_order_event
-from shared.handlers.inbox import Inbox
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
+from shared.handlers.writes import write_once
 from shared.ports.store import MAX_BATCH_OPERATIONS, Create
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
@@ -187,14 +188,15 @@ def test_invalid_event_names_the_rule(store: InMemoryStore) -> None:
     assert result.description == "Expected `str` matching regex '^1\\\\.0\\\\Z' - at `$.specversion`"
 
 
-def test_inbox_refuses_a_batch_over_the_limit_before_sending(store: InMemoryStore) -> None:
-    inbox = Inbox(store, "audit", 60)
+def test_a_write_behind_its_marker_is_refused_over_the_limit_before_sending(store: InMemoryStore) -> None:
+    marker = InboxMarker(id=identity.inbox_marker_id("audit", "s", "e"), order_id="ord-1", consumer="audit",
+                         request_hash="h", ttl=60)
     before = store.requests
-    ops = [Create({"id": f"d-{n}", "orderId": "ord-1"}) for n in range(MAX_BATCH_OPERATIONS)]  # + marker = 101
+    parts = [("audit", Create({"id": f"d-{n}", "orderId": "ord-1"})) for n in range(MAX_BATCH_OPERATIONS)]  # + 1
     with pytest.raises(BatchTooLarge):
-        run(inbox.apply(partition_key="ord-1", dedup_key=("s", "e"), request_hash="h", operations=ops))
+        run(write_once(store, marker, list(parts)))
     assert store.requests == before
 
 
-def test_markers_of_two_consumers_do_not_collide(store: InMemoryStore) -> None:
-    assert Inbox(store, "a", 60).marker_id("s", "e") != Inbox(store, "b", 60).marker_id("s", "e")
+def test_markers_of_two_consumers_do_not_collide() -> None:
+    assert identity.inbox_marker_id("a", "s", "e") != identity.inbox_marker_id("b", "s", "e")

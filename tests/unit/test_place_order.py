@@ -15,7 +15,8 @@ from shared.domain.outcomes import Outcome, Result
 from shared.errors import NotFound, StoreError, TransientStoreError
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
-from shared.handlers.side_effects import EffectOutcome, EffectReply, ReplyKind, SideEffect
+from shared.handlers.side_effects import SideEffect
+from shared.ports.fulfilment import Reply
 from shared.ports.store import BatchOperation, Delete, Document, Replace
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body, rule_path
@@ -158,16 +159,16 @@ def test_a_delivery_whose_lock_ran_out_does_not_take_a_claim_over() -> None:
     effect = SideEffect(store, "order-intake", "reserve-stock", 60, lambda: now[0])
     lock = datetime.fromtimestamp(now[0] + 30, UTC)
     first = InboundMessage(message_id="o", body=None, sequence_number=5, locked_until_utc=lock)
-    run(store.create(effect.claim("o", ("o",), first).to_document()))
+    run(store.create((claim := effect.claim("o", first)).to_document()))
     now[0] += 31  # the lock has run out; the same message's live redelivery owns the claim now
     calls: list[str] = []
 
-    async def succeed(key: str) -> EffectReply:
+    async def succeed(key: str) -> Reply:
         calls.append(key)
-        return EffectReply(ReplyKind.SUCCEEDED)
+        return Reply(201)
 
-    result = run(effect.run(order_id="o", dedup_key=("o",), message=first, call=succeed))
-    assert result.outcome is EffectOutcome.TRANSIENT
+    result = run(effect.run(claim, first, succeed, done=Outcome.CREATED))
+    assert result.outcome is Outcome.TRANSIENT
     assert calls == []
     assert SideEffectRecord.from_document(run(store.read(store.documents()[0]["id"], "o"))).attempt == 1
 
@@ -176,16 +177,16 @@ def test_a_finish_that_finds_its_own_message_took_the_claim_over_finishes_it() -
     store = InMemoryStore()
     effect = SideEffect(store, "order-intake", "reserve-stock", 60)
     message = InboundMessage(message_id="o", body=None, sequence_number=5)
-    record_id = effect.claim("o", ("o",), message).id
+    claim = effect.claim("o", message)
+    record_id = claim.id
 
-    async def call_while_a_stale_delivery_takes_over(key: str) -> EffectReply:
+    async def call_while_a_stale_delivery_takes_over(key: str) -> Reply:
         current = await store.read(record_id, "o")
         await store.execute_batch("o", [Replace({**current, "attempt": 9}, if_match=current["_etag"])])
-        return EffectReply(ReplyKind.SUCCEEDED, 201, reference="res-1")
+        return Reply(201, {"reservationId": "res-1"})
 
-    result = run(effect.run(order_id="o", dedup_key=("o",), message=message,
-                            call=call_while_a_stale_delivery_takes_over))
-    assert result.outcome is EffectOutcome.DONE
+    result = run(effect.run(claim, message, call_while_a_stale_delivery_takes_over, done=Outcome.CREATED))
+    assert result.outcome is Outcome.CREATED
     stored = SideEffectRecord.from_document(run(store.read(record_id, "o")))
     assert (stored.status, stored.reference) == (EffectStatus.COMPLETED, "res-1")
 

@@ -10,10 +10,11 @@ import pytest
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain.lifecycle import ORDER_SHIPPED
 from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Outcome
 from shared.handlers.apply_event import apply_order_event
-from shared.handlers.place_order import effect_reply
 from shared.handlers.reports import report_stuck
-from shared.handlers.side_effects import EffectReply, SideEffect
+from shared.handlers.side_effects import SideEffect
+from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.metrics import overdue_counts
@@ -55,14 +56,14 @@ def test_side_effects_in_progress_past_their_lease_are_reported_but_finished_one
     store = InMemoryStore(default_ttl=-1, clock=clock)
     effect = SideEffect(store, "order-projection", "reserve-stock", 60, clock)
     message = InboundMessage(message_id="m", body=None, sequence_number=1)
-    run(store.create(effect.claim("ord-stuck", ("ord-stuck",), message).to_document()))
+    run(store.create(effect.claim("ord-stuck", message).to_document()))
     service = InMemoryFulfilment()
 
-    async def reserve(key: str) -> EffectReply:
-        return effect_reply(await service.reserve(key, {"orderId": "ord-done"}))
+    async def reserve(key: str) -> Reply:
+        return await service.reserve(key, {"orderId": "ord-done"})
 
-    result = run(effect.run(order_id="ord-done", dedup_key=("ord-done",), message=message, call=reserve))
-    assert result.outcome.value == "done"
+    result = run(effect.run(effect.claim("ord-done", message), message, reserve, done=Outcome.CREATED))
+    assert result.outcome is Outcome.CREATED
     clock.now += 60 + 301
     found = run(report_stuck(store, consumer="order-projection", now=clock.now, parked_after=900, stuck_after=300))
     assert [r.order_id for r in found.side_effects] == ["ord-stuck"]

@@ -25,8 +25,9 @@ from shared.adapters.cosmos import batch_operation
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain.documents import EffectStatus, OrderDocument, OutboxEntry, SideEffectRecord
 from shared.domain.orders import parse_order
-from shared.handlers.place_order import RESERVE_STOCK, reservation_request
+from shared.handlers.place_order import RESERVE_STOCK
 from shared.handlers.side_effects import SideEffect
+from shared.ports.fulfilment import reservation_request
 from shared.ports.store import Create, Replace
 from shared.settings import Settings
 
@@ -43,7 +44,7 @@ def _plan(message: throughput.Message, settings: Settings, fulfilment: InMemoryF
     outbox = OutboxEntry.order_accepted(order, inbound, consumer=settings.consumer_name,
                                         destination=settings.outbox_destination,
                                         requires_session=settings.outbox_requires_session, now=time.time())
-    claim = effect.claim(order.order_id, (order.order_id,), inbound, hash_)
+    claim = effect.claim(order.order_id, inbound, hash_)
     first = [batch_operation(Create(d.to_document())) for d in (placed, outbox, claim)]
 
     def finish(written: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -20,7 +20,7 @@ from sbctl.failures import cosmos_failure
 from shared.adapters.cosmos import CosmosStore
 from shared.domain.documents import ParkedEvent
 from shared.errors import ConfigurationError, NotFound, StoreError
-from shared.handlers import resequencer
+from shared.handlers import operator_commands
 from shared.settings import Settings
 
 
@@ -77,13 +77,14 @@ def run(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace) -> int:
     async with _store(args) as store:
         if args.parked_command == "list":
-            found = await resequencer.find_parked(store, args.consumer, args.order)
+            found = await operator_commands.find_parked(store, args.consumer, args.order)
             print(table(found, time.time()))
             return 0 if found else 3
         if args.parked_command == "release":
-            done = await resequencer.force_release(store, args.consumer, args.order, args.event)
-            print(f"released versions {done.applied} onto order {args.order}; it is at version {done.order.version}")
+            done = await operator_commands.force_release(store, args.consumer, args.order, args.event)
+            versions = [event.sequence for _, event in done.applied]
+            print(f"released versions {versions} onto order {args.order}; it is at version {done.order.version}")
             return 0
-        dropped = await resequencer.drop(store, args.consumer, args.order, args.event)
+        dropped = await operator_commands.drop(store, args.consumer, args.order, args.event)
         print(f"dropped version {dropped.sequence} ({dropped.event_id}) of order {args.order}; kept, marked dropped")
         return 0

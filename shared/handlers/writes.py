@@ -1,0 +1,200 @@
+"""The named writes: each multi-document write of the core as a type with named parts and named failures.
+
+A write is one transactional batch in its order's partition, all or nothing. Its layout stays here: a
+handler says what it writes, and hears back what went wrong by name (``OrderIdTaken``, ``AlreadySeen``,
+``OrderChanged`` from ``shared.errors``), never by a position in the batch.
+
+An order is changed by merging its aggregate's changes into the document as read, on its etag; so is
+a pending order. Nothing here rewrites a document from a Struct.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import msgspec
+
+from shared.domain.documents import (
+    EventRecord,
+    InboxMarker,
+    OrderDocument,
+    OutboxEntry,
+    ParkedEvent,
+    ParkedStatus,
+    PendingOrder,
+    SideEffectRecord,
+    merged,
+)
+from shared.domain.lifecycle import CloudEvent
+from shared.domain.order import Order, Release, transition
+from shared.errors import (
+    AlreadyExists,
+    AlreadySeen,
+    BatchFailed,
+    NotFound,
+    OrderChanged,
+    OrderIdTaken,
+    PreconditionFailed,
+    StoreError,
+    TransientStoreError,
+    WriteConflict,
+)
+from shared.ports.store import BatchOperation, Create, Delete, Document, DocumentStore, Patch, Replace
+
+MAX_PARKED_READ = 100
+Parts = list[tuple[str, BatchOperation]]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What stands at an order's id: the order (version 0 when none is placed) and the document as read."""
+
+    order: Order
+    document: Document | None = None
+    request_hash: str | None = None  # the placed order's
+    foreign: bool = False  # a document of another kind holds the order's id
+
+
+async def read_order(store: DocumentStore, order_id: str) -> Stored:
+    """Read what stands at the order's id."""
+    try:
+        document = await store.read(order_id, order_id)
+    except NotFound:
+        return Stored(Order(order_id))
+    if OrderDocument.is_kind(document):
+        placed = OrderDocument.from_document(document)
+        return Stored(Order(order_id, placed.status, placed.version, placed.parked), document, placed.request_hash)
+    if PendingOrder.is_kind(document):
+        return Stored(Order(order_id, parked=PendingOrder.from_document(document).parked), document)
+    return Stored(Order(order_id), document, foreign=True)
+
+
+async def waiting(store: DocumentStore, consumer: str, order_id: str) -> list[ParkedEvent]:
+    """The events this consumer has parked against the order, in sequence order."""
+    found = await store.query(ParkedEvent.waiting(consumer), partition_key=order_id, limit=MAX_PARKED_READ)
+    return sorted((ParkedEvent.from_document(d) for d in found), key=lambda p: p.sequence)
+
+
+def order_write(stored: Stored, order: Order) -> BatchOperation:
+    """The order's changes, merged into its document as read, on its etag; a new pending order if none stood."""
+    if stored.document is None:
+        return Create(PendingOrder(id=order.order_id, order_id=order.order_id, parked=order.parked).to_document())
+    return Replace(merged(stored.document, order.changes), stored.document.get("_etag"))
+
+
+def released(done: Release) -> Parts:
+    """A release's writes beside the order's: each applied event's record, and its parked copy removed;
+    a stale copy removed; a rejected one kept with the reason."""
+    parts: Parts = []
+    for parked, event in done.applied:
+        parts += [("released", Create(EventRecord.of(event).to_document())),
+                  ("released", Delete(parked.id, parked.etag))]
+    parts += [("released", Delete(parked.id, parked.etag)) for parked in done.stale]
+    parts += [("released", Patch(parked.id, {"status": ParkedStatus.REJECTED.value, "reason": reason},
+                                 {"status": ParkedStatus.PARKED.value})) for parked, reason in done.rejected]
+    return parts
+
+
+@dataclass(frozen=True)
+class OrderIntake:
+    """A new order with its OrderAccepted outbox entry and its reservation claim. It may take the place of
+    a pending order: then it applies, in the same batch, the parked events its release puts in sequence."""
+
+    order: OrderDocument
+    outbox: OutboxEntry
+    claim: SideEffectRecord
+    pending: Stored | None = None
+    release: Release | None = None
+
+    async def write(self, store: DocumentStore) -> SideEffectRecord:
+        """Write it all; the claim as written. Raise OrderIdTaken, or OrderChanged if the pending order moved."""
+        order: BatchOperation = Create(self.order.to_document())
+        conflicts: dict[str, type[WriteConflict]] = {"order": OrderIdTaken}
+        if self.pending is not None and self.pending.document is not None and self.release is not None:
+            changes = {**self.order.to_document(), **self.release.order.changes}
+            order = Replace(merged(self.pending.document, changes), self.pending.document.get("_etag"))
+            conflicts = {"order": OrderChanged, "released": OrderChanged}
+        parts: Parts = [("order", order), ("outbox", Create(self.outbox.to_document())),
+                        ("claim", Create(self.claim.to_document())), *(released(self.release) if self.release else [])]
+        written = await _write(store, self.order.order_id, parts, conflicts)
+        return SideEffectRecord.from_document(written["claim"])
+
+
+@dataclass(frozen=True)
+class EventWrites:
+    """One consumer's writes for one event, each behind its inbox marker, so that it applies once."""
+
+    store: DocumentStore
+    marker: InboxMarker
+    event: CloudEvent
+
+    async def apply(self) -> None:
+        """The happy path, unread: the order patched on its version and state, and the event's record."""
+        changes, condition = transition(self.event)
+        await write_once(self.store, self.marker, [("order", Patch(self.event.order_id, changes, condition)),
+                                                   ("record", Create(EventRecord.of(self.event).to_document()))])
+
+    async def apply_and_release(self, stored: Stored, done: Release) -> None:
+        """The event onto the order as read, then the parked events it releases."""
+        await write_once(self.store, self.marker, [
+            ("order", order_write(stored, done.order)), ("record", Create(EventRecord.of(self.event).to_document())),
+            *released(done)], relied_on=("released",))
+
+    async def park(self, stored: Stored, parked: ParkedEvent) -> None:
+        """The event parked, and counted on its order (or on a pending order standing in for it)."""
+        more = stored.order.count_parked(stored.order.parked + 1)
+        await write_once(self.store, self.marker, [("parked", Create(parked.to_document())),
+                                                   ("order", order_write(stored, more))], relied_on=("parked",))
+
+
+async def released_by_hand(store: DocumentStore, stored: Stored, done: Release) -> None:
+    """An operator's release: the order as read, changed by the release, and the release's writes."""
+    await _write(store, stored.order.order_id, [("order", order_write(stored, done.order)), *released(done)],
+                 {"order": OrderChanged, "released": OrderChanged})
+
+
+async def set_aside(store: DocumentStore, stored: Stored, parked: ParkedEvent, reason: str) -> ParkedEvent:
+    """An operator's drop: the parked event kept, marked dropped, and no longer counted on its order."""
+    parts: Parts = [("parked", Patch(parked.id, {"status": ParkedStatus.DROPPED.value, "reason": reason},
+                                     {"status": ParkedStatus.PARKED.value}))]
+    if stored.document is not None:
+        parts.append(("order", order_write(stored, stored.order.count_parked(stored.order.parked - 1))))
+    await _write(store, stored.order.order_id, parts, {"order": OrderChanged, "parked": OrderChanged})
+    return msgspec.structs.replace(parked, status=ParkedStatus.DROPPED, reason=reason)
+
+
+async def write_once(store: DocumentStore, marker: InboxMarker, parts: Parts,
+                     relied_on: tuple[str, ...] = ()) -> None:
+    """Write the marker and the parts atomically. Raise AlreadySeen if the marker exists (with the first
+    content's requestHash); OrderChanged if the order, or a part in ``relied_on``, was not as read."""
+    conflicts = {"marker": _MarkerTaken, "order": OrderChanged, **dict.fromkeys(relied_on, OrderChanged)}
+    try:
+        await _write(store, marker.order_id, [("marker", Create(marker.to_document())), *parts], conflicts)
+        return
+    except _MarkerTaken:
+        pass
+    try:
+        stored = InboxMarker.from_document(await store.read(marker.id, marker.order_id))
+    except NotFound as exc:
+        # The marker expired between the conflict and the read; a redelivery will decide.
+        raise TransientStoreError(f"marker {marker.id} vanished after a conflict") from exc
+    raise AlreadySeen(f"marker {marker.id} exists", stored.request_hash)
+
+
+class _MarkerTaken(WriteConflict):
+    """The batch's marker create found the marker there."""
+
+
+async def _write(store: DocumentStore, partition_key: str, parts: Parts,
+                 conflicts: Mapping[str, type[WriteConflict]]) -> dict[str, Document]:
+    """Run the parts as one batch; the written documents by part. A part's conflict (id taken, document
+    changed or gone) raises the part's error in ``conflicts``; any other failure a StoreError naming it."""
+    try:
+        written = await store.execute_batch(partition_key, [operation for _, operation in parts])
+    except BatchFailed as exc:
+        part, error = parts[exc.index][0], exc.error
+        if part in conflicts and isinstance(error, (AlreadyExists, PreconditionFailed, NotFound)):
+            raise conflicts[part](f"{part} of order {partition_key}: {error}", status=error.status) from exc
+        raise StoreError(f"{part} of order {partition_key}: {error}", status=error.status) from exc
+    return {name: document for (name, _), document in zip(parts, written, strict=True)}
