@@ -18,7 +18,7 @@ from shared.handlers.apply_event import apply_order_event
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
 from shared.handlers.writes import write_once
-from shared.ports.store import MAX_BATCH_OPERATIONS, Create
+from shared.ports.store import MAX_BATCH_OPERATIONS, Create, Replace
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
@@ -200,3 +200,27 @@ def test_a_write_behind_its_marker_is_refused_over_the_limit_before_sending(stor
 
 def test_markers_of_two_consumers_do_not_collide() -> None:
     assert identity.inbox_marker_id("a", "s", "e") != identity.inbox_marker_id("b", "s", "e")
+
+
+def add_foreign(store: InMemoryStore, doc_id: str, **fields: object) -> None:
+    current = run(store.read(doc_id, "ord-1"))
+    run(store.execute_batch("ord-1", [Replace({**current, **fields}, current["_etag"])]))
+
+
+def test_parking_and_releasing_keep_the_fields_another_writer_put_on_the_order(store: InMemoryStore) -> None:
+    add_foreign(store, "ord-1", enrichment={"segment": "gold"})
+    assert deliver(store, event_body("ord-1", 3, ORDER_SHIPPED)).outcome is Outcome.PARKED
+    assert run(store.read("ord-1", "ord-1"))["enrichment"] == {"segment": "gold"}
+    assert deliver(store, event_body("ord-1", 2)).outcome is Outcome.APPLIED  # releases version 3
+    order = run(store.read("ord-1", "ord-1"))
+    assert (order["version"], order["enrichment"]) == (3, {"segment": "gold"})
+
+
+def test_an_order_taking_a_pending_orders_place_keeps_the_pending_orders_other_fields() -> None:
+    store = InMemoryStore(default_ttl=-1)
+    assert deliver(store, event_body("ord-1", 2)).outcome is Outcome.PARKED
+    add_foreign(store, "ord-1", note="from the next version")
+    placed_now = run(place(inbound(order_body("ord-1")), OrderServices(store, InMemoryFulfilment(), SETTINGS)))
+    assert placed_now.outcome is Outcome.CREATED
+    order = run(store.read("ord-1", "ord-1"))
+    assert (order["type"], order["version"], order["note"]) == ("order", 2, "from the next version")

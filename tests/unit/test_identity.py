@@ -3,14 +3,23 @@ colliding across parts, consumers or kinds."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain import identity
 from shared.domain.identity import derive_id, digest, effect_key
+from shared.domain.lifecycle import ORDER_SHIPPED
+from shared.domain.messages import InboundMessage
+from shared.handlers.apply_event import apply_order_event
+from shared.handlers.place_order import OrderServices, place_order
+from shared.settings import Settings
+from tests.support.events import encode_event, event_body
+from tests.support.orders import inbound, order_body
 
 LEGAL_ID = re.compile(r"[A-Za-z0-9_.-]{1,255}")
 CONSUMER = "order-projection"
@@ -87,3 +96,24 @@ def test_idempotency_keys_are_deterministic_and_distinct_across_consumers_and_ef
     }
     assert len(keys) == 8
     assert all(LEGAL_ID.fullmatch(k) and len(k) <= 128 for k in keys)
+
+
+def test_the_handlers_write_and_send_exactly_the_pinned_ids() -> None:
+    # The ids above are the ones the handlers use, not only what the functions compute.
+    store, fulfilment = InMemoryStore(), InMemoryFulfilment()
+    settings = Settings(consumer_name=CONSUMER, fulfillment_url="http://fulfilment.invalid")
+    asyncio.run(place_order(inbound(order_body("ord-1")), OrderServices(store, fulfilment, settings)))
+    shipped = event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-2", source="/orders")
+    paid = event_body("ord-1", 2, event_id="e-1", source="/orders", paymentId="p-1")
+    deliver = lambda body: asyncio.run(apply_order_event(  # noqa: E731
+        InboundMessage(message_id=body["id"], body=encode_event(body)), store, settings))
+    assert deliver(shipped).outcome.value == "parked"  # e-2 waits for e-1, under the pinned id
+    assert KNOWN[5][1] in {d["id"] for d in store.documents()}
+    assert deliver(paid).description == "released versions [3]"
+    ids = {d["id"] for d in store.documents()}
+    assert fulfilment.calls == [KNOWN[0][1]]
+    assert {KNOWN[1][1], KNOWN[2][1], KNOWN[4][1], KNOWN[6][1]} <= ids  # claim, outbox, marker, payment record
+    [outbox] = [d for d in store.documents() if d["type"] == "outbox"]
+    assert outbox["messageId"] == KNOWN[3][1]
+    assert identity.inbox_marker_id(CONSUMER, "/orders", "e-2") in ids
+    assert KNOWN[5][1] not in ids  # the parked copy of e-2, removed when e-1 released it
