@@ -1,47 +1,26 @@
-"""The one place that maps outcomes to complete, abandon or dead-letter, and performs the call."""
+"""The binding's side of settlement: the core's ``Settlement`` carried out by ServiceBusMessageActions.
+
+The binding's settlement calls are blocking gRPC calls, so they run on threads of their own (not the
+loop's default pool, which aiohttp's DNS look-ups share), and the loop keeps serving other
+deliveries meanwhile. A failed call comes back to the loop, where ``run_delivery`` logs it with the
+invocation.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from shared.domain.outcomes import Outcome, Result
+from shared.delivery import Action, Settlement
+from shared.domain.outcomes import Result
 
 # Service Bus caps dead-letter descriptions; keep ours well inside and never include payloads.
 MAX_DESCRIPTION_CHARS = 1024
-
-
-class Action(StrEnum):
-    """The three explicit settlements a PeekLock delivery can end in."""
-
-    COMPLETE = "complete"
-    ABANDON = "abandon"
-    DEADLETTER = "deadletter"
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """What to do with a delivery; ``reason`` is the dead-letter reason operators alert on."""
-
-    action: Action
-    reason: str | None = None
-
-
-SETTLEMENTS: dict[Outcome, Settlement] = {
-    Outcome.CREATED: Settlement(Action.COMPLETE),
-    Outcome.APPLIED: Settlement(Action.COMPLETE),
-    Outcome.DUPLICATE: Settlement(Action.COMPLETE),
-    Outcome.STALE: Settlement(Action.COMPLETE),
-    Outcome.PAYLOAD_MISMATCH: Settlement(Action.DEADLETTER, "PayloadMismatch"),
-    Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
-    Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
-    Outcome.PARKED: Settlement(Action.COMPLETE),
-    Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
-    Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),
-    Outcome.TRANSIENT: Settlement(Action.ABANDON),
-    Outcome.ERROR: Settlement(Action.ABANDON),
-}
+# As many as the host runs deliveries at once (host.json: maxConcurrentCalls 16 + maxConcurrentSessions 8),
+# so that no settlement waits for a thread.
+SETTLEMENT_THREADS = 24
+_settling = ThreadPoolExecutor(SETTLEMENT_THREADS, thread_name_prefix="settle")
 
 
 class MessageActions(Protocol):
@@ -59,17 +38,25 @@ class MessageActions(Protocol):
         """Move the message to the dead-letter queue with a reason and description."""
 
 
-def settle(msg: Any, actions: MessageActions, result: Result) -> Settlement:
-    """Make exactly one settlement call for the delivery; a failed call raises (the caller logs it)."""
-    settlement = SETTLEMENTS[result.outcome]
-    if settlement.action is Action.COMPLETE:
-        actions.complete(msg)
-    elif settlement.action is Action.ABANDON:
-        actions.abandon(msg)
-    else:
-        actions.deadletter(
-            msg,
-            deadletter_reason=settlement.reason,
-            deadletter_error_description=result.description[:MAX_DESCRIPTION_CHARS] or settlement.reason,
-        )
-    return settlement
+class ActionsSettlement:
+    """The settlement port of one delivery: its message and the binding's message actions."""
+
+    def __init__(self, message: Any, actions: MessageActions) -> None:
+        self.message = message
+        self.actions = actions
+
+    async def settle(self, settlement: Settlement, result: Result) -> None:
+        """Make the one settlement call on a settlement thread; a failed call raises here, on the loop."""
+        await asyncio.get_running_loop().run_in_executor(_settling, self.call, settlement, result)
+
+    def call(self, settlement: Settlement, result: Result) -> None:
+        """The blocking call itself."""
+        if settlement.action is Action.COMPLETE:
+            self.actions.complete(self.message)
+        elif settlement.action is Action.ABANDON:
+            self.actions.abandon(self.message)
+        else:
+            self.actions.deadletter(
+                self.message, deadletter_reason=settlement.reason,
+                deadletter_error_description=result.description[:MAX_DESCRIPTION_CHARS] or settlement.reason,
+            )

@@ -16,14 +16,17 @@ clients live (measured: README "Performance", async against sync).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
 import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
 
-from consumers.delivery import run_delivery
+from consumers.binding import to_inbound
+from consumers.settlement import ActionsSettlement
 from shared import bootstrap
+from shared.delivery import run_delivery
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
 from shared.handlers import reports
@@ -72,7 +75,8 @@ async def process_order(
     msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
 ) -> None:
     """Service Bus trigger (PeekLock): settle every delivery explicitly, exactly once."""
-    await run_delivery("process_order", msg, message_actions, handle_order, abandon_delay=_abandon_delay())
+    await run_delivery("process_order", functools.partial(to_inbound, msg), handle_order,
+                       ActionsSettlement(msg, message_actions), abandon_delay=_abandon_delay())
 
 
 @blueprint.function_name("process_order_event")
@@ -84,7 +88,8 @@ async def process_order_event(
     msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
 ) -> None:
     """Service Bus session trigger (PeekLock): settle every delivery explicitly, exactly once."""
-    await run_delivery("process_order_event", msg, message_actions, handle_event, abandon_delay=_abandon_delay())
+    await run_delivery("process_order_event", functools.partial(to_inbound, msg), handle_event,
+                       ActionsSettlement(msg, message_actions), abandon_delay=_abandon_delay())
 
 
 def _log(function: str, report: PublishReport) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import subprocess
@@ -13,12 +14,14 @@ from pathlib import Path
 import pytest
 from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import SettlementError
 
-from consumers.delivery import run_delivery
+from consumers.binding import to_inbound
+from consumers.settlement import ActionsSettlement
 from consumers.triggers import handle_order
 from devservers.faultproxy import FaultProxy, fault_proxy
 from shared import bootstrap
 from shared.adapters.cosmos import THROTTLE_RETRIES
 from shared.bootstrap import Services
+from shared.delivery import run_delivery
 from shared.domain.orders import parse_order
 from shared.settings import Settings
 from tests.functions.conftest import App, Deliverer
@@ -297,7 +300,8 @@ def test_a_failing_telemetry_exporter_does_not_cost_the_settlement(
 
     order_id = new_id()
     msg = deliver_order.message(encode(order_body(order_id)), message_id=order_id)
-    app_on_cosmos.run(run_delivery("process_order", msg, fake_host.message_actions(), handle_order, record=broken))
+    app_on_cosmos.run(run_delivery("process_order", functools.partial(to_inbound, msg), handle_order,
+                                   ActionsSettlement(msg, fake_host.message_actions()), record=broken))
     [settlement] = deliver_order.settlements(msg)
     assert settlement.action == "complete"
     assert count_orders(app_on_cosmos, order_id) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections import Counter
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 from azure.functions.timer import TimerRequest
 
-from consumers.delivery import run_delivery
+from consumers.binding import to_inbound
+from consumers.settlement import ActionsSettlement
 from devservers.faultproxy import FaultProxy
+from shared.delivery import run_delivery
 from shared.domain.documents import EventRecord
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
 from shared.domain.messages import InboundMessage
@@ -175,7 +178,8 @@ def test_two_consumers_share_the_container_and_each_applies_once(
 
     def to_audit() -> str:
         msg = deliver_event.message(encode_event(body), message_id=body["id"], session_id=order_id)
-        app_on_cosmos.run(run_delivery("audit_trail", msg, deliver_event.host.message_actions(), audit))
+        app_on_cosmos.run(run_delivery("audit_trail", functools.partial(to_inbound, msg), audit,
+                                       ActionsSettlement(msg, deliver_event.host.message_actions())))
         [settlement] = deliver_event.settlements(msg)
         return settlement.action
 

@@ -1,43 +1,44 @@
-"""run_delivery's own rules, with a recording stand-in for the binding's message actions: the wait
-inside the lock before an abandon, a cancelled delivery, and a settlement call that fails."""
+"""run_delivery's own rules, with a recording settlement port: an exception is outcome error, the wait
+inside the lock before an abandon, a cancelled delivery, a settlement call that fails; and the binding's
+settlement adapter, which makes the one call the settlement names."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime, timedelta
+import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from consumers.delivery import run_delivery
-from consumers.settlement import Action
+from consumers.settlement import MAX_DESCRIPTION_CHARS, ActionsSettlement
+from shared.delivery import Action, Settlement, run_delivery
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import LOCK_MARGIN_SECONDS, Outcome, Result
-from tests.support.fake_host import make_received_message
+
+NOW = 1_796_083_200.0
 
 
-class Actions:
-    """The three settlement calls, recorded; ``fail`` makes each raise, as a lost lock does."""
+class Port:
+    """A settlement port that records each call; ``fail`` makes it raise, as a lost lock does."""
 
     def __init__(self, *, fail: bool = False) -> None:
-        self.calls: list[str] = []
+        self.calls: list[tuple[Settlement, Result]] = []
         self.fail = fail
 
-    def _call(self, name: str) -> None:
-        self.calls.append(name)
+    async def settle(self, settlement: Settlement, result: Result) -> None:
+        self.calls.append((settlement, result))
         if self.fail:
             raise RuntimeError("lock lost")
 
-    def complete(self, message: Any) -> None:
-        self._call("complete")
+    def actions(self) -> list[Action]:
+        return [settlement.action for settlement, _ in self.calls]
 
-    def abandon(self, message: Any) -> None:
-        self._call("abandon")
 
-    def deadletter(self, message: Any, deadletter_reason: str | None = None,
-                   deadletter_error_description: str | None = None) -> None:
-        self._call("deadletter")
+def _message(locked_for: float = 60.0) -> InboundMessage:
+    return InboundMessage(message_id="m-1", body=b"{}",
+                          locked_until_utc=datetime.fromtimestamp(NOW + locked_for, UTC))
 
 
 def _answer(outcome: Outcome) -> Any:
@@ -50,41 +51,81 @@ def _silent(*_: object) -> None:
     pass
 
 
+def _deliver(handler: Any, port: Port, *, read: Any = _message, **policy: Any) -> Settlement:
+    return asyncio.run(run_delivery("process_order", read, handler, port, clock=lambda: NOW, record=_silent, **policy))
+
+
+def test_each_outcome_is_settled_once_as_the_table_says() -> None:
+    port = Port()
+    assert _deliver(_answer(Outcome.PAYLOAD_MISMATCH), port) == Settlement(Action.DEADLETTER, "PayloadMismatch")
+    assert port.actions() == [Action.DEADLETTER]
+
+
+def test_an_exception_from_the_handler_is_outcome_error_named_by_its_type_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def handler(message: InboundMessage) -> Result:
+        raise KeyError("customer jane.doe@example.com")
+
+    port = Port()
+    with caplog.at_level(logging.ERROR):
+        settled = _deliver(handler, port)
+    assert settled.action is Action.ABANDON
+    [(_, result)] = port.calls
+    assert result == Result(Outcome.ERROR, "unexpected KeyError")  # the exception's text may hold a payload
+    assert any(r.exc_info for r in caplog.records)
+
+
+def test_a_delivery_that_cannot_be_translated_is_outcome_error_too() -> None:
+    def unreadable() -> InboundMessage:
+        raise ValueError("not an AMQP data body")
+
+    recorded: list[tuple[str | None, Outcome]] = []
+    port = Port()
+    asyncio.run(run_delivery("process_order", unreadable, _answer(Outcome.CREATED), port, clock=lambda: NOW,
+                             record=lambda f, m, r, ms: recorded.append((m.message_id, r.outcome))))
+    assert recorded == [(None, Outcome.ERROR)]
+    assert port.actions() == [Action.ABANDON]
+
+
 def test_a_transient_outcome_waits_inside_its_lock_then_abandons() -> None:
     waits: list[float] = []
 
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    actions = Actions()
-    msg = make_received_message(b"{}", message_id="m-1", locked_until=datetime.now(UTC) + timedelta(seconds=60))
-    settled = asyncio.run(run_delivery("process_order", msg, actions, _answer(Outcome.TRANSIENT), abandon_delay=10,
-                                       record=_silent, sleep=sleep))
-    assert settled.action is Action.ABANDON and actions.calls == ["abandon"]
+    port = Port()
+    settled = _deliver(_answer(Outcome.TRANSIENT), port, abandon_delay=10, sleep=sleep)
+    assert settled.action is Action.ABANDON and port.actions() == [Action.ABANDON]
     assert waits == [10]  # the whole delay fits in the lock, so all of it is waited, before the abandon
 
 
-def test_the_wait_is_cut_short_before_the_lock_runs_out() -> None:
+def test_the_wait_is_cut_short_before_the_lock_runs_out_by_the_policy_clock() -> None:
     waits: list[float] = []
 
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    msg = make_received_message(b"{}", message_id="m-1", locked_until=datetime.now(UTC) + timedelta(seconds=7))
-    asyncio.run(run_delivery("process_order", msg, Actions(), _answer(Outcome.TRANSIENT), abandon_delay=10,
-                             record=_silent, sleep=sleep))
-    [waited] = waits
-    assert 0 < waited <= 7 - LOCK_MARGIN_SECONDS
+    _deliver(_answer(Outcome.TRANSIENT), Port(), read=lambda: _message(locked_for=7), abandon_delay=10, sleep=sleep)
+    assert waits == [7 - LOCK_MARGIN_SECONDS]
 
 
 def test_a_completed_outcome_does_not_wait() -> None:
     async def sleep(seconds: float) -> None:
         raise AssertionError("only an abandon waits")
 
-    actions = Actions()
-    asyncio.run(run_delivery("process_order", make_received_message(b"{}", message_id="m-1"), actions,
-                             _answer(Outcome.CREATED), abandon_delay=10, record=_silent, sleep=sleep))
-    assert actions.calls == ["complete"]
+    port = Port()
+    _deliver(_answer(Outcome.CREATED), port, abandon_delay=10, sleep=sleep)
+    assert port.actions() == [Action.COMPLETE]
+
+
+def test_a_failing_recorder_does_not_cost_the_settlement() -> None:
+    def broken(*_: object) -> None:
+        raise RuntimeError("exporter down")
+
+    port = Port()
+    asyncio.run(run_delivery("process_order", _message, _answer(Outcome.CREATED), port, record=broken))
+    assert port.actions() == [Action.COMPLETE]
 
 
 def test_a_cancelled_delivery_is_not_settled_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
@@ -92,18 +133,67 @@ def test_a_cancelled_delivery_is_not_settled_and_says_so(caplog: pytest.LogCaptu
     async def handler(message: InboundMessage) -> Result:
         raise asyncio.CancelledError
 
-    actions = Actions()
+    port = Port()
     with caplog.at_level(logging.WARNING), pytest.raises(asyncio.CancelledError):
-        asyncio.run(run_delivery("process_order", make_received_message(b"{}", message_id="m-1"), actions, handler,
-                                 record=_silent))
-    assert actions.calls == []
+        _deliver(handler, port)
+    assert port.calls == []
     assert any("m-1 cancelled before its settlement" in r.getMessage() for r in caplog.records)
 
 
 def test_a_failed_settlement_is_logged_with_its_ids_and_raised(caplog: pytest.LogCaptureFixture) -> None:
-    actions = Actions(fail=True)
+    port = Port(fail=True)
     with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError):
-        asyncio.run(run_delivery("process_order", make_received_message(b"{}", message_id="m-1"), actions,
-                                 _answer(Outcome.DUPLICATE), record=_silent))
-    assert actions.calls == ["complete"]  # one call, not retried
+        _deliver(_answer(Outcome.DUPLICATE), port)
+    assert port.actions() == [Action.COMPLETE]  # one call, not retried
     assert any(r.getMessage() == "settlement complete failed messageId=m-1 outcome=duplicate" for r in caplog.records)
+
+
+# -- the binding's settlement adapter ------------------------------------------------------------------
+
+
+class Actions:
+    """The binding's three settlement calls, recorded with their arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def complete(self, message: Any) -> None:
+        self.calls.append(("complete", message))
+
+    def abandon(self, message: Any) -> None:
+        self.calls.append(("abandon", message))
+
+    def deadletter(self, message: Any, deadletter_reason: str | None = None,
+                   deadletter_error_description: str | None = None) -> None:
+        self.calls.append(("deadletter", message, deadletter_reason, deadletter_error_description))
+
+
+@pytest.mark.parametrize(("settlement", "call"), [
+    (Settlement(Action.COMPLETE), ("complete", "msg")),
+    (Settlement(Action.ABANDON), ("abandon", "msg")),
+    (Settlement(Action.DEADLETTER, "InvalidMessage"), ("deadletter", "msg", "InvalidMessage", "amount < 0")),
+])
+def test_the_adapter_makes_the_one_call_the_settlement_names(settlement: Settlement, call: tuple[Any, ...]) -> None:
+    actions = Actions()
+    asyncio.run(ActionsSettlement("msg", actions).settle(settlement, Result(Outcome.INVALID, "amount < 0")))
+    assert actions.calls == [call]
+
+
+def test_the_adapter_caps_a_dead_letter_description_and_falls_back_to_the_reason() -> None:
+    actions = Actions()
+    adapter = ActionsSettlement("msg", actions)
+    deadletter = Settlement(Action.DEADLETTER, "InvalidMessage")
+    asyncio.run(adapter.settle(deadletter, Result(Outcome.INVALID, "x" * 5000)))
+    asyncio.run(adapter.settle(deadletter, Result(Outcome.INVALID, "")))
+    assert [c[3] for c in actions.calls] == ["x" * MAX_DESCRIPTION_CHARS, "InvalidMessage"]
+
+
+def test_the_adapter_settles_off_the_loop() -> None:
+    threads: list[str] = []
+
+    class Recording(Actions):
+        def complete(self, message: Any) -> None:
+            threads.append(threading.current_thread().name)
+
+    asyncio.run(ActionsSettlement("msg", Recording()).settle(Settlement(Action.COMPLETE), Result(Outcome.CREATED)))
+    assert threads and threads[0].startswith("settle")

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from consumers.settlement import SETTLEMENTS
+from shared.delivery import SETTLEMENTS
 from shared.domain.outcomes import Outcome
 from shared.settings import SETTINGS
 

@@ -1,8 +1,13 @@
-"""Every outcome maps to exactly one settlement, and reasons are the exact strings operators alert on."""
+"""A pin of an interface: the outcome -> settlement table in ``shared.delivery``, written out again here.
+
+The table is the one place that maps outcomes to complete, abandon or dead-letter, and its dead-letter
+reasons are the exact strings operators alert on and runbooks name. Retyping it is the point: a change
+to the table fails here first, so that it is made on purpose and announced, not slipped in.
+"""
 
 from __future__ import annotations
 
-from consumers.settlement import SETTLEMENTS, Action, Settlement
+from shared.delivery import SETTLEMENTS, Action, Settlement
 from shared.domain.outcomes import Outcome
 
 

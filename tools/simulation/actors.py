@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from consumers.settlement import SETTLEMENTS, Action
+from shared.delivery import SETTLEMENTS, Action
 from shared.domain.outcomes import Outcome, Result, abandon_wait
 from shared.errors import ConsumerError, NotFound
 from simulation.broker import Delivery, LockLost

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from consumers.settlement import Action
+from shared.delivery import Action
 from shared.domain.messages import InboundMessage
 from shared.settings import Settings
 from simulation.scheduler import Clock, Scheduler, Signal

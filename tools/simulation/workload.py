@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from consumers.settlement import SETTLEMENTS
 from sbctl import generate
+from shared.delivery import SETTLEMENTS
 from shared.domain.lifecycle import KINDS
 from shared.domain.orders import OrderPlaced
 from shared.domain.outcomes import Outcome
