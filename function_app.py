@@ -1,8 +1,18 @@
-"""The Functions app: create it and register the consumers' blueprint. Nothing else happens here."""
+"""The Functions app: create it and register the consumers' blueprint. Nothing else happens here.
+
+The binding names come from the settings as the host indexes the functions; the app behind them is
+built on the first invocation, once, so that nothing connects (or imports a client) while indexing.
+"""
+
+import functools
 
 import azure.functions as func
 
-from consumers.triggers import blueprint
+from consumers.triggers import make_blueprint
+from shared import bootstrap
+from shared.settings import Settings
+
+root = functools.cache(lambda: bootstrap.build(Settings.from_env()))
 
 app = func.FunctionApp()
-app.register_functions(blueprint)
+app.register_functions(make_blueprint(Settings.from_env(), root))

@@ -1,78 +1,118 @@
-"""The composition root: builds the process's services from settings, lazily and once.
+"""The composition root: ``build`` wires the handlers and the delivery policy over one set of ports.
 
-The Functions blueprints call ``services()`` on each invocation; nothing connects at import time,
-because under Azure Functions import happens while the host indexes the functions. Tests and the
-simulator build a ``Services`` of their own (in-memory store, recording sender, fakes) and hand it
-over with ``use(...)``, so no test reaches into a module's globals.
+Everything that runs the core builds its ``App`` here: the functions (``function_app.py``, once, on
+the first invocation), the simulator and the benchmarks (with their fakes handed in), the operator
+tools, the tests. The wiring of each handler to its ports is written once, in ``App``'s methods.
 
-The clients are async (``azure.cosmos.aio``, aiohttp, ``azure.servicebus.aio``): each is bound to
-the event loop it first runs in, which under Functions is the worker's one loop for every
-invocation. ``aclose`` closes the clients a ``Services`` made itself. Their modules (aiohttp above
-all) are imported on first use, not when the host indexes the functions: the first invocation pays
-for them (README "Performance", cold start).
+Nothing connects at build time, because under Azure Functions import happens while the host indexes
+the functions. A port not handed in is made on first use from the settings; its module (aiohttp
+above all) is imported then too, so the first invocation pays for it (README "Performance", cold
+start). The clients are async, each bound to the event loop it first runs in, which under Functions
+is the worker's one loop for every invocation; ``aclose`` closes the ones the app made.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+from shared.delivery import Clock, Handler, Recorder, Settlement, SettlementPort, Sleep, run_delivery
+from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Result
+from shared.handlers import reports
+from shared.handlers.apply_event import apply_order_event
+from shared.handlers.outbox import OutboxPublisher
+from shared.handlers.place_order import OrderServices, place_order
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.sender import MessageSender
 from shared.ports.store import DocumentStore
 from shared.settings import Settings
+from shared.telemetry import record_delivery
 
 _Client = TypeVar("_Client")
 
 
-@dataclass
-class Services:
-    """What the handlers need. Each client is built on first use from ``settings``, or given up front."""
+class App:
+    """The handlers and the delivery policy, bound to one set of settings, ports and clock."""
 
-    settings: Settings
-    store: DocumentStore | None = None
-    fulfilment: FulfilmentService | None = None
-    sender: MessageSender | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _made: list[Any] = field(default_factory=list, repr=False)
+    def __init__(self, settings: Settings, *, store: DocumentStore | None, fulfilment: FulfilmentService | None,
+                 sender: MessageSender | None, clock: Clock, sleep: Sleep, record: Recorder) -> None:
+        self.settings = settings
+        self.clock = clock
+        self._store, self._fulfilment, self._sender = store, fulfilment, sender
+        self._sleep = sleep
+        self._record = record
+        self._lock = threading.Lock()
+        self._made: list[Any] = []
 
-    def order_store(self) -> DocumentStore:
+    # -- the handlers, each wired to its ports here and nowhere else ---------------------------------
+
+    async def handle_order(self, message: InboundMessage) -> Result:
+        """Apply one OrderPlaced delivery."""
+        return await place_order(message, OrderServices(self.store(), self.fulfilment(), self.settings, self.clock))
+
+    async def handle_event(self, message: InboundMessage) -> Result:
+        """Apply one lifecycle event."""
+        return await apply_order_event(message, self.store(), self.settings, self.clock)
+
+    def publisher(self) -> OutboxPublisher:
+        """The outbox publisher over the store and the sender."""
+        return OutboxPublisher(self.store(), self.sender(),
+                               dispatched_ttl_seconds=self.settings.outbox_dispatched_ttl_seconds, clock=self.clock)
+
+    async def report_stuck(self, now: float) -> reports.StuckReport:
+        """Find, log and count the events parked and the side effects in progress for too long at ``now``."""
+        settings = self.settings
+        return await reports.report_stuck(self.store(), consumer=settings.consumer_name, now=now,
+                                          parked_after=settings.parked_alert_after_seconds,
+                                          stuck_after=settings.side_effect_stuck_after_seconds)
+
+    async def deliver(self, function: str, read: Callable[[], InboundMessage], handler: Handler,
+                      port: SettlementPort) -> Settlement:
+        """Run one delivery through ``handler`` and settle it on ``port``: ``run_delivery`` with this
+        app's abandon delay, clock, sleep and recorder."""
+        return await run_delivery(function, read, handler, port, abandon_delay=self.settings.abandon_delay_seconds,
+                                  clock=self.clock, sleep=self._sleep, record=self._record)
+
+    # -- the ports, handed in or made on first use ----------------------------------------------------
+
+    def store(self) -> DocumentStore:
         """The orders container's store (orders and their events share it)."""
         with self._lock:
-            if self.store is None:
+            if self._store is None:
                 from shared.adapters.cosmos import CosmosStore  # noqa: PLC0415 - on first use, see above
 
-                self.store = self._keep(CosmosStore.from_settings(self.settings))
-            return self.store
+                self._store = self._keep(CosmosStore.from_settings(self.settings))
+            return self._store
 
-    def fulfilment_service(self) -> FulfilmentService:
-        """The fulfilment service's client, one pooled session per process."""
+    def fulfilment(self) -> FulfilmentService:
+        """The fulfilment service's client, one pooled session per app."""
         with self._lock:
-            settings = self.settings
-            if self.fulfilment is None:
+            if self._fulfilment is None:
                 from shared.adapters.http import HttpFulfilment  # noqa: PLC0415
 
-                self.fulfilment = self._keep(HttpFulfilment(
+                settings = self.settings
+                self._fulfilment = self._keep(HttpFulfilment(
                     settings.need("fulfillment_url"), connect_timeout=settings.fulfillment_connect_timeout_seconds,
                     read_timeout=settings.fulfillment_read_timeout_seconds,
                     proxy_from_environment=settings.http_proxy_from_environment,
                 ))
-            return self.fulfilment
+            return self._fulfilment
 
-    def message_sender(self) -> MessageSender:
+    def sender(self) -> MessageSender:
         """The Service Bus sender, connected on first send."""
         with self._lock:
-            if self.sender is None:
+            if self._sender is None:
                 from shared.adapters.servicebus import ServiceBusSender  # noqa: PLC0415
 
-                self.sender = self._keep(ServiceBusSender.from_settings(self.settings))
-            return self.sender
+                self._sender = self._keep(ServiceBusSender.from_settings(self.settings))
+            return self._sender
 
     async def aclose(self) -> None:
-        """Close the clients this ``Services`` made, in the loop they ran in; clients handed in stay open."""
+        """Close the clients this app made, in the loop they ran in; ports handed in stay open."""
         with self._lock:
             made, self._made = self._made, []
         for client in made:
@@ -83,27 +123,14 @@ class Services:
         return client
 
 
-_lock = threading.Lock()
-_current: Services | None = None
+def build(
+    settings: Settings, *, store: DocumentStore | None = None, fulfilment: FulfilmentService | None = None,
+    sender: MessageSender | None = None, clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
+    record: Recorder = record_delivery,
+) -> App:
+    """The app over ``settings``: the ports handed in, or made from the settings on first use.
 
-
-def services() -> Services:
-    """The process's services: built from the environment's settings on first call, then reused."""
-    global _current  # noqa: PLW0603 - the one process-wide root, set once
-    with _lock:
-        if _current is None:
-            _current = Services(Settings.from_env())
-        return _current
-
-
-@contextmanager
-def use(replacement: Services) -> Iterator[Services]:
-    """Run the app on ``replacement`` inside the block, then restore what was there before."""
-    global _current  # noqa: PLW0603
-    with _lock:
-        previous, _current = _current, replacement
-    try:
-        yield replacement
-    finally:
-        with _lock:
-            _current = previous
+    ``clock`` is the handlers' and the delivery policy's time; ``sleep`` is the wait before an abandon;
+    ``record`` logs and counts each delivery. The simulator hands in its own three.
+    """
+    return App(settings, store=store, fulfilment=fulfilment, sender=sender, clock=clock, sleep=sleep, record=record)

@@ -2,6 +2,10 @@
 format, the real ServiceBusMessageActions client over gRPC to a fake Settlement service, and the app's
 real Cosmos adapter against the local Cosmos server (or COSMOS_TEST_ENDPOINT).
 
+Each test runs the functions of a FunctionApp of its own, made from the same blueprint factory as
+``function_app.app`` (so the same function code and bindings), on an ``App`` it built with
+``bootstrap.build``: its ``root`` hands the functions whichever app the test set up last.
+
 The functions are coroutine functions; like the worker, the tests await every invocation on one event
 loop (the session's ``loop``), where the app's async clients live, and close the clients at the end.
 """
@@ -15,18 +19,19 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import azure.functions as func
 import msgspec
 import pytest
 from azure.cosmos import ContainerProxy, PartitionKey
 from azure.servicebus import ServiceBusReceivedMessage
 
 import function_app
+from consumers.triggers import make_blueprint
 from devservers.faultproxy import FaultProxy, fault_proxy
 from devservers.fulfilment import FulfilmentServer
 from shared import bootstrap
 from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.bootstrap import Services
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.fake_host import FakeHost, Settlement, make_received_message
@@ -34,15 +39,45 @@ from tests.support.fake_host import FakeHost, Settlement, make_received_message
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="session")
-def registered_functions() -> dict[str, Callable[..., Any]]:
-    """The user functions as the worker indexes them from function_app.app (get_functions once per app)."""
+def user_functions(app: func.FunctionApp) -> dict[str, Callable[..., Any]]:
+    """The user functions by name, as the worker indexes them from a FunctionApp (get_functions once per app)."""
     functions: dict[str, Callable[..., Any]] = {}
-    for f in function_app.app.get_functions():
+    for f in app.get_functions():
         name = f.get_function_name()
-        assert name is not None, f  # every function in function_app is named by its decorator
+        assert name is not None, f  # every function is named by its decorator
         functions[name] = f.get_user_function()
     return functions
+
+
+@pytest.fixture(scope="session")
+def production_functions() -> dict[str, Callable[..., Any]]:
+    """The user functions of ``function_app.app`` itself, on the root it builds from the environment."""
+    return user_functions(function_app.app)
+
+
+class Root:
+    """What this test's functions run on: the ``App`` the test built last (``app_on_cosmos``, ``app_in_memory``)."""
+
+    def __init__(self) -> None:
+        self.app: bootstrap.App | None = None
+
+    def __call__(self) -> bootstrap.App:
+        assert self.app is not None, "the test should set up an app: app_on_cosmos or app_in_memory"
+        return self.app
+
+
+@pytest.fixture
+def root() -> Root:
+    """This test's root, empty until an app fixture builds an app."""
+    return Root()
+
+
+@pytest.fixture
+def registered_functions(root: Root) -> dict[str, Callable[..., Any]]:
+    """The user functions of a FunctionApp made as function_app makes its own, on this test's root."""
+    app = func.FunctionApp()
+    app.register_functions(make_blueprint(Settings(), root))
+    return user_functions(app)
 
 
 @dataclass
@@ -63,18 +98,23 @@ class CosmosTarget:
 
 
 @dataclass
-class App:
-    """The process's services as a test set them up; ``reconfigure`` swaps in other settings or fakes.
+class Harness:
+    """The app as a test set it up; ``reconfigure`` builds another, with other settings or fakes.
 
-    The clients the installed ``Services`` made are closed on the loop when it is replaced and at the end.
+    The clients an app made are closed on the loop when it is replaced and at the end.
     """
 
     target: CosmosTarget
     settings: Settings
     stack: ExitStack
     loop: asyncio.Runner
+    root: Root
     overrides: dict[str, Any] = field(default_factory=dict)
-    services: Services | None = None
+
+    @property
+    def app(self) -> bootstrap.App:
+        """The app the functions run on now."""
+        return self.root()
 
     @property
     def container(self) -> ContainerProxy:
@@ -84,21 +124,20 @@ class App:
     def endpoint(self) -> Any:
         return self.target.endpoint
 
-    def reconfigure(self, **changes: Any) -> Services:
-        """Install new services: ``store``, ``fulfilment``, ``sender`` replace clients, the rest are settings."""
+    def reconfigure(self, **changes: Any) -> bootstrap.App:
+        """Build a new app: ``store``, ``fulfilment``, ``sender`` replace clients, the rest are settings."""
         for name in ("store", "fulfilment", "sender"):
             if name in changes:
                 self.overrides[name] = changes.pop(name)
         self.settings = msgspec.structs.replace(self.settings, **changes)
-        installed = self.stack.enter_context(bootstrap.use(Services(self.settings, **self.overrides)))
         self.close()
-        self.services = installed
-        return installed
+        self.root.app = bootstrap.build(self.settings, **self.overrides)
+        return self.root.app
 
     def close(self) -> None:
-        """Close the clients the installed services made (clients handed in are their maker's to close)."""
-        if self.services is not None:
-            self.loop.run(self.services.aclose())
+        """Close the clients the current app made (clients handed in are their maker's to close)."""
+        if self.root.app is not None:
+            self.loop.run(self.root.app.aclose())
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` on the loop the app's clients live in."""
@@ -138,20 +177,22 @@ def fulfilment(fulfilment_server: FulfilmentServer) -> Iterator[FulfilmentServer
 
 
 @pytest.fixture
-def app_on_cosmos(cosmos_target: CosmosTarget, fulfilment: FulfilmentServer, loop: asyncio.Runner) -> Iterator[App]:
-    """The app's services pointed at the test container and the fulfilment server; clients are made lazily
-    (in the loop, on first use) and closed when the test ends."""
+def app_on_cosmos(
+    cosmos_target: CosmosTarget, fulfilment: FulfilmentServer, loop: asyncio.Runner, root: Root
+) -> Iterator[Harness]:
+    """An app pointed at the test container and the fulfilment server; its clients are made lazily (in the
+    loop, on first use) and closed when the test ends."""
     settings = cosmos_target.settings(fulfillment_url=fulfilment.url, fulfillment_read_timeout_seconds=2,
                                       abandon_delay_seconds=0)
     with ExitStack() as stack:
-        app = App(cosmos_target, settings, stack, loop)
-        stack.callback(app.close)  # last: after the services it closes are uninstalled
-        app.reconfigure()
-        yield app
+        harness = Harness(cosmos_target, settings, stack, loop, root)
+        stack.callback(harness.close)  # last: after the clients it handed in are closed
+        harness.reconfigure()
+        yield harness
 
 
 @pytest.fixture
-def cosmos_proxy(app_on_cosmos: App) -> Iterator[FaultProxy]:
+def cosmos_proxy(app_on_cosmos: Harness) -> Iterator[FaultProxy]:
     """The app's Cosmos traffic through a proxy on loopback that can fail chosen requests."""
     with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
         app_on_cosmos.reconfigure(cosmos_endpoint=proxy.url)
@@ -159,13 +200,12 @@ def cosmos_proxy(app_on_cosmos: App) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture
-def app_in_memory() -> Iterator[InMemoryStore]:
-    """Run the app's functions against an in-memory store and fulfilment (for property-based tests)."""
+def app_in_memory(root: Root) -> InMemoryStore:
+    """Run the functions on an app over an in-memory store and fulfilment (for property-based tests)."""
     store = InMemoryStore()
-    services = Services(Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0), store=store,
-                        fulfilment=InMemoryFulfilment())
-    with bootstrap.use(services):
-        yield store
+    root.app = bootstrap.build(Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0),
+                               store=store, fulfilment=InMemoryFulfilment())
+    return store
 
 
 class Deliverer:

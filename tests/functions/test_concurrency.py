@@ -11,7 +11,7 @@ import uuid
 from collections import Counter
 
 from devservers.fulfilment import FulfilmentServer
-from tests.functions.conftest import App, Deliverer
+from tests.functions.conftest import Deliverer, Harness
 from tests.support.orders import encode, order_body
 
 COPIES = 16
@@ -36,13 +36,13 @@ def deliver_all_at_once(deliver: Deliverer, bodies: list[bytes], message_id: str
     return [(s[0].action, s[0].reason) for s in settled]
 
 
-def documents(target: App, order_id: str, doc_type: str = "order") -> list[dict]:
+def documents(target: Harness, order_id: str, doc_type: str = "order") -> list[dict]:
     docs = target.container.query_items("SELECT * FROM c", partition_key=order_id)
     return [d for d in docs if d.get("type") == doc_type]
 
 
 def test_sixteen_copies_of_one_message_give_one_document_and_one_reservation(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
     body = encode(order_body(order_id))
@@ -63,7 +63,7 @@ def test_sixteen_copies_of_one_message_give_one_document_and_one_reservation(
 
 
 def test_sixteen_payloads_under_one_id_give_one_winner_and_fifteen_payload_mismatches(
-    app_on_cosmos: App, deliver_order: Deliverer
+    app_on_cosmos: Harness, deliver_order: Deliverer
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
     bodies = [

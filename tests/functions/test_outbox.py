@@ -20,12 +20,12 @@ from devservers.faultproxy import fault_proxy
 from devservers.servicebus import Broker, start_broker
 from shared.adapters.memory import RecordingSender
 from shared.adapters.servicebus import ServiceBusSender
-from shared.domain.keys import idempotency_key
+from shared.domain import identity
 from shared.domain.messages import InboundMessage
 from shared.handlers.outbox import OutboxPublisher
 from shared.handlers.side_effects import SideEffect
 from shared.ports.sender import OutgoingMessage
-from tests.functions.conftest import App, Deliverer
+from tests.functions.conftest import Deliverer, Harness
 from tests.support.orders import encode, order_body
 
 BROKER_CONFIG = {"UserConfig": {"Namespaces": [{"Name": "outbox", "Queues": [
@@ -88,7 +88,7 @@ class BrokerTap:
 
 
 @pytest.fixture(params=["recording", "broker"])
-def sender(request: pytest.FixtureRequest, app_on_cosmos: App) -> Iterator[RecordingSender | BrokerTap]:
+def sender(request: pytest.FixtureRequest, app_on_cosmos: Harness) -> Iterator[RecordingSender | BrokerTap]:
     """The recording sender behind the sender port, or the real azure-servicebus sender and the local broker."""
     if request.param == "recording":
         recording = RecordingSender()
@@ -104,12 +104,12 @@ def sender(request: pytest.FixtureRequest, app_on_cosmos: App) -> Iterator[Recor
         app_on_cosmos.run(tap.sender.close())  # handed in, so the test's to close, on the loop it sent in
 
 
-def partition(target: App, order_id: str, doc_type: str | None = None) -> list[dict]:
+def partition(target: Harness, order_id: str, doc_type: str | None = None) -> list[dict]:
     docs = list(target.container.query_items("SELECT * FROM c", partition_key=order_id))
     return [d for d in docs if doc_type is None or d.get("type") == doc_type]
 
 
-def change_feed(target: App, order_id: str) -> func.DocumentList:
+def change_feed(target: Harness, order_id: str) -> func.DocumentList:
     """The partition's documents as the host hands a change-feed batch to the function."""
     return func.DocumentList([func.Document.from_dict(d) for d in partition(target, order_id)])
 
@@ -121,23 +121,23 @@ def place(deliver: Deliverer, **message: Any) -> str:
 
 
 def test_each_order_gets_exactly_one_pending_outbox_document(
-    app_on_cosmos: App, deliver_order: Deliverer
+    app_on_cosmos: Harness, deliver_order: Deliverer
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
     for _ in range(3):
         deliver_order(encode(order_body(order_id)), message_id=order_id, correlation_id="corr-5")
     [outbox] = partition(app_on_cosmos, order_id, "outbox")
     assert (outbox["status"], outbox["destination"], outbox["correlationId"]) == ("pending", "order-accepted", "corr-5")
-    assert outbox["messageId"] == idempotency_key("order-projection", "OrderAccepted", order_id)
+    assert outbox["messageId"] == identity.outbox_message_id("order-projection", order_id)
     assert "ttl" not in outbox
 
 
 def test_failed_batch_writes_neither_order_nor_outbox(
-    app_on_cosmos: App, deliver_order: Deliverer
+    app_on_cosmos: Harness, deliver_order: Deliverer
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
     claim = SideEffect(app_on_cosmos.cosmos_store(), "order-projection", "reserve-stock", 60).claim(
-        order_id, (order_id,), InboundMessage(message_id=order_id, body=None))
+        order_id, InboundMessage(message_id=order_id, body=None))
     app_on_cosmos.container.create_item(claim.to_document())  # the batch's third create will conflict
     assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "abandon"
     assert partition(app_on_cosmos, order_id, "order") == []
@@ -145,14 +145,14 @@ def test_failed_batch_writes_neither_order_nor_outbox(
 
 
 def test_publisher_sends_pending_outbox_from_a_change_feed_batch_and_marks_it_dispatched(
-    app_on_cosmos: App, deliver_order: Deliverer, sender: RecordingSender,
+    app_on_cosmos: Harness, deliver_order: Deliverer, sender: RecordingSender,
     registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order, correlation_id="corr-8")
     app_on_cosmos.run(registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id)))
     [(destination, message)] = sender.delivered
     assert destination == "order-accepted"
-    assert message.message_id == idempotency_key("order-projection", "OrderAccepted", order_id)
+    assert message.message_id == identity.outbox_message_id("order-projection", order_id)
     assert (message.correlation_id, message.session_id, message.subject) == ("corr-8", None, "OrderAccepted")
     assert json.loads(message.body)["orderId"] == order_id
     [outbox] = partition(app_on_cosmos, order_id, "outbox")
@@ -160,7 +160,7 @@ def test_publisher_sends_pending_outbox_from_a_change_feed_batch_and_marks_it_di
 
 
 def test_dispatched_and_other_documents_in_the_feed_are_skipped(
-    app_on_cosmos: App, deliver_order: Deliverer, sender: RecordingSender,
+    app_on_cosmos: Harness, deliver_order: Deliverer, sender: RecordingSender,
     registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order)
@@ -171,7 +171,7 @@ def test_dispatched_and_other_documents_in_the_feed_are_skipped(
 
 
 def test_session_destination_gets_the_order_as_session_id(
-    app_on_cosmos: App, deliver_order: Deliverer,
+    app_on_cosmos: Harness, deliver_order: Deliverer,
     sender: RecordingSender | BrokerTap, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     app_on_cosmos.reconfigure(outbox_requires_session=True, outbox_destination="order-accepted-sessions")
@@ -184,7 +184,7 @@ def test_session_destination_gets_the_order_as_session_id(
 
 
 def test_crash_before_the_mark_republishes_the_same_message_id(
-    app_on_cosmos: App, deliver_order: Deliverer,
+    app_on_cosmos: Harness, deliver_order: Deliverer,
     sender: RecordingSender | BrokerTap, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order)
@@ -197,7 +197,7 @@ def test_crash_before_the_mark_republishes_the_same_message_id(
     app_on_cosmos.reconfigure(cosmos_endpoint=app_on_cosmos.endpoint.url, outbox_stuck_after_seconds=1)
     time.sleep(1.1)
     app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))  # the republish, in the detection window
-    expected = idempotency_key("order-projection", "OrderAccepted", order_id)
+    expected = identity.outbox_message_id("order-projection", order_id)
     assert [m.message_id for _, m in sender.sent].count(expected) == 2  # sent twice under the same MessageId...
     # ...and the destination's duplicate detection lets exactly one through
     assert [m.message_id for _, m in sender.delivered].count(expected) == 1
@@ -205,7 +205,7 @@ def test_crash_before_the_mark_republishes_the_same_message_id(
 
 
 def test_republishing_one_outbox_document_twice_delivers_one_message(
-    app_on_cosmos: App, deliver_order: Deliverer, sender: RecordingSender | BrokerTap,
+    app_on_cosmos: Harness, deliver_order: Deliverer, sender: RecordingSender | BrokerTap,
 ) -> None:
     order_id = place(deliver_order)
     [document] = partition(app_on_cosmos, order_id, "outbox")
@@ -217,7 +217,7 @@ def test_republishing_one_outbox_document_twice_delivers_one_message(
 
 
 def test_sweep_publishes_only_documents_pending_past_the_threshold(
-    app_on_cosmos: App, deliver_order: Deliverer,
+    app_on_cosmos: Harness, deliver_order: Deliverer,
     sender: RecordingSender, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order)

@@ -9,23 +9,21 @@ import logging
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import SettlementError
 
 from consumers.binding import to_inbound
 from consumers.settlement import ActionsSettlement
-from consumers.triggers import handle_order
 from devservers.faultproxy import FaultProxy, fault_proxy
-from shared import bootstrap
 from shared.adapters.cosmos import THROTTLE_RETRIES
-from shared.bootstrap import Services
 from shared.delivery import run_delivery
 from shared.domain.orders import parse_order
-from shared.settings import Settings
-from tests.functions.conftest import App, Deliverer
-from tests.support.fake_host import FakeHost
+from tests.functions.conftest import Deliverer, Harness
+from tests.support.fake_host import FakeHost, make_received_message
 from tests.support.orders import encode, inbound, order_body
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,11 +35,11 @@ def new_id() -> str:
     return f"ord-{uuid.uuid4()}"
 
 
-def stored(target: App, order_id: str) -> dict:
+def stored(target: Harness, order_id: str) -> dict:
     return target.container.read_item(order_id, partition_key=order_id)
 
 
-def count_orders(target: App, order_id: str) -> int:
+def count_orders(target: Harness, order_id: str) -> int:
     query = "SELECT VALUE COUNT(1) FROM c WHERE c.orderId = @id AND c.type = 'order'"
     params: list[dict[str, object]] = [{"name": "@id", "value": order_id}]
     # A VALUE query yields scalars, though azure-cosmos types every item as a dict.
@@ -50,7 +48,7 @@ def count_orders(target: App, order_id: str) -> int:
     return count
 
 
-def test_new_order_is_created_and_completed(app_on_cosmos: App, deliver_order: Deliverer) -> None:
+def test_new_order_is_created_and_completed(app_on_cosmos: Harness, deliver_order: Deliverer) -> None:
     order_id = new_id()
     [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id, correlation_id="corr-9")
     assert settlement.action == "complete"
@@ -63,7 +61,7 @@ def test_new_order_is_created_and_completed(app_on_cosmos: App, deliver_order: D
 
 
 def test_delivery_count_is_stored_when_the_binding_passes_it(
-    app_on_cosmos: App, deliver_order: Deliverer
+    app_on_cosmos: Harness, deliver_order: Deliverer
 ) -> None:
     order_id = new_id()
     deliver_order(encode(order_body(order_id)), message_id=order_id, delivery_count=2, layout="marker_prefix")
@@ -71,7 +69,7 @@ def test_delivery_count_is_stored_when_the_binding_passes_it(
 
 
 def test_redelivered_order_is_completed_as_duplicate_and_changes_nothing(
-    app_on_cosmos: App, deliver_order: Deliverer
+    app_on_cosmos: Harness, deliver_order: Deliverer
 ) -> None:
     order_id = new_id()
     deliver_order(encode(order_body(order_id)), message_id=order_id)
@@ -84,7 +82,7 @@ def test_redelivered_order_is_completed_as_duplicate_and_changes_nothing(
 
 
 def test_redelivered_order_with_other_items_is_dead_lettered_payload_mismatch(
-    app_on_cosmos: App, deliver_order: Deliverer
+    app_on_cosmos: Harness, deliver_order: Deliverer
 ) -> None:
     order_id = new_id()
     deliver_order(encode(order_body(order_id)), message_id=order_id)
@@ -112,7 +110,7 @@ def test_redelivered_order_with_other_items_is_dead_lettered_payload_mismatch(
     ],
 )
 def test_invalid_message_is_dead_lettered_with_the_rule(
-    app_on_cosmos: App, deliver_order: Deliverer, body: bytes, message_id: str | None, rule: str
+    app_on_cosmos: Harness, deliver_order: Deliverer, body: bytes, message_id: str | None, rule: str
 ) -> None:
     [settlement] = deliver_order(body, message_id=message_id)
     assert (settlement.action, settlement.reason) == ("deadletter", "InvalidMessage")
@@ -123,7 +121,7 @@ def test_invalid_message_is_dead_lettered_with_the_rule(
 
 
 def test_message_without_data_body_is_dead_lettered_invalid(
-    deliver_order: Deliverer, app_on_cosmos: App
+    deliver_order: Deliverer, app_on_cosmos: Harness
 ) -> None:
     [settlement] = deliver_order(b"", message_id="m-value", body_value={"orderId": "m-value"})
     assert (settlement.action, settlement.reason) == ("deadletter", "InvalidMessage")
@@ -133,7 +131,7 @@ def test_message_without_data_body_is_dead_lettered_invalid(
 
 @pytest.mark.parametrize("status", [429, 503])
 def test_throttled_or_unavailable_create_is_abandoned(
-    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_order: Deliverer, status: int
+    cosmos_proxy: FaultProxy, app_on_cosmos: Harness, deliver_order: Deliverer, status: int
 ) -> None:
     fault = cosmos_proxy.fail("POST", DOCS, status, count=None)
     order_id = new_id()
@@ -144,7 +142,7 @@ def test_throttled_or_unavailable_create_is_abandoned(
 
 
 def test_order_is_created_once_cosmos_recovers(
-    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_order: Deliverer
+    cosmos_proxy: FaultProxy, app_on_cosmos: Harness, deliver_order: Deliverer
 ) -> None:
     cosmos_proxy.fail("POST", DOCS, 503, count=None)
     order_id = new_id()
@@ -155,7 +153,7 @@ def test_order_is_created_once_cosmos_recovers(
     assert count_orders(app_on_cosmos, order_id) == 1
 
 
-def test_unreachable_cosmos_is_abandoned(deliver_order: Deliverer, app_on_cosmos: App) -> None:
+def test_unreachable_cosmos_is_abandoned(deliver_order: Deliverer, app_on_cosmos: Harness) -> None:
     with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
         closed = proxy.url
     app_on_cosmos.reconfigure(cosmos_endpoint=closed)
@@ -184,7 +182,7 @@ def test_new_order_costs_two_cosmos_requests(cosmos_proxy: FaultProxy, deliver_o
 
 
 def test_forbidden_by_cosmos_is_an_error_and_abandoned(
-    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_order: Deliverer,
+    cosmos_proxy: FaultProxy, app_on_cosmos: Harness, deliver_order: Deliverer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     cosmos_proxy.fail("POST", DOCS, 403, count=None)
@@ -197,23 +195,26 @@ def test_forbidden_by_cosmos_is_an_error_and_abandoned(
     assert any(r.exc_info for r in caplog.records if r.name == "idempotent_consumer.delivery")
 
 
-def test_missing_setting_is_an_error_that_names_it_and_abandons(
-    deliver_order: Deliverer, caplog: pytest.LogCaptureFixture, loop: asyncio.Runner
+def test_function_app_builds_its_app_from_the_environment_and_a_missing_setting_is_an_error_that_names_it(
+    production_functions: dict[str, Callable[..., Any]], fake_host: FakeHost, loop: asyncio.Runner,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # function_app.app's own process_order, on the root it builds at its first invocation: without
+    # COSMOS_ENDPOINT the store cannot be made, so nothing connects, and the delivery is abandoned.
+    monkeypatch.delenv("COSMOS_ENDPOINT", raising=False)
     order_id = new_id()
-    services = Services(Settings(fulfillment_url="http://127.0.0.1:9"))
-    try:
-        with caplog.at_level(logging.INFO), bootstrap.use(services):
-            [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id)
-    finally:
-        loop.run(services.aclose())
+    msg = make_received_message(encode(order_body(order_id)), message_id=order_id)
+    with caplog.at_level(logging.INFO):
+        loop.run(production_functions["process_order"](msg, fake_host.message_actions()))
+    assert msg.lock_token is not None
+    [settlement] = fake_host.recorder.settlements_for(msg.lock_token)
     assert settlement.action == "abandon"
     errors = [r.exc_info for r in caplog.records if r.exc_info]
     assert errors and "COSMOS_ENDPOINT" in str(errors[0][1])
 
 
 def test_lost_lock_on_complete_is_logged_and_raised_then_redelivery_is_a_duplicate(
-    app_on_cosmos: App, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
+    app_on_cosmos: Harness, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
 ) -> None:
     order_id = new_id()
     body = encode(order_body(order_id))
@@ -230,7 +231,7 @@ def test_lost_lock_on_complete_is_logged_and_raised_then_redelivery_is_a_duplica
 
 
 def test_log_record_per_delivery_has_ids_and_outcome_but_no_payload(
-    app_on_cosmos: App, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
+    app_on_cosmos: Harness, deliver_order: Deliverer, caplog: pytest.LogCaptureFixture
 ) -> None:
     order_id = new_id()
     body = encode(order_body(order_id, customerId="jane.doe@example.com"))
@@ -284,7 +285,7 @@ def test_bindings_are_peeklock_with_explicit_settlement_on_the_configured_queues
 
 
 def test_throttling_retries_are_bounded_inside_the_lock(
-    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_order: Deliverer
+    cosmos_proxy: FaultProxy, app_on_cosmos: Harness, deliver_order: Deliverer
 ) -> None:
     fault = cosmos_proxy.fail("POST", DOCS, 429, count=None)
     order_id = new_id()
@@ -293,14 +294,15 @@ def test_throttling_retries_are_bounded_inside_the_lock(
 
 
 def test_a_failing_telemetry_exporter_does_not_cost_the_settlement(
-    app_on_cosmos: App, deliver_order: Deliverer, fake_host: FakeHost
+    app_on_cosmos: Harness, deliver_order: Deliverer, fake_host: FakeHost
 ) -> None:
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("exporter down")
 
     order_id = new_id()
     msg = deliver_order.message(encode(order_body(order_id)), message_id=order_id)
-    app_on_cosmos.run(run_delivery("process_order", functools.partial(to_inbound, msg), handle_order,
+    app = app_on_cosmos.app
+    app_on_cosmos.run(run_delivery("process_order", functools.partial(to_inbound, msg), app.handle_order,
                                    ActionsSettlement(msg, fake_host.message_actions()), record=broken))
     [settlement] = deliver_order.settlements(msg)
     assert settlement.action == "complete"

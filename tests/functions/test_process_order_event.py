@@ -20,7 +20,7 @@ from shared.delivery import run_delivery
 from shared.domain.documents import EventRecord
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
 from shared.domain.messages import InboundMessage
-from tests.functions.conftest import App, Deliverer
+from tests.functions.conftest import Deliverer, Harness
 from tests.support.audit import audit_handler
 from tests.support.events import encode_event, event_body
 from tests.support.metrics import outcome_counts, overdue_counts
@@ -30,7 +30,7 @@ DOCS = r"/docs/?$"
 
 
 @pytest.fixture
-def order_id(app_on_cosmos: App, deliver_order: Deliverer) -> str:
+def order_id(app_on_cosmos: Harness, deliver_order: Deliverer) -> str:
     """An order placed through process_order (version 1)."""
     new = f"ord-{uuid.uuid4()}"
     assert deliver_order(encode(order_body(new)), message_id=new)[0].action == "complete"
@@ -43,17 +43,17 @@ def send(deliver: Deliverer, body: dict, **message: object) -> tuple[str, str | 
     return settlement.action, settlement.reason, settlement.description
 
 
-def docs_of(target: App, order_id: str, doc_type: str | None = None) -> list[dict]:
+def docs_of(target: Harness, order_id: str, doc_type: str | None = None) -> list[dict]:
     docs = list(target.container.query_items("SELECT * FROM c", partition_key=order_id))
     return [d for d in docs if doc_type is None or d.get("type") == doc_type]
 
 
-def order(target: App, order_id: str) -> dict:
+def order(target: Harness, order_id: str) -> dict:
     return target.container.read_item(order_id, partition_key=order_id)
 
 
 def test_event_is_applied_with_marker_record_and_patch(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     assert send(deliver_event, event_body(order_id, 2, PAYMENT_CAPTURED))[0] == "complete"
     assert (order(app_on_cosmos, order_id)["status"], order(app_on_cosmos, order_id)["version"]) == ("paid", 2)
@@ -64,7 +64,7 @@ def test_event_is_applied_with_marker_record_and_patch(
 
 
 def test_redelivered_event_is_completed_as_duplicate(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 2)
     send(deliver_event, body)
@@ -75,7 +75,7 @@ def test_redelivered_event_is_completed_as_duplicate(
 
 
 def test_same_event_with_other_content_is_dead_lettered_payload_mismatch(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 2)
     send(deliver_event, body)
@@ -86,7 +86,7 @@ def test_same_event_with_other_content_is_dead_lettered_payload_mismatch(
 
 
 def test_event_already_reflected_is_completed_as_stale_and_counted(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     send(deliver_event, event_body(order_id, 2))
     before = outcome_counts()[("process_order_event", "stale")]
@@ -96,7 +96,7 @@ def test_event_already_reflected_is_completed_as_stale_and_counted(
 
 
 def test_events_out_of_order_are_parked_then_released_by_the_predecessor_on_cosmos(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     third = event_body(order_id, 3, ORDER_SHIPPED)
     second = event_body(order_id, 2, PAYMENT_CAPTURED)
@@ -112,7 +112,7 @@ def test_events_out_of_order_are_parked_then_released_by_the_predecessor_on_cosm
 
 
 def test_an_event_before_its_order_is_released_when_the_order_is_placed_on_cosmos(
-    app_on_cosmos: App, deliver_event: Deliverer, deliver_order: Deliverer
+    app_on_cosmos: Harness, deliver_event: Deliverer, deliver_order: Deliverer
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
     assert send(deliver_event, event_body(order_id, 2, PAYMENT_CAPTURED))[0] == "complete"
@@ -126,7 +126,7 @@ def test_an_event_before_its_order_is_released_when_the_order_is_placed_on_cosmo
 @pytest.mark.parametrize(("first", "second"), [(ORDER_CANCELLED, ORDER_SHIPPED), (ORDER_CANCELLED, PAYMENT_CAPTURED),
                                                (ORDER_SHIPPED, ORDER_CANCELLED)])
 def test_forbidden_transition_is_dead_lettered(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str, first: str, second: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str, first: str, second: str
 ) -> None:
     send(deliver_event, event_body(order_id, 2, first))
     action, reason, description = send(deliver_event, event_body(order_id, 3, second))
@@ -145,7 +145,7 @@ def test_invalid_event_is_dead_lettered_with_the_rule(deliver_event: Deliverer, 
 
 
 def test_unavailable_cosmos_abandons(
-    cosmos_proxy: FaultProxy, app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    cosmos_proxy: FaultProxy, app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     cosmos_proxy.fail("POST", DOCS, 503, count=None)
     assert send(deliver_event, event_body(order_id, 2))[0] == "abandon"
@@ -160,7 +160,7 @@ def test_happy_path_is_one_cosmos_request(cosmos_proxy: FaultProxy, deliver_even
 
 
 def test_batch_failing_at_its_last_operation_writes_nothing(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 2, PAYMENT_CAPTURED)
     event = parse_event(InboundMessage(message_id=body["id"], body=encode_event(body)))
@@ -171,7 +171,7 @@ def test_batch_failing_at_its_last_operation_writes_nothing(
 
 
 def test_two_consumers_share_the_container_and_each_applies_once(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     audit = audit_handler(app_on_cosmos.cosmos_store(), ttl_seconds=3600)
     body = event_body(order_id, 2)
@@ -198,7 +198,7 @@ def test_two_consumers_share_the_container_and_each_applies_once(
 
 
 def test_sixteen_concurrent_deliveries_of_one_event_apply_it_once(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     body = event_body(order_id, 2)
     messages = [deliver_event.message(encode_event(body), message_id=body["id"], session_id=order_id)
@@ -225,7 +225,7 @@ def test_sixteen_concurrent_deliveries_of_one_event_apply_it_once(
 
 
 def test_marker_expires_after_its_ttl_and_business_documents_remain(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
     app_on_cosmos.reconfigure(servicebus_lock_duration_seconds=1, servicebus_max_delivery_count=1,
                               servicebus_message_ttl_seconds=1, dlq_resubmit_grace_seconds=0, dedup_ttl_seconds=2)
@@ -243,7 +243,7 @@ def test_marker_expires_after_its_ttl_and_business_documents_remain(
 
 
 def test_report_stuck_counts_an_event_parked_past_its_alert_age_on_cosmos(
-    app_on_cosmos: App, deliver_event: Deliverer, order_id: str,
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str,
     registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     assert send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))[0] == "complete"

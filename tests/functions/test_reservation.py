@@ -13,9 +13,9 @@ import pytest
 
 from devservers.fulfilment import FulfilmentServer
 from shared.adapters.http import HttpFulfilment
-from shared.domain.keys import idempotency_key
+from shared.domain import identity
 from shared.ports.fulfilment import Reply
-from tests.functions.conftest import App, Deliverer
+from tests.functions.conftest import Deliverer, Harness
 from tests.support.orders import encode, order_body
 
 
@@ -24,14 +24,14 @@ def new_order() -> tuple[str, bytes]:
     return order_id, encode(order_body(order_id))
 
 
-def record(target: App, order_id: str) -> dict:
+def record(target: Harness, order_id: str) -> dict:
     docs = target.container.query_items("SELECT * FROM c WHERE c.type = 'side-effect'", partition_key=order_id)
     [found] = list(docs)
     return found
 
 
 def key_of(order_id: str) -> str:
-    return idempotency_key("order-projection", "reserve-stock", order_id)
+    return identity.effect_key("order-projection", "reserve-stock", order_id)
 
 
 class CrashAfterCall:
@@ -54,7 +54,7 @@ def real(fulfilment: FulfilmentServer, loop: asyncio.Runner) -> Iterator[HttpFul
 
 
 def test_created_order_reserves_once_with_the_derived_key(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer
 ) -> None:
     order_id, body = new_order()
     assert deliver_order(body, message_id=order_id)[0].action == "complete"
@@ -68,7 +68,7 @@ def test_created_order_reserves_once_with_the_derived_key(
 
 
 def test_duplicate_after_completion_does_not_call_again(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer,
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     order_id, body = new_order()
@@ -83,7 +83,7 @@ def test_duplicate_after_completion_does_not_call_again(
 
 @pytest.mark.parametrize("status", [408, 429, 500, 503])
 def test_transient_answer_abandons_and_the_redelivery_reserves_once(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
 ) -> None:
     order_id, body = new_order()
     fulfilment.fail_next(status)
@@ -97,7 +97,7 @@ def test_transient_answer_abandons_and_the_redelivery_reserves_once(
 
 
 def test_timeout_abandons_and_the_repeat_call_is_absorbed_by_the_service(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer
 ) -> None:
     order_id, body = new_order()
     fulfilment.stall_next(3)  # read timeout is 2 s: the call times out, the service still reserves
@@ -113,7 +113,7 @@ def test_timeout_abandons_and_the_repeat_call_is_absorbed_by_the_service(
         "reservationId"]
 
 
-def test_unreachable_service_abandons(app_on_cosmos: App, deliver_order: Deliverer) -> None:
+def test_unreachable_service_abandons(app_on_cosmos: Harness, deliver_order: Deliverer) -> None:
     with FulfilmentServer() as closing:
         url = closing.url
     app_on_cosmos.reconfigure(fulfillment_url=url)
@@ -123,7 +123,7 @@ def test_unreachable_service_abandons(app_on_cosmos: App, deliver_order: Deliver
 
 @pytest.mark.parametrize("status", [400, 404, 409, 422])
 def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
 ) -> None:
     order_id, body = new_order()
     fulfilment.fail_next(status, reason="SKU-2 is discontinued")
@@ -138,7 +138,7 @@ def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
 
 
 def test_crash_after_the_call_a_copy_completes_and_the_redelivery_takes_over_at_once(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer, real: HttpFulfilment,
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer, real: HttpFulfilment,
 ) -> None:
     order_id, body = new_order()
     app_on_cosmos.reconfigure(fulfilment=CrashAfterCall(real))
@@ -162,7 +162,7 @@ def test_crash_after_the_call_a_copy_completes_and_the_redelivery_takes_over_at_
 
 
 def test_a_copy_takes_over_a_claim_whose_lease_expired(
-    app_on_cosmos: App, deliver_order: Deliverer, fulfilment: FulfilmentServer, real: HttpFulfilment,
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer, real: HttpFulfilment,
 ) -> None:
     order_id, body = new_order()
     app_on_cosmos.reconfigure(fulfilment=CrashAfterCall(real))
@@ -177,7 +177,7 @@ def test_a_copy_takes_over_a_claim_whose_lease_expired(
 
 
 def test_lease_is_capped_by_the_setting(
-    app_on_cosmos: App, deliver_order: Deliverer, real: HttpFulfilment,
+    app_on_cosmos: Harness, deliver_order: Deliverer, real: HttpFulfilment,
 ) -> None:
     app_on_cosmos.reconfigure(side_effect_lease_seconds=5, fulfilment=CrashAfterCall(real))
     order_id, body = new_order()

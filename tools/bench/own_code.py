@@ -1,4 +1,4 @@
-"""The project's own CPU per message: the handlers over ports that answer at once, with no SDK and no copy.
+"""The project's own CPU per message: the app's handlers over ports that answer at once, with no SDK and no copy.
 
 What ``this project`` costs beyond the requests it sends: decode and validate the body, hash it,
 build the documents and the batch, read the answers. The store answers each batch with its documents
@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench import throughput
-from shared.handlers.apply_event import apply_order_event
-from shared.handlers.place_order import OrderServices, place_order
+from shared import bootstrap
 from shared.ports.store import BatchOperation, Create, Document, Replace
 from shared.settings import Settings
 
@@ -47,20 +46,19 @@ class AnsweringStore:
 
 async def _measure(messages: int, warm_up: int) -> dict[str, Any]:
     settings = Settings(fulfillment_url="http://fulfilment.invalid")
-    store = AnsweringStore()
-    services = OrderServices(store, throughput.Reserved(), settings)
+    app = bootstrap.build(settings, store=AnsweringStore(), fulfilment=throughput.Reserved())
     orders = [u[0].inbound for u in throughput.workload(throughput.NEW, messages + warm_up, seed=3).units]
     events = [m.inbound for u in throughput.workload(throughput.EVENTS, messages, seed=3).units for m in u]
     outcomes: Counter[str] = Counter()
     for message in orders[:warm_up]:
-        await place_order(message, services)
+        await app.handle_order(message)
     started = time.process_time()
     for message in orders[warm_up:]:
-        outcomes[(await place_order(message, services)).outcome.value] += 1
+        outcomes[(await app.handle_order(message)).outcome.value] += 1
     order_ms = (time.process_time() - started) * 1000 / (len(orders) - warm_up)
     started = time.process_time()
     for message in events:
-        outcomes[(await apply_order_event(message, store, settings)).outcome.value] += 1
+        outcomes[(await app.handle_event(message)).outcome.value] += 1
     event_ms = (time.process_time() - started) * 1000 / len(events)
     return {"new order ms": round(order_ms, 3), "applied event ms": round(event_ms, 3),
             "outcomes": dict(outcomes)}

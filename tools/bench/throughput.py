@@ -9,8 +9,9 @@ back to back, in an order that rotates, so that each ratio compares runs on the 
 Strategies (``STRATEGIES``):
 
 - ``raw create``: create the business document; a 409 is ignored. No dedup at all: the upper bound.
-- ``this project``: the function's own path, ``consumers.triggers.handle_order`` / ``handle_event``,
-  with an in-memory fulfilment fake; ``this project + stand-in`` calls the local fulfilment stand-in.
+- ``this project``: the function's own path, ``handle_order`` / ``handle_event`` of the app that
+  ``shared.bootstrap.build`` makes, with an in-memory fulfilment fake; ``this project + stand-in``
+  calls the local fulfilment stand-in.
 - ``check-then-write``: read the id; create when it is absent. Racy under competing consumers.
 - ``two-phase record``: create an in-progress record, write the business document, mark the record
   completed (the shape of the Lambda idempotency utility and of inbox tables); a copy finds the record.
@@ -28,7 +29,7 @@ import statistics
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, suppress
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -210,18 +211,16 @@ def two_phase(container: ContainerProxy) -> Handler:
 
 
 def this_project(workload_name: str, container: ContainerProxy, settings: Settings,
-                 fulfilment: FulfilmentService) -> tuple[Handler, Callable[[], AbstractContextManager[Any]]]:
-    """The function's handler over this container; and the context that installs its services."""
-    from consumers import triggers  # noqa: PLC0415 - reads the settings at import, as the host does
-
-    services = bootstrap.Services(settings, store=CosmosStore(container), fulfilment=fulfilment)
-    handler = triggers.handle_event if workload_name == EVENTS else triggers.handle_order
+                 fulfilment: FulfilmentService) -> Handler:
+    """The function's handler, from the app ``bootstrap.build`` makes over this container and ``fulfilment``."""
+    app = bootstrap.build(settings, store=CosmosStore(container), fulfilment=fulfilment)
+    handler = app.handle_event if workload_name == EVENTS else app.handle_order
 
     async def handle(message: Message) -> bool:
         result: Result = await handler(message.inbound)
         return result.outcome not in _FAILED
 
-    return handle, lambda: bootstrap.use(services)
+    return handle
 
 
 @dataclass
@@ -258,12 +257,11 @@ class Bench:
         """Run one cell on a fresh container and measure it."""
         async with self.container() as container:
             fulfilment = self._fulfilment(strategy)
-            handle, installed = self._handler(strategy, work.name, container, fulfilment)
+            handle = self._handler(strategy, work.name, container, fulfilment)
             try:
-                with installed():
-                    for message in work.setup:  # the events' orders, placed by the project's path, unmeasured
-                        await self._setup(container, message)
-                    return await self._measure(strategy, work, concurrency, handle)
+                for message in work.setup:  # the events' orders, placed by the project's path, unmeasured
+                    await self._setup(container, message)
+                return await self._measure(strategy, work, concurrency, handle)
             finally:
                 if isinstance(fulfilment, HttpFulfilment):
                     await fulfilment.close()
@@ -275,18 +273,15 @@ class Bench:
         return InMemoryFulfilment()
 
     def _handler(self, strategy: str, workload_name: str, container: ContainerProxy,
-                 fulfilment: FulfilmentService) -> tuple[Handler, Callable[[], AbstractContextManager[Any]]]:
+                 fulfilment: FulfilmentService) -> Handler:
         if strategy in (PROJECT, PROJECT_STANDIN):
             return this_project(workload_name, container, self.settings, fulfilment)
         make = {RAW: raw_create, CHECK_THEN_WRITE: check_then_write, TWO_PHASE: two_phase}[strategy]
-        return make(container), _nothing
+        return make(container)
 
     async def _setup(self, container: ContainerProxy, message: Message) -> None:
-        from consumers import triggers  # noqa: PLC0415
-
-        with bootstrap.use(bootstrap.Services(self.settings, store=CosmosStore(container),
-                                              fulfilment=InMemoryFulfilment())):
-            await triggers.handle_order(message.inbound)
+        app = bootstrap.build(self.settings, store=CosmosStore(container), fulfilment=InMemoryFulfilment())
+        await app.handle_order(message.inbound)
 
     async def _measure(self, strategy: str, work: Workload, concurrency: int, handle: Handler) -> Cell:
         latencies: list[float] = []
@@ -320,11 +315,6 @@ class Bench:
                     units_after - units_before if self.request_units and self.transport.charged else None,
                     latencies,
                     copies=sum(len(u) for u in phases[1]), copy_requests=copy_requests, cpu_seconds=cpu_seconds)
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def rotated(items: list[str], turn: int) -> list[str]:

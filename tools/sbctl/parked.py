@@ -17,10 +17,11 @@ from contextlib import asynccontextmanager
 
 from sbctl.connection import ToolError
 from sbctl.failures import cosmos_failure
-from shared.adapters.cosmos import CosmosStore
+from shared import bootstrap
 from shared.domain.documents import ParkedEvent
 from shared.errors import ConfigurationError, NotFound, StoreError
 from shared.handlers import operator_commands
+from shared.ports.store import DocumentStore
 from shared.settings import Settings
 
 
@@ -39,16 +40,16 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 @asynccontextmanager
-async def _store(args: argparse.Namespace) -> AsyncIterator[CosmosStore]:
+async def _store(args: argparse.Namespace) -> AsyncIterator[DocumentStore]:
+    """The orders container's store, as the app builds it (``bootstrap.build``), closed afterwards."""
     if not args.cosmos_endpoint:
         raise ToolError("give --cosmos-endpoint or set COSMOS_ENDPOINT")
-    store: CosmosStore | None = None
+    settings = Settings(cosmos_endpoint=args.cosmos_endpoint, cosmos_key=args.cosmos_key,
+                        cosmos_verify_tls=not args.no_verify_tls, cosmos_database=args.database,
+                        cosmos_container=args.container)
+    app = bootstrap.build(settings)
     try:
-        settings = Settings(cosmos_endpoint=args.cosmos_endpoint, cosmos_key=args.cosmos_key,
-                            cosmos_verify_tls=not args.no_verify_tls, cosmos_database=args.database,
-                            cosmos_container=args.container)
-        store = CosmosStore.from_settings(settings)
-        yield store
+        yield app.store()
     except ConfigurationError as exc:
         raise ToolError(str(exc)) from None
     except NotFound as exc:
@@ -56,8 +57,7 @@ async def _store(args: argparse.Namespace) -> AsyncIterator[CosmosStore]:
     except (StoreError, ValueError) as exc:  # ValueError: a key that is not base64
         raise ToolError(cosmos_failure(args.cosmos_endpoint, exc, key_option="--cosmos-key")) from None
     finally:
-        if store is not None:
-            await store.close()
+        await app.aclose()
 
 
 def table(events: list[ParkedEvent], now: float) -> str:
