@@ -13,15 +13,15 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shared.delivery import Handler
 from shared.domain.documents import OrderDocument, OutboxEntry
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
 from shared.errors import AlreadyExists, BatchFailed, NotFound
-from shared.handlers.place_order import OrderServices
 from shared.ports.fulfilment import FulfilmentService, Reply
 from shared.ports.store import BatchOperation, Create, Document, DocumentStore, Patch, Replace
 from simulation.run import simulate
-from simulation.world import OrderHandler, Wiring
+from simulation.world import Wiring
 
 MAX_SEEDS = 200
 
@@ -94,12 +94,12 @@ class KeyPerCall:
         return await self.fulfilment.reserve(f"{idempotency_key}.{next(self.nonces)}", request)
 
 
-def fresh_sequence_numbers(handler: OrderHandler) -> OrderHandler:
+def fresh_sequence_numbers(handler: Handler) -> Handler:
     """Bug 4: every delivery looks like another message, so a redelivery cannot take over its own claim."""
     numbers = itertools.count(10**9)
 
-    async def place(message: InboundMessage, services: OrderServices) -> Result:
-        return await handler(dataclasses.replace(message, sequence_number=next(numbers)), services)
+    async def place(message: InboundMessage) -> Result:
+        return await handler(dataclasses.replace(message, sequence_number=next(numbers)))
 
     return place
 
@@ -132,7 +132,7 @@ def test_a_removed_version_check_is_found_as_events_applied_out_of_order() -> No
 
 
 def test_a_redelivery_that_cannot_take_over_its_own_claim_is_found_as_a_side_effect_left_in_progress() -> None:
-    assert_found(Wiring(place_order=fresh_sequence_numbers), "stuck")
+    assert_found(Wiring(handle_order=fresh_sequence_numbers), "stuck")
 
 
 class SuspendsOnOutboxMark(_Delegating):

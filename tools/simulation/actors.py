@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import re
+import contextlib
+import functools
 
-from shared.delivery import SETTLEMENTS, Action
-from shared.domain.outcomes import Outcome, Result, abandon_wait
+from shared.delivery import Settlement
+from shared.domain.outcomes import Result
 from shared.errors import ConsumerError, NotFound
 from simulation.broker import Delivery, LockLost
 from simulation.faults import SETTLE_FAULTS
@@ -16,8 +17,6 @@ from simulation.world import World
 RESTART_SECONDS = (1.0, 10.0)  # how long a crashed process takes to come back
 FEED_LATENCY_SECONDS = (0.5, 5.0)  # from a write to its change-feed batch
 SWEEP_PERIOD_SECONDS = 300.0  # OUTBOX_SWEEP_SCHEDULE: every 5 minutes
-# The fulfilment fake draws reservation ids from uuid4, outside the seed: masked, so that traces replay alike.
-_RANDOM_IDS = re.compile(r"res-[0-9a-f-]{36}")
 
 
 def start(world: World) -> None:
@@ -32,7 +31,8 @@ def start(world: World) -> None:
 
 
 class Consumer:
-    """A Functions instance: takes deliveries from either queue, runs the handler, settles as SETTLEMENTS says.
+    """A Functions instance: takes deliveries from either queue and runs each through the app's delivery
+    policy (``shared.delivery.run_delivery``, the one the functions run), settling on the simulated broker.
 
     A crash ends the delivery unsettled (its lock runs out) and restarts the process, which holds no
     session any more.
@@ -66,40 +66,40 @@ class Consumer:
             sched.current.subject = message.message_id or str(message)
         if sched.trace_lines is not None:
             sched.trace(f"receive {message} delivery {message.deliveries}")
+        queue = delivery.queue.name
         try:
-            result = self._decide(delivery)
-            settlement = SETTLEMENTS[result.outcome]
-            if sched.trace_lines is not None:
-                description = _RANDOM_IDS.sub("res-*", result.description[:160])
-                sched.trace(f"outcome {result.outcome} -> {settlement.action} {settlement.reason or ''}"
-                            f" {description}".rstrip())
-            if settlement.action is Action.ABANDON:
-                sched.sleep(abandon_wait(world.settings.abandon_delay_seconds, world.clock.utc(delivery.locked_until),
-                                         world.clock.now))
-            world.chaos.checkpoint(f"settle {settlement.action}", SETTLE_FAULTS)
-            try:
-                delivery.queue.settle(delivery, settlement.action, settlement.reason, result.description)
-                world.settlements[settlement.action.value] += 1
-            except LockLost:
-                world.settlements["lock_lost"] += 1
-                if sched.trace_lines is not None:
-                    sched.trace(f"settle {settlement.action} refused: lock lost")
+            # The shipped policy logged the refused settlement and raised it, as the function would for
+            # the host; the broker redelivers once the lock is gone.
+            with contextlib.suppress(LockLost):
+                drive(world.app.deliver(queue, functools.partial(delivery.inbound, world.clock), world.handlers[queue],
+                                        BrokerSettlement(world, delivery)))
         finally:
             world.busy -= 1
 
-    def _decide(self, delivery: Delivery) -> Result:
-        """The handler's result; any exception is outcome ``error``, as the Functions-facing layer makes it."""
-        world = self.world
-        inbound = delivery.inbound(world.clock)
+
+class BrokerSettlement:
+    """The settlement port of one simulated delivery: a chaos step, then the queue's settle call.
+
+    A crash here ends the delivery unsettled; a lock that ran out or was taken over raises LockLost,
+    counted, as the binding's call raises for a lost lock.
+    """
+
+    def __init__(self, world: World, delivery: Delivery) -> None:
+        self.world = world
+        self.delivery = delivery
+
+    async def settle(self, settlement: Settlement, result: Result) -> None:
+        """Settle the delivery on its queue; never suspends (the chaos step switches greenlets below it)."""
+        world, sched = self.world, self.world.sched
+        world.chaos.checkpoint(f"settle {settlement.action}", SETTLE_FAULTS)
         try:
-            result = drive(world.handlers[delivery.queue.name](inbound))
-        except Exception as exc:
-            result = Result(Outcome.ERROR, f"unexpected {type(exc).__name__}: {exc}")
-            world.errors.append(f"{delivery.message}: {result.description}")
-        world.outcomes[result.outcome.value] += 1
-        if result.outcome is Outcome.CREATED and inbound.message_id:
-            world.creators[inbound.message_id] += 1
-        return result
+            self.delivery.queue.settle(self.delivery, settlement.action, settlement.reason, result.description)
+        except LockLost:
+            world.settlements["lock_lost"] += 1
+            if sched.trace_lines is not None:
+                sched.trace(f"settle {settlement.action} refused: lock lost")
+            raise
+        world.settlements[settlement.action.value] += 1
 
 
 class Producer:

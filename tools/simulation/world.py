@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.delivery import SETTLEMENTS, Handler
 from shared.domain.documents import OutboxEntry
 from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Result
-from shared.handlers.apply_event import apply_order_event
-from shared.handlers.outbox import OutboxPublisher
-from shared.handlers.place_order import OrderServices, place_order
+from shared.domain.outcomes import Outcome, Result
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.store import DocumentStore
 from shared.settings import Settings
@@ -24,14 +24,14 @@ from simulation.proxies import FaultyFulfilment, FaultySender, FaultyStore, Hist
 from simulation.scheduler import EPOCH, Clock, Scheduler, Signal, drive
 from simulation.workload import Workload, build_workload
 
-OrderHandler = Callable[[InboundMessage, OrderServices], Coroutine[Any, Any, Result]]
-Handler = Callable[[InboundMessage], Coroutine[Any, Any, Result]]
 T = TypeVar("T")
 
 # duplicateDetectionWindow, on the queues and on order-accepted: Bicep's default PT10M, and a short one
 # under which a producer's retry can meet its original still being processed.
 DETECTION_WINDOWS_SECONDS = (60.0, 600.0)
 SETTINGS = Settings(fulfillment_url="http://fulfilment.simulated", abandon_delay_seconds=10.0)
+# The fulfilment fake draws reservation ids from uuid4, outside the seed: masked, so that traces replay alike.
+_RANDOM_IDS = re.compile(r"res-[0-9a-f-]{36}")
 
 
 def _unchanged(value: T) -> T:
@@ -40,11 +40,12 @@ def _unchanged(value: T) -> T:
 
 @dataclass(frozen=True)
 class Wiring:
-    """What a run drives: the real handler and ports, each passed through a wrapper, where tests plant bugs."""
+    """What a run drives: the app's ports and its order handler, each passed through a wrapper, where tests
+    plant bugs."""
 
     store: Callable[[DocumentStore], DocumentStore] = _unchanged
     fulfilment: Callable[[FulfilmentService], FulfilmentService] = _unchanged
-    place_order: Callable[[OrderHandler], OrderHandler] = _unchanged
+    handle_order: Callable[[Handler], Handler] = _unchanged
 
 
 def chaos_profile(rng: random.Random) -> ChaosProfile:
@@ -75,16 +76,15 @@ class World:
                                       destinations=[settings.outbox_destination])
         self.feed = Signal()
         self.history = History(lambda: self.sched.notify(self.feed))
-        store_port = wiring.store(FaultyStore(self.store, self.chaos, self.history))
-        services = OrderServices(store_port, wiring.fulfilment(FaultyFulfilment(self.fulfilment, self.chaos)),
-                                 settings, self.clock)
-        order_handler = wiring.place_order(place_order)
-        self.handlers: dict[str, Handler] = {
-            settings.orders_queue: lambda message: order_handler(message, services),
-            settings.order_events_queue: lambda message: apply_order_event(message, store_port, settings, self.clock),
-        }
-        self.outbox = OutboxPublisher(store_port, FaultySender(self.sender, self.chaos),
-                                      dispatched_ttl_seconds=settings.outbox_dispatched_ttl_seconds, clock=self.clock)
+        # The app as production builds it, over the faulty ports, on simulated time.
+        self.app = bootstrap.build(
+            settings, store=wiring.store(FaultyStore(self.store, self.chaos, self.history)),
+            fulfilment=wiring.fulfilment(FaultyFulfilment(self.fulfilment, self.chaos)),
+            sender=FaultySender(self.sender, self.chaos), clock=self.clock, sleep=self._sleep, record=self._record,
+        )
+        self.handlers: dict[str, Handler] = {settings.orders_queue: wiring.handle_order(self.app.handle_order),
+                                             settings.order_events_queue: self.app.handle_event}
+        self.outbox = self.app.publisher()
         self.workload: Workload = build_workload(rng, settings, self.clock, self.detection_window)
         self.accepted: dict[int, BrokerMessage] = {}  # workload tag -> the broker message it became
         self.producing = len(self.workload.scripts)
@@ -94,6 +94,23 @@ class World:
         self.settlements: Counter[str] = Counter()
         self.creators: Counter[str] = Counter()  # message id -> deliveries that reported creating the order
         self.errors: list[str] = []  # deliveries a handler failed with an unexpected exception
+
+    async def _sleep(self, seconds: float) -> None:
+        """The wait before an abandon, on simulated time: the actor blocks, and the coroutine never suspends."""
+        self.sched.sleep(seconds)
+
+    def _record(self, function: str, message: InboundMessage, result: Result, duration_ms: float) -> None:
+        """What the app records of each delivery, counted and traced; ``function`` is the queue's name."""
+        self.outcomes[result.outcome.value] += 1
+        if result.outcome is Outcome.CREATED and message.message_id:
+            self.creators[message.message_id] += 1
+        if result.outcome is Outcome.ERROR:
+            self.errors.append(f"{function}#{message.sequence_number} {message.message_id}: {result.description}")
+        if self.sched.trace_lines is not None:
+            settlement = SETTLEMENTS[result.outcome]
+            description = _RANDOM_IDS.sub("res-*", result.description[:160])
+            self.sched.trace(f"outcome {result.outcome} -> {settlement.action} {settlement.reason or ''}"
+                             f" {description}".rstrip())
 
     def queue(self, name: str) -> Queue:
         """A queue by name."""
