@@ -8,6 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("domain", "ports", "handlers", "adapters")
+TOOLS = tuple(p.name for p in (ROOT / "tools").iterdir() if (p / "__init__.py").exists())
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -17,7 +18,8 @@ def imported_modules(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
+            names.add(node.module)  # and each name under it, so that "from shared import adapters" counts
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -36,6 +38,22 @@ def test_core_never_imports_azure_functions_the_binding_extension_consumers_or_d
     for path in modules("shared"):
         for name in imported_modules(path):
             assert not name.startswith(("azure.functions", "azurefunctions", "consumers", "devservers")), (path, name)
+
+
+def test_the_app_imports_no_tool() -> None:
+    assert set(TOOLS) >= {"devservers", "sbctl", "simulation", "demo", "chaos", "bench"}
+    for path in [*modules("shared"), *modules("consumers"), ROOT / "function_app.py"]:
+        for name in imported_modules(path):
+            assert name.split(".")[0] not in TOOLS, (path, name)
+
+
+def test_only_the_composition_root_imports_an_adapter() -> None:
+    # Everything else reaches the adapters through bootstrap.build, or is handed ports.
+    outside = [p for p in [*modules("shared"), *modules("consumers"), ROOT / "function_app.py"]
+               if "adapters" not in p.relative_to(ROOT).parts]
+    found = {str(p.relative_to(ROOT)) for p in outside
+             if any(n == "shared.adapters" or n.startswith("shared.adapters.") for n in imported_modules(p))}
+    assert found == {"shared/bootstrap.py"}
 
 
 def test_domain_imports_no_port_handler_adapter_or_sdk() -> None:
