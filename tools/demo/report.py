@@ -20,6 +20,7 @@ from demo.scenario import Scenario
 from shared.domain.lifecycle import KINDS
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
+from simulation.invariants import left_undone
 
 _DELIVERY = re.compile(r"delivery (?P<function>\w+) messageId=(?P<id>\S+) outcome=(?P<outcome>\w+)")
 _SETTLED = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) devservers\.host (?P<function>process_\w+) "
@@ -120,11 +121,10 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
         found.append("an event was recorded more than once")
     if reasons != scenario.planned_dead_letters():
         found.append(f"dead letters {dict(reasons)} differ from the plan {dict(scenario.planned_dead_letters())}")
-    in_flight = [d for d in seen.documents if (d.get("type"), d.get("status")) in (
-        ("outbox", "pending"), ("side-effect", "in_progress"), ("parked-event", "parked"))
-        or d.get("type") == "order-pending"]
+    in_flight = [undone for d in seen.documents if (undone := left_undone(d)) is not None]
     if in_flight or seen.queues_left:
-        found.append(f"{len(in_flight)} documents and {seen.queues_left} messages still in flight")
+        found.append(f"{len(in_flight)} documents and {seen.queues_left} messages still in flight"
+                     + "".join(f"; {undone}" for undone in in_flight[:3]))
     return found
 
 

@@ -12,7 +12,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from shared.domain.documents import EffectStatus, OrderDocument, ParkedEvent, PendingOrder, SideEffectRecord
+from shared.domain.documents import (
+    EffectStatus,
+    OrderDocument,
+    OutboxEntry,
+    OutboxStatus,
+    ParkedEvent,
+    ParkedStatus,
+    PendingOrder,
+    SideEffectRecord,
+)
 from shared.ports.store import Document
 from simulation.broker import State
 from simulation.proxies import RECORD_KINDS
@@ -142,22 +151,31 @@ def no_unexpected_error(world: World, documents: list[Document]) -> Iterable[Vio
 def nothing_left_waiting(world: World, documents: list[Document]) -> Iterable[Violation]:
     """No side effect left in progress, no event left parked, no order left pending once all was delivered."""
     for document in documents:
-        if (unfinished := _unfinished(document)) is not None:
-            yield Violation("stuck", unfinished)
+        if (undone := left_undone(document)) is not None:
+            yield Violation("stuck", undone)
 
 
-def _unfinished(document: Document) -> str | None:
-    """What the document says is left undone, if it is work left undone."""
+def left_undone(document: Document) -> str | None:
+    """What the document says is still waiting to be done, or None; the demo's report reads the same rule.
+
+    Waiting means something will still act on it: a side effect in progress, an outbox entry pending, a
+    pending order, an event parked (``ParkedEvent.waiting``, what report_stuck counts). An event set aside
+    for good, rejected on release or dropped by an operator, is a final record, kept with its reason.
+    """
     if SideEffectRecord.is_kind(document):
         record = SideEffectRecord.from_document(document)
         if record.status is EffectStatus.IN_PROGRESS:
             return f"side effect {record.effect} of {record.order_id} is in progress (attempt {record.attempt})"
     elif ParkedEvent.is_kind(document):
         parked = ParkedEvent.from_document(document)
-        return f"event v{parked.sequence} {parked.event_id} of {parked.order_id} is {parked.status}" + (
-            f": {parked.reason}" if parked.reason else "")
+        if parked.status is ParkedStatus.PARKED:
+            return f"event v{parked.sequence} {parked.event_id} of {parked.order_id} is still parked"
     elif PendingOrder.is_kind(document):
         return f"order {document['orderId']} is still pending, with parked events"
+    elif OutboxEntry.is_kind(document):
+        entry = OutboxEntry.from_document(document)
+        if entry.status is OutboxStatus.PENDING:
+            return f"outbox entry {entry.id} of {entry.order_id} is still pending"
     return None
 
 
