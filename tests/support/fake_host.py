@@ -3,12 +3,15 @@
 Two halves, both exercising the real extension code rather than a mock of it:
 
 * ``FakeSettlementServer`` serves the host's ``Settlement`` gRPC service (the proto shipped in
-  ``azurefunctions.extensions.bindings.protos``) on 127.0.0.1. ``running_fake_host()`` / the ``fake_host``
-  fixture point the real ``ServiceBusMessageActions`` client at it by patching ``sys.argv`` the way the host
-  launches the worker, so request building and the gRPC round trip are the production code's.
-* ``make_received_message()`` encodes an AMQP message the way the host does (16-byte lock token, then the
-  whole AMQP message: header, delivery annotations with ``x-opt-lock-token``, message annotations,
-  properties, application properties, body) and decodes it through the extension's ``ServiceBusConverter``.
+  ``azurefunctions.extensions.bindings.protos``) on 127.0.0.1: the local host's own ``SettlementService``
+  (``devservers.host.settlement``), over a ``SettlementRecorder`` that records each call and answers the
+  faults it was given. ``running_fake_host()`` / the ``fake_host`` fixture point the real
+  ``ServiceBusMessageActions`` client at it by patching ``sys.argv`` the way the host launches the worker,
+  so request building and the gRPC round trip are the production code's.
+* ``make_received_message()`` builds an AMQP message from its fields and encodes it with the local host's
+  own ``binding_data`` (16-byte lock token, then the whole AMQP message: header, delivery annotations with
+  ``x-opt-lock-token``, message annotations, properties, application properties, body), then decodes it
+  through the extension's ``ServiceBusConverter``.
 
 Behaviour of the pinned extension (1.0.0b2) that this reproduces, on purpose: its decoder keeps only the bytes
 after the first ``x-opt-lock-token`` marker, so the AMQP header the host sends (delivery count, TTL,
@@ -33,23 +36,16 @@ from typing import Any, Literal
 import grpc
 import pytest
 from azure.servicebus import ServiceBusReceivedMessage
-from azure.servicebus._pyamqp._encode import (
-    describe_performative,
-    encode_annotations,
-    encode_application_properties,
-    encode_value,
-)
-from azure.servicebus._pyamqp.message import Header, Properties
-from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
+from azure.servicebus._pyamqp.message import Header, Message, Properties
 from azurefunctions.extensions.base import Datum
-from azurefunctions.extensions.bindings.protos import settlement_pb2 as pb
 from azurefunctions.extensions.bindings.protos import settlement_pb2_grpc as pb_grpc
 from azurefunctions.extensions.bindings.servicebus import ServiceBusConverter, ServiceBusMessageActions
 from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusReceivedMessage as ServiceBusReceivedMessageBinding,
 )
-from google.protobuf.empty_pb2 import Empty
-from google.protobuf.timestamp_pb2 import Timestamp
+
+from devservers.host.servicebus import binding_data
+from devservers.host.settlement import Refused, SettlementService
 
 __all__ = [
     "ACTIONS",
@@ -59,7 +55,6 @@ __all__ = [
     "FakeHost",
     "FakeSettlementServer",
     "Fault",
-    "ModelBindingData",
     "Settlement",
     "SettlementRecorder",
     "decode_model_binding_data",
@@ -275,78 +270,51 @@ class SettlementRecorder:
         with self._lock:
             return self._session_state.get(session_id, b"")
 
+    # -- the host's Settlement calls, as its SettlementService hands them over -------------------------
 
-def _optional_string(message: Any, name: str) -> str | None:
-    return getattr(message, name).value if message.HasField(name) else None
-
-
-class _SettlementServicer(pb_grpc.SettlementServicer):  # type: ignore[misc]
-    """The Settlement service: records each call in the recorder and answers as the host does."""
-
-    def __init__(self, recorder: SettlementRecorder) -> None:
-        self._recorder = recorder
-
-    def _answer(self, call: Settlement, context: grpc.ServicerContext) -> None:
-        verdict = self._recorder.handle(call)
+    def _answer(self, call: Settlement) -> None:
+        verdict = self.handle(call)
         if verdict.error is not None:
-            context.abort(*verdict.error)
+            raise Refused(*verdict.error)
 
-    def Complete(self, request: Any, context: grpc.ServicerContext) -> Empty:
+    def complete(self, token: str) -> None:
         """Record a complete."""
-        self._answer(Settlement("complete", lock_token=request.locktoken), context)
-        return Empty()
+        self._answer(Settlement("complete", lock_token=token))
 
-    def Abandon(self, request: Any, context: grpc.ServicerContext) -> Empty:
+    def abandon(self, token: str, properties_to_modify: bytes) -> None:
         """Record an abandon."""
-        call = Settlement("abandon", lock_token=request.locktoken, properties_to_modify=request.propertiesToModify)
-        self._answer(call, context)
-        return Empty()
+        self._answer(Settlement("abandon", lock_token=token, properties_to_modify=properties_to_modify))
 
-    def Deadletter(self, request: Any, context: grpc.ServicerContext) -> Empty:
+    def deadletter(self, token: str, reason: str | None, description: str | None, properties_to_modify: bytes) -> None:
         """Record a dead-letter with its reason and description (None when the client left them unset)."""
-        call = Settlement(
-            "deadletter",
-            lock_token=request.locktoken,
-            reason=_optional_string(request, "deadletterReason"),
-            description=_optional_string(request, "deadletterErrorDescription"),
-            properties_to_modify=request.propertiesToModify,
-        )
-        self._answer(call, context)
-        return Empty()
+        self._answer(Settlement("deadletter", lock_token=token, reason=reason, description=description,
+                                properties_to_modify=properties_to_modify))
 
-    def Defer(self, request: Any, context: grpc.ServicerContext) -> Empty:
+    def defer(self, token: str, properties_to_modify: bytes) -> None:
         """Record a defer."""
-        call = Settlement("defer", lock_token=request.locktoken, properties_to_modify=request.propertiesToModify)
-        self._answer(call, context)
-        return Empty()
+        self._answer(Settlement("defer", lock_token=token, properties_to_modify=properties_to_modify))
 
-    def RenewMessageLock(self, request: Any, context: grpc.ServicerContext) -> Empty:
+    def renew_message_lock(self, token: str) -> None:
         """Record a message lock renewal."""
-        self._answer(Settlement("renew_lock", lock_token=request.locktoken), context)
-        return Empty()
+        self._answer(Settlement("renew_lock", lock_token=token))
 
-    def GetSessionState(self, request: Any, context: grpc.ServicerContext) -> Any:
-        """Record a session state read and return the stored state."""
-        self._answer(Settlement("get_session_state", session_id=request.sessionId), context)
-        return pb.GetSessionStateResponse(sessionState=self._recorder.get_state(request.sessionId))
+    def get_session_state(self, session_id: str) -> bytes:
+        """Record a session state read; the stored state."""
+        self._answer(Settlement("get_session_state", session_id=session_id))
+        return self.get_state(session_id)
 
-    def SetSessionState(self, request: Any, context: grpc.ServicerContext) -> Empty:
+    def set_session_state(self, session_id: str, state: bytes) -> None:
         """Record and store a session state."""
-        call = Settlement("set_session_state", session_id=request.sessionId, session_state=request.sessionState)
-        self._answer(call, context)
-        return Empty()
+        self._answer(Settlement("set_session_state", session_id=session_id, session_state=state))
 
-    def ReleaseSession(self, request: Any, context: grpc.ServicerContext) -> Empty:
+    def release_session(self, session_id: str) -> None:
         """Record a session release."""
-        self._answer(Settlement("release_session", session_id=request.sessionId), context)
-        return Empty()
+        self._answer(Settlement("release_session", session_id=session_id))
 
-    def RenewSessionLock(self, request: Any, context: grpc.ServicerContext) -> Any:
-        """Record a session lock renewal; lockedUntil is now plus the recorder's session lock duration."""
-        self._answer(Settlement("renew_session_lock", session_id=request.sessionId), context)
-        locked_until = Timestamp()
-        locked_until.FromDatetime(datetime.now(UTC) + self._recorder.session_lock_duration)
-        return pb.RenewSessionLockResponse(lockedUntil=locked_until)
+    def renew_session_lock(self, session_id: str) -> datetime:
+        """Record a session lock renewal; it now ends the recorder's session lock duration from now."""
+        self._answer(Settlement("renew_session_lock", session_id=session_id))
+        return datetime.now(UTC) + self.session_lock_duration
 
 
 class FakeSettlementServer:
@@ -363,7 +331,7 @@ class FakeSettlementServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        pb_grpc.add_SettlementServicer_to_server(_SettlementServicer(self.recorder), self._server)
+        pb_grpc.add_SettlementServicer_to_server(SettlementService(self.recorder), self._server)
         self.port: int = self._server.add_insecure_port(f"{_HOST}:0")
         if not self.port:
             raise RuntimeError("could not bind the fake Settlement server on 127.0.0.1")
@@ -451,18 +419,12 @@ def fake_host_fixture() -> Iterator[FakeHost]:
 # -- messages as the host hands them over ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ModelBindingData:
-    """The worker's ``ModelBindingData`` proto, as far as the Service Bus converter reads it."""
-
-    content: bytes
-    version: str = "1.0"
-    source: str = "AzureServiceBusReceivedMessage"
-    content_type: str = "application/octet-stream"
-
-
 _UNSET: Any = object()
 _LOCK_TOKEN_MARKER = b"x-opt-lock-token"
+
+
+def _keyed(properties: dict[str, Any] | None) -> dict[str | bytes, Any] | None:
+    return {k: v for k, v in properties.items()} if properties else None
 
 
 def _ms(value: datetime) -> int:
@@ -471,60 +433,8 @@ def _ms(value: datetime) -> int:
     return int(value.timestamp() * 1000)
 
 
-def _described(code: int, value: Any) -> dict[str, Any]:
-    return {TYPE: AMQPTypes.described, VALUE: ({TYPE: AMQPTypes.ulong, VALUE: code}, value)}
-
-
-def _encode_amqp_message(
-    *,
-    lock_token: uuid.UUID,
-    body: bytes | None,
-    body_value: Any,
-    message_id: str | None,
-    correlation_id: str | None,
-    session_id: str | None,
-    content_type: str | None,
-    subject: str | None,
-    delivery_count: int,
-    time_to_live: timedelta | None,
-    enqueued_time: datetime,
-    locked_until: datetime,
-    sequence_number: int,
-    application_properties: dict[str, Any] | None,
-) -> bytes:
-    """Encode sections in AMQP order, as the host's ``AmqpAnnotatedMessage.ToBytes()`` does."""
-    out = bytearray()
-    ttl_ms = int(time_to_live.total_seconds() * 1000) if time_to_live is not None else None
-    encode_value(out, describe_performative(Header(ttl=ttl_ms, delivery_count=delivery_count)))
-    delivery_annotations: dict[str | bytes, Any] = {_LOCK_TOKEN_MARKER: {TYPE: AMQPTypes.uuid, VALUE: lock_token}}
-    encode_value(out, _described(0x71, encode_annotations(delivery_annotations)))
-    message_annotations: dict[str | bytes, Any] = {
-        b"x-opt-enqueued-time": {TYPE: AMQPTypes.timestamp, VALUE: _ms(enqueued_time)},
-        b"x-opt-sequence-number": {TYPE: AMQPTypes.long, VALUE: sequence_number},
-        b"x-opt-locked-until": {TYPE: AMQPTypes.timestamp, VALUE: _ms(locked_until)},
-    }
-    encode_value(out, _described(0x72, encode_annotations(message_annotations)))
-    properties = Properties(
-        message_id=message_id,
-        subject=subject,
-        correlation_id=correlation_id,
-        content_type=content_type,
-        absolute_expiry_time=_ms(enqueued_time + time_to_live) if time_to_live is not None else None,
-        creation_time=_ms(enqueued_time),
-        group_id=session_id,
-    )
-    encode_value(out, describe_performative(properties))
-    if application_properties:
-        app_properties: dict[str | bytes, Any] = {k: v for k, v in application_properties.items()}
-        encode_value(out, _described(0x74, encode_application_properties(app_properties)))
-    if body_value is _UNSET:
-        encode_value(out, _described(0x75, {TYPE: AMQPTypes.binary, VALUE: body or b""}))
-    else:
-        encode_value(out, _described(0x77, {TYPE: None, VALUE: body_value}))
-    return bytes(out)
-
-
 _SEQUENCE_NUMBERS = itertools.count(1)
+
 
 def make_model_binding_data(
     body: bytes | None = b"",
@@ -543,8 +453,9 @@ def make_model_binding_data(
     time_to_live: timedelta | None = None,
     body_value: Any = _UNSET,
     layout: Literal["host", "marker_prefix"] = "host",
-) -> ModelBindingData:
-    """The model_binding_data the host sends for one received message (see ``make_received_message``).
+) -> Any:
+    """The model_binding_data the host sends for one received message (see ``make_received_message``), as
+    the local host encodes it (``devservers.host.servicebus.binding_data``).
 
     Without ``sequence_number`` each call is another message, as a producer's copy is; pass the same
     number to model a redelivery of one message.
@@ -555,32 +466,28 @@ def make_model_binding_data(
         raise ValueError("pass either body or body_value, not both")
     token = lock_token or uuid.uuid4()
     enqueued = enqueued_time or datetime.now(UTC).replace(microsecond=0)
-    amqp = _encode_amqp_message(
-        lock_token=token,
-        body=body,
-        body_value=body_value,
-        message_id=message_id,
-        correlation_id=correlation_id,
-        session_id=session_id,
-        content_type=content_type,
-        subject=subject,
-        delivery_count=delivery_count,
-        time_to_live=time_to_live,
-        enqueued_time=enqueued,
-        locked_until=locked_until or enqueued + timedelta(minutes=1),
-        sequence_number=sequence_number,
-        application_properties=application_properties,
+    ttl_ms = int(time_to_live.total_seconds() * 1000) if time_to_live is not None else None
+    data, value = ([body or b""], None) if body_value is _UNSET else (None, body_value)
+    amqp = Message(
+        header=Header(ttl=ttl_ms, delivery_count=delivery_count),
+        message_annotations={b"x-opt-enqueued-time": _ms(enqueued), b"x-opt-sequence-number": sequence_number,
+                             b"x-opt-locked-until": _ms(locked_until or enqueued + timedelta(minutes=1))},
+        properties=Properties(
+            message_id=message_id, subject=subject, correlation_id=correlation_id, content_type=content_type,
+            absolute_expiry_time=_ms(enqueued + time_to_live) if time_to_live is not None else None,
+            creation_time=_ms(enqueued), group_id=session_id,
+        ),
+        application_properties=_keyed(application_properties), data=data, value=value,
     )
-    if layout == "host":
-        content = token.bytes_le + amqp
-    elif layout == "marker_prefix":
-        content = token.bytes_le + _LOCK_TOKEN_MARKER + amqp
-    else:
+    encoded = binding_data(token, amqp)
+    if layout == "marker_prefix":
+        encoded.content = token.bytes_le + _LOCK_TOKEN_MARKER + encoded.content[16:]
+    elif layout != "host":
         raise ValueError(f"unknown layout {layout!r}")
-    return ModelBindingData(content=content)
+    return encoded
 
 
-def decode_model_binding_data(data: ModelBindingData) -> ServiceBusReceivedMessage:
+def decode_model_binding_data(data: Any) -> ServiceBusReceivedMessage:
     """Decode through the extension's ``ServiceBusConverter`` as the worker does for a trigger parameter."""
     message = ServiceBusConverter.decode(
         Datum(value=data, type="model_binding_data"),

@@ -1,4 +1,9 @@
-"""The fake host drives the real extension: real settlement client over gRPC, real converter for messages."""
+"""The fake host drives the real extension: real settlement client over gRPC, real converter for messages.
+
+Its Settlement service and its message encoding are the local host's own (devservers.host.settlement's
+SettlementService, devservers.host.servicebus's binding_data), so these tests check that code too; the
+fake only records the calls and answers the faults it is given.
+"""
 
 from __future__ import annotations
 

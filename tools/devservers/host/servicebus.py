@@ -49,9 +49,16 @@ class ServiceBusOptions:
 
 def model_binding_data(message: ServiceBusReceivedMessage) -> Any:
     """The message as the host hands it to the worker: the lock token, then the encoded AMQP message."""
-    token = uuid.UUID(str(message.lock_token))
     # The pyamqp Message the receiver decoded, every section of it (``.message`` is a uamqp-style wrapper).
-    amqp: Any = message._message
+    return binding_data(uuid.UUID(str(message.lock_token)), message._message)
+
+
+def binding_data(token: uuid.UUID, amqp: Any) -> Any:
+    """The host's ``model_binding_data`` of a pyamqp Message locked under ``token``: the token's 16 bytes, the
+    header, the ``x-opt-lock-token`` delivery annotation, then the message's other sections.
+
+    The tests' fake host (tests/support/fake_host.py) builds its messages through this too.
+    """
     encoded = bytearray()
     if amqp.header:
         encode_payload(encoded, amqp._replace(delivery_annotations=None, message_annotations=None, properties=None,

@@ -5,14 +5,18 @@ it invokes the function and unregisters it afterwards, and a call for a lock tok
 fails with FAILED_PRECONDITION "LockToken ... not found", as the host answers. Each call is carried
 out with the azure-servicebus receiver that received the message; an SDK failure (typically a lost
 lock) goes back to the worker as an error, so its settle call raises.
+
+``SettlementService`` reads the requests and answers; what carries each call out is a backend:
+``LiveDeliveries`` here, a recording one in the tests' fake host, which serves this same service.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiver
@@ -21,6 +25,8 @@ from azurefunctions.extensions.bindings.protos import settlement_pb2 as pb
 from azurefunctions.extensions.bindings.protos import settlement_pb2_grpc as pb_grpc
 from google.protobuf.empty_pb2 import Empty
 from google.protobuf.timestamp_pb2 import Timestamp
+
+_Answer = TypeVar("_Answer")
 
 
 @dataclass
@@ -76,87 +82,181 @@ class Deliveries:
             return len(self._live)
 
 
-def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
-    context.abort(code, details)
-    raise AssertionError("context.abort returns by raising")  # pragma: no cover
+class Refused(Exception):
+    """A settlement call the host answers with an error status: ``code`` and ``details`` go back to the worker."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class SettlementBackend(Protocol):
+    """What carries out each Settlement call; a refused call raises Refused.
+
+    The host's is ``LiveDeliveries``, over the receivers of the invocations running; the tests' fake host
+    (tests/support/fake_host.py) has one that records each call. The gRPC side is ``SettlementService``.
+    """
+
+    def complete(self, token: str) -> None:
+        """Complete the message."""
+
+    def abandon(self, token: str, properties_to_modify: bytes) -> None:
+        """Abandon the message: available again at once."""
+
+    def deadletter(self, token: str, reason: str | None, description: str | None, properties_to_modify: bytes) -> None:
+        """Dead-letter the message with its reason and description (None when the worker left them unset)."""
+
+    def defer(self, token: str, properties_to_modify: bytes) -> None:
+        """Defer the message."""
+
+    def renew_message_lock(self, token: str) -> None:
+        """Renew the message's lock."""
+
+    def get_session_state(self, session_id: str) -> bytes:
+        """The session's state (empty when unset)."""
+
+    def set_session_state(self, session_id: str, state: bytes) -> None:
+        """Set the session's state."""
+
+    def release_session(self, session_id: str) -> None:
+        """Release the session after this invocation."""
+
+    def renew_session_lock(self, session_id: str) -> datetime:
+        """Renew the session lock; when it now ends."""
 
 
 class SettlementService(pb_grpc.SettlementServicer):  # type: ignore[misc]
-    """Complete, abandon, dead-letter, defer and renew, over the live deliveries."""
+    """The host's Settlement gRPC service: reads each request and answers as the host does, carried out by a backend."""
 
-    def __init__(self, deliveries: Deliveries) -> None:
-        self._deliveries = deliveries
+    def __init__(self, backend: SettlementBackend) -> None:
+        self._backend = backend
 
-    def _settle(self, token: str, context: grpc.ServicerContext, action: str, **kwargs: Any) -> Empty:
-        delivery = self._deliveries.find(token)
-        if delivery is None:
-            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"LockToken {token} not found.")
+    def _answer(self, context: grpc.ServicerContext, call: Callable[..., _Answer], *args: Any) -> _Answer:
         try:
-            delivery.settle(action, **kwargs)
-        except (ServiceBusError, ValueError) as exc:
-            _abort(context, grpc.StatusCode.UNKNOWN, f"{action} of LockToken {token} failed: {exc}")
-        return Empty()
+            return call(*args)
+        except Refused as refused:
+            context.abort(refused.code, refused.details)
+            raise AssertionError("context.abort returns by raising") from None  # pragma: no cover
 
     def Complete(self, request: Any, context: grpc.ServicerContext) -> Empty:
         """Complete the message."""
-        return self._settle(request.locktoken, context, "complete")
+        self._answer(context, self._backend.complete, request.locktoken)
+        return Empty()
 
     def Abandon(self, request: Any, context: grpc.ServicerContext) -> Empty:
         """Abandon the message: available again at once."""
-        return self._settle(request.locktoken, context, "abandon")
+        self._answer(context, self._backend.abandon, request.locktoken, request.propertiesToModify)
+        return Empty()
 
     def Deadletter(self, request: Any, context: grpc.ServicerContext) -> Empty:
         """Dead-letter the message with its reason and description."""
         reason = request.deadletterReason.value if request.HasField("deadletterReason") else None
         description = (request.deadletterErrorDescription.value
                        if request.HasField("deadletterErrorDescription") else None)
-        return self._settle(request.locktoken, context, "dead_letter", reason=reason, error_description=description)
+        self._answer(context, self._backend.deadletter, request.locktoken, reason, description,
+                     request.propertiesToModify)
+        return Empty()
 
     def Defer(self, request: Any, context: grpc.ServicerContext) -> Empty:
         """Defer the message."""
-        return self._settle(request.locktoken, context, "defer")
+        self._answer(context, self._backend.defer, request.locktoken, request.propertiesToModify)
+        return Empty()
 
     def RenewMessageLock(self, request: Any, context: grpc.ServicerContext) -> Empty:
         """Renew the message's lock (the host renews it anyway while the function runs)."""
-        delivery = self._deliveries.find(request.locktoken)
-        if delivery is None:
-            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"LockToken {request.locktoken} not found.")
-        try:
-            delivery.receiver.renew_message_lock(delivery.message)
-        except ServiceBusError as exc:
-            _abort(context, grpc.StatusCode.UNKNOWN, f"renewing LockToken {request.locktoken} failed: {exc}")
+        self._answer(context, self._backend.renew_message_lock, request.locktoken)
         return Empty()
-
-    def _session(self, session_id: str, context: grpc.ServicerContext) -> Any:
-        for delivery in self._deliveries.sessions():
-            if delivery.receiver.session.session_id == session_id:
-                return delivery.receiver.session
-        _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"Session {session_id} not found.")
 
     def GetSessionState(self, request: Any, context: grpc.ServicerContext) -> Any:
         """The session's state."""
-        state = self._session(request.sessionId, context).get_state()
-        return pb.GetSessionStateResponse(sessionState=state or b"")
+        state = self._answer(context, self._backend.get_session_state, request.sessionId)
+        return pb.GetSessionStateResponse(sessionState=state)
 
     def SetSessionState(self, request: Any, context: grpc.ServicerContext) -> Empty:
         """Set the session's state."""
-        self._session(request.sessionId, context).set_state(request.sessionState)
+        self._answer(context, self._backend.set_session_state, request.sessionId, request.sessionState)
         return Empty()
 
     def ReleaseSession(self, request: Any, context: grpc.ServicerContext) -> Empty:
         """Release the session after this invocation (the listener closes its receiver)."""
-        self._session(request.sessionId, context)
+        self._answer(context, self._backend.release_session, request.sessionId)
         return Empty()
 
     def RenewSessionLock(self, request: Any, context: grpc.ServicerContext) -> Any:
         """Renew the session lock; answers when it now ends."""
-        session = self._session(request.sessionId, context)
-        session.renew_lock()
         locked_until = Timestamp()
-        locked_until.FromDatetime(session.locked_until_utc or datetime.now(UTC) + timedelta(minutes=1))
+        locked_until.FromDatetime(self._answer(context, self._backend.renew_session_lock, request.sessionId))
         return pb.RenewSessionLockResponse(lockedUntil=locked_until)
+
+
+class LiveDeliveries:
+    """The host's backend: each call carried out with the receiver of a delivery whose invocation is running."""
+
+    def __init__(self, deliveries: Deliveries) -> None:
+        self._deliveries = deliveries
+
+    def _find(self, token: str) -> Delivery:
+        delivery = self._deliveries.find(token)
+        if delivery is None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"LockToken {token} not found.")
+        return delivery
+
+    def _settle(self, token: str, action: str, **kwargs: Any) -> None:
+        try:
+            self._find(token).settle(action, **kwargs)
+        except (ServiceBusError, ValueError) as exc:
+            raise Refused(grpc.StatusCode.UNKNOWN, f"{action} of LockToken {token} failed: {exc}") from exc
+
+    def complete(self, token: str) -> None:
+        """Complete the message."""
+        self._settle(token, "complete")
+
+    def abandon(self, token: str, properties_to_modify: bytes) -> None:
+        """Abandon the message."""
+        self._settle(token, "abandon")
+
+    def deadletter(self, token: str, reason: str | None, description: str | None, properties_to_modify: bytes) -> None:
+        """Dead-letter the message."""
+        self._settle(token, "dead_letter", reason=reason, error_description=description)
+
+    def defer(self, token: str, properties_to_modify: bytes) -> None:
+        """Defer the message."""
+        self._settle(token, "defer")
+
+    def renew_message_lock(self, token: str) -> None:
+        """Renew the message's lock."""
+        delivery = self._find(token)
+        try:
+            delivery.receiver.renew_message_lock(delivery.message)
+        except ServiceBusError as exc:
+            raise Refused(grpc.StatusCode.UNKNOWN, f"renewing LockToken {token} failed: {exc}") from exc
+
+    def _session(self, session_id: str) -> Any:
+        for delivery in self._deliveries.sessions():
+            if delivery.receiver.session.session_id == session_id:
+                return delivery.receiver.session
+        raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"Session {session_id} not found.")
+
+    def get_session_state(self, session_id: str) -> bytes:
+        """The session's state."""
+        return bytes(self._session(session_id).get_state() or b"")
+
+    def set_session_state(self, session_id: str, state: bytes) -> None:
+        """Set the session's state."""
+        self._session(session_id).set_state(state)
+
+    def release_session(self, session_id: str) -> None:
+        """The listener closes the session's receiver after the invocation."""
+        self._session(session_id)
+
+    def renew_session_lock(self, session_id: str) -> datetime:
+        """Renew the session lock."""
+        session = self._session(session_id)
+        session.renew_lock()
+        return session.locked_until_utc or datetime.now(UTC) + timedelta(minutes=1)
 
 
 def add_settlement(server: grpc.Server, deliveries: Deliveries) -> None:
     """Serve Settlement on ``server``, beside the FunctionRpc EventStream."""
-    pb_grpc.add_SettlementServicer_to_server(SettlementService(deliveries), server)
+    pb_grpc.add_SettlementServicer_to_server(SettlementService(LiveDeliveries(deliveries)), server)
