@@ -47,10 +47,9 @@ class ActionsSettlement:
 
     async def settle(self, settlement: Settlement, result: Result) -> None:
         """Make the one settlement call on a settlement thread; a failed call raises here, on the loop."""
-        await asyncio.get_running_loop().run_in_executor(_settling, self.call, settlement, result)
+        await asyncio.get_running_loop().run_in_executor(_settling, self._call, settlement, result)
 
-    def call(self, settlement: Settlement, result: Result) -> None:
-        """The blocking call itself."""
+    def _call(self, settlement: Settlement, result: Result) -> None:
         if settlement.action is Action.COMPLETE:
             self.actions.complete(self.message)
         elif settlement.action is Action.ABANDON:

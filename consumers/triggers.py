@@ -7,10 +7,10 @@ composition root built, and (for Service Bus) settles through the binding; nothi
 - ``sweep_outbox``: a timer; publishes outbox entries the change feed missed.
 - ``report_stuck``: a timer; reports events parked too long and side effects stuck in progress.
 
-``make_blueprint`` reads the binding names (queues, containers, schedules) from the settings it is
-given, when the host indexes the functions; so is the retention rule checked, which refuses to start
-when markers would expire too early. The function bodies reach the app through ``root``, called on
-each invocation: production's builds it once, on the first; a test hands in its own.
+``make_blueprint`` runs when the host indexes the functions: it reads the binding names (queues,
+containers, schedules) from the settings it is given, and checks the retention rule, which refuses to
+start when markers would expire too early. The function bodies reach the app through ``root``, called
+on each invocation: production's builds it once, on the first; a test hands in its own.
 
 Every function is ``async def``: the worker runs them all on its one event loop, where the async
 clients live (measured: README "Performance", async against sync).
