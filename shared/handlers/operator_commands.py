@@ -6,8 +6,8 @@ one aside for good. Neither deletes what it cannot account for: a dropped event 
 
 from __future__ import annotations
 
+from shared.domain.aggregate import Release
 from shared.domain.documents import ParkedEvent, ParkedStatus
-from shared.domain.order import Release
 from shared.domain.outcomes import Outcome
 from shared.errors import NotFound, StoreError
 from shared.handlers.writes import MAX_PARKED_READ, read_order, released_by_hand, set_aside, waiting

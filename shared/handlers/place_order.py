@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from shared.domain.aggregate import Order
 from shared.domain.documents import OrderDocument, OutboxEntry, SideEffectRecord
 from shared.domain.messages import InboundMessage
-from shared.domain.order import Order
 from shared.domain.orders import parse_order
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import InvalidMessage, OrderChanged, OrderIdTaken, TransientStoreError

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from shared.domain.aggregate import Order, Release, transition
 from shared.domain.documents import (
     EventRecord,
     InboxMarker,
@@ -27,7 +28,6 @@ from shared.domain.documents import (
     merged,
 )
 from shared.domain.lifecycle import CloudEvent
-from shared.domain.order import Order, Release, transition
 from shared.errors import (
     AlreadyExists,
     AlreadySeen,

@@ -1,4 +1,4 @@
-"""The order aggregate: its state, its version and its count of parked events, and the rules that change them.
+"""The order aggregate, ``Order``: its state, version and count of parked events, and the rules that change them.
 
 Events move an order through the state machine of ``lifecycle.KINDS``; each carries the version the
 order has after it. An event is stale at or below the order's version, applies when it is the next
