@@ -48,16 +48,20 @@ class Order:
 
     def decide(self, event: CloudEvent) -> Outcome:
         """STALE, APPLIED, INVALID_TRANSITION or PARKED: what the event does to the order as it stands."""
-        if self.version >= event.sequence:
-            return Outcome.STALE
-        if self.status is None or self.version != event.sequence - 1:
-            return Outcome.PARKED
+        in_turn = self._turn(event.sequence)
+        if in_turn is not Outcome.APPLIED:
+            return in_turn
         return Outcome.APPLIED if self.status in event.kind.allowed_from else Outcome.INVALID_TRANSITION
 
+    def _turn(self, sequence: int) -> Outcome:
+        """STALE at or below the version, PARKED before its turn (or before the order), else APPLIED."""
+        if self.version >= sequence:
+            return Outcome.STALE
+        return Outcome.PARKED if self.status is None or self.version != sequence - 1 else Outcome.APPLIED
+
     def refusal(self, event: CloudEvent) -> str:
-        """Why the order's state forbids the event."""
-        allowed = ", ".join(event.kind.allowed_from)
-        return f"order {self.order_id} is {self.status}; {event.type} may follow only {allowed}"
+        """Why the order's state forbids the event: "is <status>; <type> may follow only <statuses>"."""
+        return f"is {self.status}; {event.type} may follow only {', '.join(event.kind.allowed_from)}"
 
     def apply(self, event: CloudEvent) -> Order:
         """The order after the event (its version and state already checked)."""
@@ -81,18 +85,17 @@ class Order:
         order, done = self, Release(self)
         remaining = 0
         for parked in sorted(waiting, key=lambda p: (p.sequence, p.parked_at)):
-            event = parked.cloud_event()
-            decision = order.decide(event)
-            if decision is Outcome.STALE:
+            turn = order._turn(parked.sequence)  # decided on the sequence: only an event in turn is decoded
+            if turn is Outcome.STALE:
                 done.stale.append(parked)
                 done.notes.append(f"parked version {parked.sequence} was stale and is removed")
-            elif decision is Outcome.PARKED or len(done.applied) == MAX_RELEASED_PER_BATCH:
+            elif turn is Outcome.PARKED or len(done.applied) == MAX_RELEASED_PER_BATCH:
                 remaining += 1
-            elif decision is Outcome.APPLIED:
+            elif order.decide(event := parked.cloud_event()) is Outcome.APPLIED:
                 order = order.apply(event)
                 done.applied.append((parked, event))
             else:
-                done.rejected.append((parked, reason := order.refusal(event)))
+                done.rejected.append((parked, reason := f"order {order.refusal(event)}"))
                 done.notes.append(f"parked version {parked.sequence} rejected: {reason}")
         done.order = order.count_parked(remaining)
         return done
@@ -112,8 +115,7 @@ class Release:
     rejected: list[tuple[ParkedEvent, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was set aside, in the order it was decided
 
-    def describe(self, first: int | None = None) -> str:
-        """What the release did, for the delivery's log record; ``first`` is a version applied before it."""
-        versions = [first] if first is not None else []
-        versions += [event.sequence for _, event in self.applied]
+    def describe(self) -> str:
+        """What the release did, for the delivery's log record."""
+        versions = [event.sequence for _, event in self.applied]
         return "; ".join(([f"released versions {versions}"] if versions else []) + self.notes)

@@ -3,7 +3,7 @@
 All live in the orders container, in the partition of their order (``orderId``), told apart by
 ``type``. A kind is a msgspec Struct: ``to_document`` gives the JSON a create writes and
 ``from_document`` reads a stored one back, etag included. Code elsewhere reads attributes, never
-string keys. The rules live elsewhere (the order's in ``order.Order``); these only map JSON. A
+string keys. The rules live elsewhere (the order's in ``aggregate.Order``); these only map JSON. A
 stored document is changed by merging changes into it as read (``merged``), never rewritten from a
 Struct, which would drop the fields this version does not model.
 
@@ -253,7 +253,12 @@ class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
     @staticmethod
     def waiting(consumer: str) -> dict[str, Any]:
         """Query conditions for the events one consumer has parked and still waits to apply."""
-        return {TYPE_FIELD: "parked-event", "consumer": consumer, "status": ParkedStatus.PARKED.value}
+        return {**ParkedEvent.of_consumer(consumer), "status": ParkedStatus.PARKED.value}
+
+    @staticmethod
+    def of_consumer(consumer: str) -> dict[str, Any]:
+        """Query conditions for every event one consumer parked, set aside or not."""
+        return {TYPE_FIELD: "parked-event", "consumer": consumer}
 
 
 class EventRecord(StoredDocument, kw_only=True):

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-# Timeout, throttled, Cosmos DB's retry-with; and every server error.
-TRANSIENT_STATUSES = frozenset({408, 429, 449})
+# Timeout, throttled, Cosmos DB's retry-with, server error, bad gateway, unavailable, gateway timeout.
+# Anything else (501 Not Implemented, 505 and the 4xx) will answer the same when asked again.
+TRANSIENT_STATUSES = frozenset({408, 429, 449, 500, 502, 503, 504})
 
 
 def is_transient(status: int | None) -> bool:
     """Whether a downstream's status may turn into success if asked again later."""
-    return status is not None and (status in TRANSIENT_STATUSES or status >= 500)
+    return status in TRANSIENT_STATUSES
 
 
 # An abandon must reach the broker while the lock still holds, or the message waits out the lock.

@@ -61,7 +61,7 @@ async def _apply(writes: EventWrites, message: InboundMessage, clock: Callable[[
             if decision is Outcome.STALE:
                 return decision, f"order {event.order_id} is at version {order.version} >= {event.sequence}"
             if decision is Outcome.INVALID_TRANSITION:
-                return decision, order.refusal(event)
+                return decision, f"order {event.order_id} {order.refusal(event)}"
             if decision is Outcome.APPLIED:
                 parked = await waiting(store, consumer, event.order_id) if order.parked else []
                 done = order.apply(event).release(parked)

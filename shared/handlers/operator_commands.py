@@ -16,8 +16,7 @@ from shared.ports.store import DocumentStore
 
 async def find_parked(store: DocumentStore, consumer: str, order_id: str | None) -> list[ParkedEvent]:
     """What this consumer has parked, for one order or all (rejected and dropped ones included)."""
-    conditions = {k: v for k, v in ParkedEvent.waiting(consumer).items() if k != "status"}
-    found = await store.query(conditions, partition_key=order_id, limit=MAX_PARKED_READ)
+    found = await store.query(ParkedEvent.of_consumer(consumer), partition_key=order_id, limit=MAX_PARKED_READ)
     return sorted((ParkedEvent.from_document(d) for d in found), key=lambda p: (p.order_id, p.sequence))
 
 

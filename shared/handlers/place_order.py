@@ -95,10 +95,11 @@ async def _write(
         stored = await read_order(store, order_id)
         if stored.order.status is not None or stored.foreign:
             return _seen(order_id, stored.request_hash, hash_, None)
-        pending = stored if stored.document is not None else None
-        release = (Order(order_id, "placed", 1, stored.order.parked).release(
-            await waiting(store, intake.claim.consumer, order_id)) if pending else None)
-        intake = replace(intake, pending=pending, release=release)
+        adopting = None
+        if stored.document is not None:  # a pending order: the order takes its place and releases what waits
+            placed = Order(order_id, intake.order.status, intake.order.version, stored.order.parked)
+            adopting = stored, placed.release(await waiting(store, intake.claim.consumer, order_id))
+        intake = replace(intake, adopting=adopting)
     return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -80,7 +81,13 @@ def order_write(stored: Stored, order: Order) -> BatchOperation:
     """The order's changes, merged into its document as read, on its etag; a new pending order if none stood."""
     if stored.document is None:
         return Create(PendingOrder(id=order.order_id, order_id=order.order_id, parked=order.parked).to_document())
-    return Replace(merged(stored.document, order.changes), stored.document.get("_etag"))
+    return _merge_on_etag(stored, order.changes)
+
+
+def _merge_on_etag(stored: Stored, changes: Mapping[str, Any]) -> Replace:
+    if stored.document is None or stored.foreign:
+        raise StoreError(f"document {stored.order.order_id} is neither an order nor a pending order; not ours to write")
+    return Replace(merged(stored.document, changes), stored.document["_etag"])
 
 
 def released(done: Release) -> Parts:
@@ -88,8 +95,7 @@ def released(done: Release) -> Parts:
     a stale copy removed; a rejected one kept with the reason."""
     parts: Parts = []
     for parked, event in done.applied:
-        parts += [("released", Create(EventRecord.of(event).to_document())),
-                  ("released", Delete(parked.id, parked.etag))]
+        parts += [("record", Create(EventRecord.of(event).to_document())), ("released", Delete(parked.id, parked.etag))]
     parts += [("released", Delete(parked.id, parked.etag)) for parked in done.stale]
     parts += [("released", Patch(parked.id, {"status": ParkedStatus.REJECTED.value, "reason": reason},
                                  {"status": ParkedStatus.PARKED.value})) for parked, reason in done.rejected]
@@ -104,19 +110,19 @@ class OrderIntake:
     order: OrderDocument
     outbox: OutboxEntry
     claim: SideEffectRecord
-    pending: Stored | None = None
-    release: Release | None = None
+    adopting: tuple[Stored, Release] | None = None  # the pending order as read, and what the order releases
 
     async def write(self, store: DocumentStore) -> SideEffectRecord:
         """Write it all; the claim as written. Raise OrderIdTaken, or OrderChanged if the pending order moved."""
         order: BatchOperation = Create(self.order.to_document())
         conflicts: dict[str, type[WriteConflict]] = {"order": OrderIdTaken}
-        if self.pending is not None and self.pending.document is not None and self.release is not None:
-            changes = {**self.order.to_document(), **self.release.order.changes}
-            order = Replace(merged(self.pending.document, changes), self.pending.document.get("_etag"))
-            conflicts = {"order": OrderChanged, "released": OrderChanged}
+        release: Parts = []
+        if self.adopting is not None:
+            pending, done = self.adopting
+            order = _merge_on_etag(pending, {**self.order.to_document(), **done.order.changes})
+            conflicts, release = {"order": OrderChanged, "released": OrderChanged}, released(done)
         parts: Parts = [("order", order), ("outbox", Create(self.outbox.to_document())),
-                        ("claim", Create(self.claim.to_document())), *(released(self.release) if self.release else [])]
+                        ("claim", Create(self.claim.to_document())), *release]
         written = await _write(store, self.order.order_id, parts, conflicts)
         return SideEffectRecord.from_document(written["claim"])
 
@@ -142,10 +148,18 @@ class EventWrites:
             *released(done)], relied_on=("released",))
 
     async def park(self, stored: Stored, parked: ParkedEvent) -> None:
-        """The event parked, and counted on its order (or on a pending order standing in for it)."""
+        """The event parked, and counted on its order (or on a pending order standing in for it).
+
+        A parked copy already there (its marker expired while it waited, and the event was sent again)
+        is the event seen before: AlreadySeen with the parked copy's requestHash.
+        """
         more = stored.order.count_parked(stored.order.parked + 1)
-        await write_once(self.store, self.marker, [("parked", Create(parked.to_document())),
-                                                   ("order", order_write(stored, more))], relied_on=("parked",))
+        try:
+            await write_once(self.store, self.marker, [("parked", Create(parked.to_document())),
+                                                       ("order", order_write(stored, more))], taken=("parked",))
+        except _Taken:
+            kept = ParkedEvent.from_document(await self.store.read(parked.id, parked.order_id))
+            raise AlreadySeen(f"parked event {parked.id} exists", kept.request_hash) from None
 
 
 async def released_by_hand(store: DocumentStore, stored: Stored, done: Release) -> None:
@@ -158,17 +172,20 @@ async def set_aside(store: DocumentStore, stored: Stored, parked: ParkedEvent, r
     """An operator's drop: the parked event kept, marked dropped, and no longer counted on its order."""
     parts: Parts = [("parked", Patch(parked.id, {"status": ParkedStatus.DROPPED.value, "reason": reason},
                                      {"status": ParkedStatus.PARKED.value}))]
-    if stored.document is not None:
+    if stored.document is not None and not stored.foreign:
         parts.append(("order", order_write(stored, stored.order.count_parked(stored.order.parked - 1))))
     await _write(store, stored.order.order_id, parts, {"order": OrderChanged, "parked": OrderChanged})
     return msgspec.structs.replace(parked, status=ParkedStatus.DROPPED, reason=reason)
 
 
 async def write_once(store: DocumentStore, marker: InboxMarker, parts: Parts,
-                     relied_on: tuple[str, ...] = ()) -> None:
+                     relied_on: tuple[str, ...] = (), taken: tuple[str, ...] = ()) -> None:
     """Write the marker and the parts atomically. Raise AlreadySeen if the marker exists (with the first
-    content's requestHash); OrderChanged if the order, or a part in ``relied_on``, was not as read."""
-    conflicts = {"marker": _MarkerTaken, "order": OrderChanged, **dict.fromkeys(relied_on, OrderChanged)}
+    content's requestHash); OrderChanged if the order, or a part in ``relied_on``, was not as read; _Taken
+    if a create in ``taken`` found its id taken."""
+    conflicts: dict[str, type[WriteConflict]] = {
+        "marker": _MarkerTaken, "order": OrderChanged, **dict.fromkeys(relied_on, OrderChanged),
+        **dict.fromkeys(taken, _Taken)}
     try:
         await _write(store, marker.order_id, [("marker", Create(marker.to_document())), *parts], conflicts)
         return
@@ -182,7 +199,11 @@ async def write_once(store: DocumentStore, marker: InboxMarker, parts: Parts,
     raise AlreadySeen(f"marker {marker.id} exists", stored.request_hash)
 
 
-class _MarkerTaken(WriteConflict):
+class _Taken(WriteConflict):
+    """A create of the batch found its id taken."""
+
+
+class _MarkerTaken(_Taken):
     """The batch's marker create found the marker there."""
 
 

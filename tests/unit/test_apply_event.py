@@ -15,10 +15,11 @@ from shared.domain.orders import parse_order
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import BatchTooLarge
 from shared.handlers.apply_event import apply_order_event
+from shared.handlers.operator_commands import drop
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
 from shared.handlers.writes import write_once
-from shared.ports.store import MAX_BATCH_OPERATIONS, Create, Replace
+from shared.ports.store import MAX_BATCH_OPERATIONS, Create, Delete, Replace
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
@@ -224,3 +225,38 @@ def test_an_order_taking_a_pending_orders_place_keeps_the_pending_orders_other_f
     assert placed_now.outcome is Outcome.CREATED
     order = run(store.read("ord-1", "ord-1"))
     assert (order["type"], order["version"], order["note"]) == ("order", 2, "from the next version")
+
+
+def test_an_operators_drop_leaves_a_document_of_another_kind_at_the_orders_id_alone() -> None:
+    store = InMemoryStore(default_ttl=-1)
+    assert deliver(store, event_body("ord-1", 3, ORDER_SHIPPED, event_id="e-3")).outcome is Outcome.PARKED
+    pending = run(store.read("ord-1", "ord-1"))
+    run(store.execute_batch("ord-1", [Replace({"id": "ord-1", "orderId": "ord-1", "type": "someone-else", "x": 1},
+                                              pending["_etag"])]))
+    run(drop(store, SETTINGS.consumer_name, "ord-1", "e-3"))
+    foreign = run(store.read("ord-1", "ord-1"))
+    assert {k: v for k, v in foreign.items() if not k.startswith("_")} == {
+        "id": "ord-1", "orderId": "ord-1", "type": "someone-else", "x": 1}
+
+
+def test_a_parked_event_sent_again_after_its_marker_expired_is_a_duplicate_not_a_retry_loop() -> None:
+    store = InMemoryStore(default_ttl=-1)
+    placed(store)
+    body = event_body("ord-1", 3, ORDER_SHIPPED)
+    assert deliver(store, body).outcome is Outcome.PARKED
+    [marker] = [d for d in store.documents() if d["type"] == "inbox"]
+    run(store.execute_batch("ord-1", [Delete(marker["id"], None)]))  # as its ttl would
+    before = store.requests
+    assert deliver(store, body).outcome is Outcome.DUPLICATE
+    assert store.requests - before <= 4  # happy path, read the order, park (its copy is there), read that copy
+    other = {**body, "data": {**body["data"], "carrier": "UPS"}}  # still no marker: the duplicate wrote none
+    assert deliver(store, other).outcome is Outcome.PAYLOAD_MISMATCH
+
+
+def test_a_stale_parked_event_that_no_longer_decodes_is_removed_without_reading_it(store: InMemoryStore) -> None:
+    assert deliver(store, event_body("ord-1", 3, ORDER_SHIPPED)).outcome is Outcome.PARKED
+    [parked] = [d for d in store.documents() if d["type"] == "parked-event"]
+    run(store.execute_batch("ord-1", [Replace({**parked, "sequence": 2, "event": {"not": "an event"}},
+                                              parked["_etag"])]))
+    assert deliver(store, event_body("ord-1", 2)).outcome is Outcome.APPLIED  # version 2 takes its version
+    assert [d for d in store.documents() if d["type"] == "parked-event"] == []
