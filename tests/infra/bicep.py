@@ -1,8 +1,12 @@
 """Read the Bicep templates with pycep-parser and evaluate the simple expressions they use.
 
 Enough of Bicep to check what matters statically: parameters with their defaults, variables,
-module parameters, string interpolation, ``union`` and ``string``. Anything else (resource
-properties known only at deployment, such as endpoints) evaluates to an ``Unresolved`` marker.
+module parameters, conditions (``if``), string interpolation, ``union``, ``string``, ``empty`` and
+``!``. Anything else (resource properties known only at deployment, such as endpoints) evaluates to
+an ``Unresolved`` marker; a property of a resource reads as ``Unresolved("<resource>.<property>")``.
+
+pycep gives identifiers and string literals alike as Python strings, so a literal that happens to
+spell a parameter's or variable's name reads as that name's value.
 """
 
 from __future__ import annotations
@@ -30,7 +34,20 @@ class Unresolved:
 @cache
 def parse(relative: str) -> BicepJson:
     """The pycep parse of one Bicep file under infra/."""
-    return BicepParser().parse(text=(INFRA / relative).read_text())
+    return parse_text((INFRA / relative).read_text())
+
+
+def parse_text(text: str) -> BicepJson:
+    """The pycep parse of Bicep source text."""
+    return BicepParser().parse(text=text)
+
+
+def declaration(config: Any) -> tuple[dict[str, Any] | None, Any, Any]:
+    """A resource's or module's config split into (loop, condition, body); pycep nests the body under
+    ``config`` when the declaration has a loop or a condition."""
+    if isinstance(config, dict) and ("loop_type" in config or "condition" in config):
+        return config.get("loop_type"), config.get("condition"), config["config"]
+    return None, None, config
 
 
 def bicep_files() -> list[str]:
@@ -49,10 +66,16 @@ class Scope:
     @classmethod
     def with_defaults(cls, relative: str, given: dict[str, Any] | None = None) -> Scope:
         """A template's scope with each parameter's default unless ``given`` overrides it."""
-        template = parse(relative)
-        params = {name: spec.get("default") for name, spec in template.get("parameters", {}).items()}
-        params.update(given or {})
-        return cls(template, params)
+        return cls.of(parse(relative), given)
+
+    @classmethod
+    def of(cls, template: BicepJson, given: dict[str, Any] | None = None) -> Scope:
+        """A parsed template's scope: ``given`` values, else each parameter's default, evaluated."""
+        given = given or {}
+        literal = cls(template, dict(given))
+        params = {name: given[name] if name in given else literal.evaluate(spec.get("default"))
+                  for name, spec in template.get("parameters", {}).items()}
+        return cls(template, {**given, **params})
 
     def evaluate(self, node: Any) -> Any:
         """Evaluate a parsed expression in this scope."""
@@ -95,6 +118,8 @@ class Scope:
             return merged
         if function["type"] == "string" and len(arguments) == 1:
             return str(arguments[0])
+        if function["type"] == "empty" and len(arguments) == 1 and isinstance(arguments[0], str | list | dict):
+            return len(arguments[0]) == 0
         return Unresolved(f"{function['type']}(...)")
 
     def _operator(self, operator: dict[str, Any]) -> Any:
@@ -103,6 +128,9 @@ class Scope:
             return -int(operands["integer_value"])
         if operator["type"] == "equals":
             return self.evaluate(operands["operand_1"]) == self.evaluate(operands["operand_2"])
+        if operator["type"] == "not":
+            value = self.evaluate(operands["bool_value"])
+            return not value if isinstance(value, bool) else Unresolved("not")
         if operator["type"] == "conditional":
             condition = self.evaluate(operands["condition"])
             if isinstance(condition, bool):
@@ -112,29 +140,38 @@ class Scope:
             key = operator["operands"]["operand_2"]
             if isinstance(target, dict) and key in target:
                 return target[key]
+            if isinstance(target, Unresolved):
+                return Unresolved(f"{target.expression}.{key}")
         return Unresolved(operator["type"])
 
     def resources(self) -> dict[str, dict[str, Any]]:
-        """Each resource by symbolic name: type, whether it is ``existing``, and its evaluated config."""
+        """Each resource by symbolic name: type, whether it is ``existing``, whether it is deployed (its
+        ``if`` condition: True without one, Unresolved if it cannot be evaluated), and its evaluated config."""
         found = {}
         for name, resource in self.template.get("resources", {}).items():
-            config = resource["config"]
-            loop = config.get("loop_type") if isinstance(config, dict) else None
+            loop, condition, body = declaration(resource["config"])
             found[name] = {
                 "type": resource["type"],
                 "existing": resource.get("existing", False),
                 "loop": loop,
-                "raw": config["config"] if loop else config,
-                "config": self.evaluate(config["config"] if loop else config),
+                "deployed": True if condition is None else self.evaluate(condition),
+                "raw": body,
+                "config": self.evaluate(body),
             }
         return found
+
+    def deploys_module(self, symbolic_name: str) -> Any:
+        """Whether this template deploys the module: its ``if`` condition evaluated (True without one)."""
+        _, condition, _ = declaration(self.template["modules"][symbolic_name]["config"])
+        return True if condition is None else self.evaluate(condition)
 
     def module(self, symbolic_name: str) -> Scope:
         """The scope of a module as this template instantiates it."""
         module = self.template["modules"][symbolic_name]
         path = module["detail"].get("path")
         assert module["type"] == "local" and isinstance(path, str), f"{symbolic_name} is not a local module"
-        given = {name: self.evaluate(value) for name, value in module["config"]["params"].items()}
+        _, _, body = declaration(module["config"])
+        given = {name: self.evaluate(value) for name, value in body.get("params", {}).items()}
         return Scope.with_defaults(path, given)
 
 
@@ -146,31 +183,30 @@ def main_scope(**overrides: Any) -> Scope:
     return Scope.with_defaults("main.bicep", {**MAIN_REQUIRED, **overrides})
 
 
-def expand(scope: Scope, resource: dict[str, Any]) -> list[dict[str, Any]]:
-    """A resource's evaluated config, once per loop iteration (once if it has no loop)."""
+def iterations(scope: Scope, resource: dict[str, Any]) -> list[Scope]:
+    """The scope of each copy of a resource: one per loop item (with its item and index names), one
+    without a loop, none when its condition is false."""
+    if resource["deployed"] is False:
+        return []
     loop = resource["loop"]
     if not loop:
-        return [resource["config"]]
+        return [scope]
     detail = loop["detail"]
-    items = scope.evaluate(detail["array_name"])
     copies = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(scope.evaluate(detail["array_name"])):
         names = {detail["item_name"]: item}
         if detail.get("index_name"):
             names[detail["index_name"]] = index
-        copies.append(Scope(scope.template, {**scope.params, **names}).evaluate(resource["raw"]))
+        copies.append(Scope(scope.template, {**scope.params, **names}))
     return copies
 
 
+def expand(scope: Scope, resource: dict[str, Any]) -> list[dict[str, Any]]:
+    """A resource's evaluated config, once per copy (see ``iterations``)."""
+    return [copy.evaluate(resource["raw"]) for copy in iterations(scope, resource)]
+
+
 def role_guid(scope: Scope, resource: dict[str, Any]) -> list[str]:
-    """The role-definition GUIDs a (possibly looped) role-assignment resource assigns."""
-    guids = []
+    """The role-definition GUIDs a (possibly looped) role-assignment resource assigns, one per copy."""
     raw_role = resource["raw"]["properties"]["roleDefinitionId"]["function"]["parameters"]["resource_name_1"]
-    loop = resource["loop"]
-    items = scope.evaluate(loop["detail"]["array_name"]) if loop else [None]
-    for index, item in enumerate(items):
-        names = {loop["detail"]["item_name"]: item} if loop else {}
-        if loop and loop["detail"].get("index_name"):
-            names[loop["detail"]["index_name"]] = index
-        guids.append(Scope(scope.template, {**scope.params, **names}).evaluate(raw_role))
-    return guids
+    return [copy.evaluate(raw_role) for copy in iterations(scope, resource)]
