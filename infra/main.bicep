@@ -55,17 +55,21 @@ param cosmosCapacityMode string = 'serverless'
 @description('Autoscale maximum RU/s of the database when cosmosCapacityMode is autoscale.')
 param cosmosAutoscaleMaxThroughput int = 1000
 
-@description('Base URL of the fulfilment service that process_order calls.')
+@description('Base URL of the fulfilment service that process_order calls; no default, so azd asks for it.')
 param fulfillmentUrl string
 
 @description('Name of this consumer; part of every inbox marker and downstream idempotency key.')
 param consumerName string = 'order-projection'
 
+// Flex Consumption runs 3.13 (docs/deploy.md, "Python version", names the sources). The local host and CI
+// run 3.13, the one version on which Azure runs the pinned azure-functions-runtime; 3.11 and 3.12 stay
+// allowed for the compatibility runs in docs/local-development.md.
 @allowed([
   '3.11'
   '3.12'
+  '3.13'
 ])
-@description('Python version of the function app.')
+@description('Python version of the function app; keep it the version the local host and CI run (3.13).')
 param pythonVersion string = '3.13'
 
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
