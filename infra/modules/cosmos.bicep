@@ -58,6 +58,8 @@ resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2024-05-15
 
 // Orders, their events' records, inbox markers, side-effect records and outbox documents, all
 // partitioned by order. TTL on without a default (-1): only documents carrying a ttl expire.
+// The indexing policy indexes only the paths the app's queries filter on (docs/performance.md,
+// "Indexing policy"); the local setup (devservers.cosmos_setup) applies the same file.
 resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-05-15' = {
   parent: database
   name: ordersContainerName
@@ -71,6 +73,7 @@ resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2
         kind: 'Hash'
       }
       defaultTtl: -1
+      indexingPolicy: loadJsonContent('../orders-indexing-policy.json')
     }
   }
 }

@@ -9,23 +9,29 @@ It creates, with the real ``azure-cosmos`` SDK:
 
 * the database (``--database``, default ``sales``);
 * the orders container (``--container``, default ``orders``): partition key ``/orderId``, TTL on
-  without a default (``default_ttl=-1``, so items expire only if they carry their own ``ttl``);
+  without a default (``default_ttl=-1``, so items expire only if they carry their own ``ttl``), and
+  the indexing policy Bicep deploys, read from the same file (``infra/orders-indexing-policy.json``);
 * the leases container (``--leases-container``, default ``leases``): partition key ``/id``.
 
 Running it again changes nothing. An existing container is never modified: if its partition key or
 default TTL differs from the above, the script says so and exits with status 1 (a partition key
-cannot be changed; recreate the container). The key defaults to the emulator's well-known key.
+cannot be changed; recreate the container). An indexing policy that differs only gets a note: the
+local server stores the policy without using it, and the Linux emulator does not implement custom
+policies, so neither can show what the policy costs or saves. The key defaults to the emulator's
+well-known key.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,17 +41,27 @@ from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey
 from devservers.cosmos import EMULATOR_KEY
 from sbctl.failures import cosmos_failure
 
+# The orders container's indexing policy, the one file cosmos.bicep loads too (loadJsonContent).
+ORDERS_INDEXING_POLICY = Path(__file__).resolve().parents[2] / "infra" / "orders-indexing-policy.json"
+
 
 @dataclass(frozen=True)
 class ContainerSpec:
     name: str
     partition_key_path: str
     default_ttl: int | None
+    indexing_policy: dict[str, Any] | None = None  # None: the server's default (every path indexed)
+
+
+def orders_indexing_policy() -> dict[str, Any]:
+    """The orders container's indexing policy, as Bicep deploys it."""
+    policy: dict[str, Any] = json.loads(ORDERS_INDEXING_POLICY.read_text())
+    return policy
 
 
 def container_specs(container: str = "orders", leases_container: str = "leases") -> list[ContainerSpec]:
     return [
-        ContainerSpec(container, "/orderId", default_ttl=-1),
+        ContainerSpec(container, "/orderId", default_ttl=-1, indexing_policy=orders_indexing_policy()),
         ContainerSpec(leases_container, "/id", default_ttl=None),
     ]
 
@@ -67,6 +83,8 @@ def ensure_containers(client: CosmosClient, database: str, specs: list[Container
         options: dict[str, Any] = {}
         if spec.default_ttl is not None:
             options["default_ttl"] = spec.default_ttl
+        if spec.indexing_policy is not None:
+            options["indexing_policy"] = spec.indexing_policy
         container = db.create_container_if_not_exists(
             id=spec.name, partition_key=PartitionKey(path=spec.partition_key_path), **options
         )
@@ -79,6 +97,28 @@ def ensure_containers(client: CosmosClient, database: str, specs: list[Container
                 f"{database}/{spec.name}: default TTL is {properties.get('defaultTtl')}, expected {spec.default_ttl}"
             )
     return problems
+
+
+def indexing_notes(client: CosmosClient, database: str, specs: list[ContainerSpec]) -> list[str]:
+    """A note for each container whose indexed paths differ from its spec's policy (an older container,
+    or a server that keeps its own); not a failure: a policy can be changed in place, unlike a key."""
+    notes = []
+    for spec in specs:
+        if spec.indexing_policy is None:
+            continue
+        kept = client.get_database_client(database).get_container_client(spec.name).read().get("indexingPolicy", {})
+        if _paths(kept) != _paths(spec.indexing_policy):
+            included, excluded = _paths(kept)
+            notes.append(f"{database}/{spec.name} keeps another indexing policy than {ORDERS_INDEXING_POLICY.name}"
+                         f" (included: {', '.join(included) or 'none listed'}; excluded:"
+                         f" {', '.join(excluded) or 'none listed'}); Azure gets the file's, which Bicep loads")
+    return notes
+
+
+def _paths(policy: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Included and excluded paths, sorted: what decides which writes are indexed."""
+    return (sorted(p["path"] for p in policy.get("includedPaths", [])),
+            sorted(p["path"] for p in policy.get("excludedPaths", [])))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         with _quiet_sdk():
             client = make_client(args.endpoint, args.key, verify_tls=not args.no_verify_tls)
             problems = ensure_containers(client, args.database, specs)
+            notes = [] if problems else indexing_notes(client, args.database, specs)
     except (AzureError, ValueError) as exc:  # ValueError: an endpoint or key the SDK cannot use
         print(f"error: {cosmos_failure(args.endpoint, exc, key_option='--key')}", file=sys.stderr)
         return 1
@@ -115,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     names = ", ".join(spec.name for spec in specs)
     print(f"database {args.database!r} ready with containers {names} at {args.endpoint}")
+    for note in notes:
+        print(f"note: {note}")
     return 0
 
 

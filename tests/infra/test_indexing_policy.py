@@ -1,0 +1,201 @@
+"""The orders container's indexing policy indexes what the app's queries filter on, and nothing else.
+
+The queries are taken from the handlers themselves (each run over a store that records what it is
+asked), so a new query or a new condition fails here until the policy indexes it. Bicep loads the
+policy file (``loadJsonContent``) and the local setup applies the same file; on a container made with
+it, every recorded query still finds what it should.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pycep import BicepParser
+
+from devservers import cosmos_setup
+from shared.adapters.cosmos import CosmosStore, query_text
+from shared.adapters.memory import RecordingSender
+from shared.handlers import operator_commands, reports, writes
+from shared.handlers.outbox import OutboxPublisher
+from shared.ports.store import BatchOperation, Document
+from shared.settings import Settings
+from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
+
+ROOT = Path(__file__).resolve().parents[2]
+COSMOS_BICEP = ROOT / "infra" / "modules" / "cosmos.bicep"
+POLICY_FILE = ROOT / "infra" / "orders-indexing-policy.json"
+POLICY = json.loads(POLICY_FILE.read_text())
+# Handler modules and how many store queries each makes; a new one must be run in ``app_queries`` too.
+QUERY_SITES = {"writes.py": 1, "operator_commands.py": 1, "outbox.py": 1, "reports.py": 2}
+
+
+@dataclass(frozen=True)
+class Query:
+    """One query as a handler asks the store for it."""
+
+    conditions: dict[str, Any]
+    partition_key: str | None
+    before: tuple[str, Any] | None
+
+    def fields(self) -> set[str]:
+        return set(self.conditions) | ({self.before[0]} if self.before else set())
+
+
+class QueryRecorder:
+    """A DocumentStore that records each query and finds nothing; the query handlers' only call."""
+
+    def __init__(self) -> None:
+        self.queries: list[Query] = []
+
+    async def query(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                    before: tuple[str, Any] | None = None, limit: int = 100) -> list[Document]:
+        self.queries.append(Query(dict(conditions), partition_key, before))
+        return []
+
+    async def create(self, document: Document) -> Document:
+        raise AssertionError("a query handler wrote")
+
+    async def read(self, doc_id: str, partition_key: str) -> Document:
+        raise AssertionError("a query handler read")
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        raise AssertionError("a query handler wrote")
+
+
+def app_queries() -> list[Query]:
+    """Every query the app makes: the event path's, the operator's, the sweep's and the report's."""
+    store = QueryRecorder()
+
+    async def ask() -> None:
+        await writes.waiting(store, "intake", "ord-1")
+        await operator_commands.find_parked(store, "intake", None)
+        await operator_commands.find_parked(store, "intake", "ord-1")
+        await OutboxPublisher(store, RecordingSender(), dispatched_ttl_seconds=60, clock=lambda: 1000.0).sweep(
+            stuck_after_seconds=60)
+        await reports.report_stuck(store, consumer="intake", now=1000.0, parked_after=60, stuck_after=60)
+
+    asyncio.run(ask())
+    return store.queries
+
+
+def bicep_containers() -> dict[str, dict[str, Any]]:
+    """cosmos.bicep's container resources by symbolic name, as pycep parses them."""
+    resources = BicepParser().parse(text=COSMOS_BICEP.read_text())["resources"]
+    return {name: r["config"] for name, r in resources.items() if r["type"].endswith("/containers")}
+
+
+def included() -> set[str]:
+    return {p["path"] for p in POLICY["includedPaths"]}
+
+
+def test_every_store_query_in_the_handlers_is_run_here() -> None:
+    found = {}
+    for path in (ROOT / "shared").rglob("*.py"):
+        calls = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+                 and isinstance(node.func, ast.Attribute) and node.func.attr == "query"]
+        if calls and "adapters" not in path.parts and "ports" not in path.parts:
+            found[path.name] = len(calls)
+    assert found == QUERY_SITES
+    assert len(app_queries()) == 1 + 2 + 1 + 2  # find_parked is asked twice: across partitions and in one
+
+
+def test_every_field_a_query_filters_on_is_indexed() -> None:
+    missing = {f"/{field}/?" for q in app_queries() for field in q.fields()} - included()
+    assert not missing, f"queried but not indexed (each would scan the container): {sorted(missing)}"
+
+
+def test_nothing_else_is_indexed_but_the_partition_key() -> None:
+    # The partition key is indexed too: Microsoft's indexing-policy page says an opt-in policy should
+    # include it ("the partition key ... is not indexed and should be included"), and every query
+    # scoped to one order filters on it. id and _ts are indexed whatever the policy says.
+    [partition_key] = bicep_containers()["orders"]["properties"]["resource"]["partitionKey"]["paths"]
+    queried = {f"/{field}/?" for q in app_queries() for field in q.fields()}
+    assert included() == queried | {f"{partition_key}/?"}
+
+
+def test_the_policy_is_opt_in_and_consistent() -> None:
+    assert POLICY["indexingMode"] == "consistent" and POLICY["automatic"] is True
+    assert {p["path"] for p in POLICY["excludedPaths"]} == {"/*", '/"_etag"/?'}
+    assert all(p["path"].endswith("/?") for p in POLICY["includedPaths"])  # scalars only, no subtree
+
+
+def test_no_query_sorts_or_needs_a_composite_index() -> None:
+    # ORDER BY on a path the policy excludes is refused (400, "The index path corresponding to the
+    # specified order-by item is excluded"); a filter on one only scans. The adapter sorts nothing.
+    for q in app_queries():
+        sql, _ = query_text(q.conditions, q.before)
+        assert "ORDER BY" not in sql.upper(), sql
+
+
+def test_the_orders_container_loads_the_policy_file_and_the_leases_container_keeps_the_default() -> None:
+    containers = bicep_containers()
+    loaded = containers["orders"]["properties"]["resource"]["indexingPolicy"]["function"]
+    assert loaded["type"] == "load_json_content"
+    assert (COSMOS_BICEP.parent / loaded["parameters"]["file_path"]).resolve() == POLICY_FILE
+    assert "indexingPolicy" not in containers["leases"]["properties"]["resource"]
+
+
+def test_the_local_setup_applies_the_same_file() -> None:
+    assert cosmos_setup.ORDERS_INDEXING_POLICY.resolve() == POLICY_FILE
+    specs = {spec.partition_key_path: spec for spec in cosmos_setup.container_specs()}
+    assert specs["/orderId"].indexing_policy == POLICY
+    assert specs["/id"].indexing_policy is None
+
+
+@pytest.fixture
+def policy_container(cosmos_endpoint: CosmosEndpoint, capsys: pytest.CaptureFixture[str]) -> Iterator[str]:
+    """A database made by the setup script, as make run, the demo and the emulator's steps make it."""
+    database = f"policy-{uuid.uuid4().hex[:8]}"
+    argv = ["--endpoint", cosmos_endpoint.url, "--key", cosmos_endpoint.key, "--database", database]
+    assert cosmos_setup.main(argv + ([] if cosmos_endpoint.verify_tls else ["--no-verify-tls"])) == 0
+    yield database
+    make_cosmos_client(cosmos_endpoint).delete_database(database)
+
+
+@pytest.mark.cosmos
+def test_the_server_accepts_the_policy_and_keeps_it(
+    cosmos_endpoint: CosmosEndpoint, policy_container: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kept = make_cosmos_client(cosmos_endpoint).get_database_client(policy_container).get_container_client(
+        "orders").read()["indexingPolicy"]
+    if cosmos_endpoint.local:  # the local server stores the policy as given (and uses none)
+        assert {p["path"] for p in kept["includedPaths"]} == included()
+        assert "note:" not in capsys.readouterr().out
+
+
+def _matching(query: Query, doc_id: str, order_id: str, *, below: bool) -> Document:
+    """A document every condition of ``query`` holds for, its ``before`` field just below (or above) the bound."""
+    document: Document = {"id": doc_id, "orderId": order_id, **query.conditions}
+    if query.before is not None:
+        field, bound = query.before
+        document[field] = bound - 1 if below else bound + 1
+    return document
+
+
+@pytest.mark.cosmos
+def test_every_app_query_finds_its_documents_on_a_container_with_the_policy(
+    cosmos_endpoint: CosmosEndpoint, policy_container: str, loop: asyncio.Runner
+) -> None:
+    store = CosmosStore.from_settings(Settings(
+        cosmos_endpoint=cosmos_endpoint.url, cosmos_key=cosmos_endpoint.key,
+        cosmos_verify_tls=cosmos_endpoint.verify_tls, cosmos_database=policy_container, cosmos_container="orders"))
+    try:
+        for n, query in enumerate(app_queries()):
+            order_id = query.partition_key or f"ord-{n}"
+            hit = _matching(query, f"hit-{n}", order_id, below=True)
+            misses = [_matching(query, f"late-{n}", order_id, below=False)] if query.before else []
+            misses.append({**hit, "id": f"other-{n}", "type": "something-else"})
+            for document in (hit, *misses):
+                loop.run(store.create(document))
+            found = loop.run(store.query(query.conditions, partition_key=query.partition_key, before=query.before))
+            assert {d["id"] for d in found if d["id"].endswith(f"-{n}")} == {hit["id"]}, query
+    finally:
+        loop.run(store.close())
