@@ -3,7 +3,9 @@
 Enough of Bicep to check what matters statically: parameters with their defaults, variables,
 module parameters, conditions (``if``), string interpolation, ``union``, ``string``, ``empty`` and
 ``!``. Anything else (resource properties known only at deployment, such as endpoints) evaluates to
-an ``Unresolved`` marker; a property of a resource reads as ``Unresolved("<resource>.<property>")``.
+an ``Unresolved`` marker: a property of a resource reads as ``Unresolved("<resource>.<property>")``, an
+item of a resource loop as ``Unresolved("<resource>[<index>]")`` and ``guid(a, b)`` as
+``Unresolved("guid(a, b)")``, with its arguments evaluated.
 
 pycep gives identifiers and string literals alike as Python strings, so a literal that happens to
 spell a parameter's or variable's name reads as that name's value.
@@ -120,6 +122,9 @@ class Scope:
             return str(arguments[0])
         if function["type"] == "empty" and len(arguments) == 1 and isinstance(arguments[0], str | list | dict):
             return len(arguments[0]) == 0
+        if function["type"] == "guid":
+            # Deterministic in its arguments, which is what a role assignment's name must be; keep them readable.
+            return Unresolved(f"guid({', '.join(_text(a) for a in arguments)})")
         return Unresolved(f"{function['type']}(...)")
 
     def _operator(self, operator: dict[str, Any]) -> Any:
@@ -136,12 +141,14 @@ class Scope:
             if isinstance(condition, bool):
                 return self.evaluate(operands["true_value"] if condition else operands["false_value"])
         if operator["type"] == "property_accessor":
+            return _access(self.evaluate(operator["operands"]["operand_1"]), operator["operands"]["operand_2"])
+        if operator["type"] == "index_accessor":
             target = self.evaluate(operator["operands"]["operand_1"])
-            key = operator["operands"]["operand_2"]
-            if isinstance(target, dict) and key in target:
-                return target[key]
+            index = self.evaluate(operator["operands"]["operand_2"])
+            if isinstance(target, list) and isinstance(index, int) and 0 <= index < len(target):
+                return target[index]
             if isinstance(target, Unresolved):
-                return Unresolved(f"{target.expression}.{key}")
+                return Unresolved(f"{target.expression}[{_text(index)}]")
         return Unresolved(operator["type"])
 
     def resources(self) -> dict[str, dict[str, Any]]:
@@ -173,6 +180,22 @@ class Scope:
         _, _, body = declaration(module["config"])
         given = {name: self.evaluate(value) for name, value in body.get("params", {}).items()}
         return Scope.with_defaults(path, given)
+
+
+def _access(target: Any, key: Any) -> Any:
+    """``target.key``; pycep parses ``a.b.c`` as ``a.(b.c)``, so a key can itself be an accessor."""
+    if isinstance(key, dict) and key.get("operator", {}).get("type") == "property_accessor":
+        operands = key["operator"]["operands"]
+        return _access(_access(target, operands["operand_1"]), operands["operand_2"])
+    if isinstance(target, dict) and isinstance(key, str) and key in target:
+        return target[key]
+    if isinstance(target, Unresolved) and isinstance(key, str):
+        return Unresolved(f"{target.expression}.{key}")
+    return Unresolved("property_accessor")
+
+
+def _text(value: Any) -> str:
+    return value.expression if isinstance(value, Unresolved) else str(value)
 
 
 MAIN_REQUIRED = {"environmentName": "dev", "location": "westeurope", "fulfillmentUrl": "https://fulfilment.example"}
