@@ -72,6 +72,17 @@ param consumerName string = 'order-projection'
 @description('Python version of the function app; keep it the version the local host and CI run (3.13).')
 param pythonVersion string = '3.13'
 
+@description('Object id of a user, group or service principal who runs the operator tools (sbctl); empty: no operator roles.')
+param operatorPrincipalId string = ''
+
+@allowed([
+  'User'
+  'Group'
+  'ServicePrincipal'
+])
+@description('Kind of principal operatorPrincipalId names.')
+param operatorPrincipalType string = 'User'
+
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = {
   'azd-env-name': environmentName
@@ -190,6 +201,13 @@ module roles 'modules/roles.bicep' = {
     databaseName: databaseName
     storageAccountName: storage.outputs.name
     applicationInsightsName: monitoring.outputs.applicationInsightsName
+    operatorPrincipalId: operatorPrincipalId
+    operatorPrincipalType: operatorPrincipalType
+    operatorQueueNames: [
+      ordersQueueName
+      eventsQueueName
+      outboxDestinationName
+    ]
   }
 }
 

@@ -1,4 +1,4 @@
-// Least-privilege role assignments for the function app's managed identity.
+// Least-privilege role assignments for the function app's managed identity, and for an operator.
 param principalId string
 param serviceBusNamespaceName string
 param receiveQueueNames array
@@ -8,9 +8,18 @@ param databaseName string
 param storageAccountName string
 param applicationInsightsName string
 
+@description('Object id of the operator who runs sbctl; empty: no operator roles are granted.')
+param operatorPrincipalId string = ''
+param operatorPrincipalType string = 'User'
+@description('The queues the operator sends to, receives and resubmits from.')
+param operatorQueueNames array = []
+
+var operator = !empty(operatorPrincipalId)
+
 var roles = {
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
+  serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
   storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
   storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
   storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
@@ -101,5 +110,57 @@ resource telemetryAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01
     principalId: principalId
     principalType: 'ServicePrincipal'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.monitoringMetricsPublisher)
+  }
+}
+
+resource operatorQueues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' existing = [for name in operatorQueueNames: {
+  parent: namespace
+  name: name
+}]
+
+// The operator's everyday sbctl work, per queue: send (send, dlq resubmit) and receive (dlq list, resubmit, purge).
+resource operatorReceiverAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in operatorQueueNames: if (operator) {
+  name: guid(operatorQueues[i].id, operatorPrincipalId, roles.serviceBusDataReceiver)
+  scope: operatorQueues[i]
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+  }
+}]
+
+resource operatorSenderAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in operatorQueueNames: if (operator) {
+  name: guid(operatorQueues[i].id, operatorPrincipalId, roles.serviceBusDataSender)
+  scope: operatorQueues[i]
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataSender)
+  }
+}]
+
+// sbctl reads a queue's duplicate-detection window with ServiceBusAdministrationClient.get_queue: a GET of
+// the entity description on the namespace's data-plane (ATOM) endpoint, not an ARM read, so Reader would
+// not do. The service asks for the Manage or EntityRead claim even for a read, and among the built-in roles
+// only Azure Service Bus Data Owner carries it; it is granted per queue, never on the namespace. Without it
+// sbctl falls back to --detection-window, or to PT10M, this template's default.
+resource operatorOwnerAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in operatorQueueNames: if (operator) {
+  name: guid(operatorQueues[i].id, operatorPrincipalId, roles.serviceBusDataOwner)
+  scope: operatorQueues[i]
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataOwner)
+  }
+}]
+
+// sbctl parked list, release and drop read and write the orders container: the app's own data role, on the database.
+resource operatorCosmosAssignment 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-05-15' = if (operator) {
+  parent: cosmos
+  name: guid(cosmos.id, databaseName, operatorPrincipalId, cosmosDataContributor)
+  properties: {
+    principalId: operatorPrincipalId
+    roleDefinitionId: '${cosmos.id}/sqlRoleDefinitions/${cosmosDataContributor}'
+    scope: '${cosmos.id}/dbs/${databaseName}'
   }
 }

@@ -87,7 +87,8 @@ def parameters_file_mismatches(main: BicepJson, parameters: Mapping[str, Any],
     """main.parameters.json against main.bicep, as azd reads it: every required parameter has an entry
     (or is one azd provides), a required one gets no default through ``${VAR=default}`` (azd prompts for
     it only without one), azd's own two reference azd's variables, no entry names an undeclared
-    parameter, and a literal value or a ``${VAR=default}`` default is among the @allowed values."""
+    parameter, and a literal value, a ``${VAR=default}`` default or the '' that an unset ``${VAR}``
+    gives an optional parameter is among the @allowed values."""
     declared = main.get("parameters", {})
     entries = {name: entry.get("value") for name, entry in parameters.get("parameters", {}).items()}
     findings = [Finding(file, name, "main.bicep declares no such parameter")
@@ -105,6 +106,10 @@ def parameters_file_mismatches(main: BicepJson, parameters: Mapping[str, Any],
         if reference is not None and reference["default"] is not None and required:
             findings.append(Finding(file, name, f"required, but ${{{reference['name']}=...}} gives it a default, "
                                                 "so azd never prompts for it"))
+        if reference is not None and reference["default"] is None and not required:
+            # azd prompts only for a required one; an unset variable gives an optional one ''.
+            findings += [Finding(file, name, f"unset, ${{{reference['name']}}} gives it '': {problem}")
+                         for problem in _violations("", spec["decorators"]) if "@allowed" in problem]
         candidate = value if reference is None else reference["default"]
         if candidate is not None and "${" not in str(candidate):
             findings += [Finding(file, name, problem) for problem in _violations(candidate, spec["decorators"])]

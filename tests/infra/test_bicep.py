@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from tests.infra.bicep import INFRA, Scope, bicep_files, expand, main_scope, parse, role_guid
+from tests.infra.bicep import INFRA, Scope, Unresolved, bicep_files, expand, main_scope, parse, role_guid
 
 SERVICE_BUS_DATA_RECEIVER = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0"
 SERVICE_BUS_DATA_SENDER = "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39"
+SERVICE_BUS_DATA_OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
 COSMOS_DATA_CONTRIBUTOR = "00000000-0000-0000-0000-000000000002"
+OPERATOR = "11111111-2222-3333-4444-555555555555"
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +158,39 @@ def test_sender_role_only_on_the_outbox_destination(main: Scope) -> None:
     assert found["sendQueue"]["config"]["name"] == "order-accepted"
 
 
-def test_no_role_is_granted_on_the_whole_namespace_or_above(main: Scope) -> None:
-    roles = main.module("roles")
+def role_assignments(roles: Scope) -> list[tuple[str, dict, str]]:
+    """Every role assignment the roles module makes, Azure RBAC and Cosmos SQL alike: one (name, config,
+    role GUID) per copy."""
+    found = []
     for name, resource in resources(roles).items():
         if resource["type"] == "Microsoft.Authorization/roleAssignments":
-            assert resource["raw"].get("scope") not in (None, "namespace"), name
-            assert SERVICE_BUS_DATA_SENDER not in role_guid(roles, resource) or name == "senderAssignment"
+            found += [(name, copy, role) for copy, role in
+                      zip(expand(roles, resource), role_guid(roles, resource), strict=True)]
+        elif resource["type"] == "Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments":
+            found += [(name, copy, copy["properties"]["roleDefinitionId"].rsplit("/", 1)[-1])
+                      for copy in expand(roles, resource)]
+    return found
+
+
+def text(value: object) -> str:
+    return value.expression if isinstance(value, Unresolved) else str(value)
+
+
+@pytest.mark.parametrize("operator", ["", OPERATOR])
+def test_no_role_is_granted_on_the_whole_namespace_or_above(operator: str) -> None:
+    roles = main_scope(operatorPrincipalId=operator).module("roles")
+    for name, assignment, _ in role_assignments(roles):
+        if "scope" in assignment:  # Azure RBAC: on a resource
+            assert text(assignment["scope"]).split("[")[0] in {
+                "receiveQueues", "sendQueue", "operatorQueues", "storage", "applicationInsights"}, name
+        else:  # Cosmos SQL: on a data-plane path
+            assert assignment["properties"]["scope"] == "${cosmos.id}/dbs/sales", name
+
+
+def test_the_app_sends_only_to_the_outbox_destination(main: Scope) -> None:
+    senders = [(name, assignment["scope"]) for name, assignment, role in role_assignments(main.module("roles"))
+               if role == SERVICE_BUS_DATA_SENDER]
+    assert senders == [("senderAssignment", Unresolved("sendQueue"))]
 
 
 def test_cosmos_data_contributor_is_scoped_to_the_database(main: Scope) -> None:
@@ -174,12 +201,15 @@ def test_cosmos_data_contributor_is_scoped_to_the_database(main: Scope) -> None:
     assert properties["scope"] == "${cosmos.id}/dbs/sales"
 
 
-def test_role_assignment_names_are_guids_of_scope_principal_and_role() -> None:
-    text = (INFRA / "modules" / "roles.bicep").read_text()
-    names = re.findall(r"^\s+name: (.+)$", text, re.M)
-    assignments = [n for n in names if n.startswith("guid(")]
-    assert len(assignments) == 5
-    assert all("principalId" in n for n in assignments)
+@pytest.mark.parametrize("operator", ["", OPERATOR])
+def test_role_assignment_names_are_guids_of_scope_principal_and_role(operator: str) -> None:
+    assignments = role_assignments(main_scope(operatorPrincipalId=operator).module("roles"))
+    assert len(assignments) == 8 + (3 * 3 + 1 if operator else 0)
+    for name, assignment, role in assignments:
+        principal = text(assignment["properties"]["principalId"])
+        # A Cosmos SQL assignment is scoped to the database: the account and the database name stand for it.
+        scope = f"{text(assignment['scope'])}.id" if "scope" in assignment else "cosmos.id, sales"
+        assert assignment["name"] == Unresolved(f"guid({scope}, {principal}, {role})"), name
 
 
 def test_host_storage_roles(main: Scope) -> None:
@@ -190,3 +220,55 @@ def test_host_storage_roles(main: Scope) -> None:
         "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
         "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
     }
+
+
+def operator_assignment(roles: Scope, name: str) -> list[tuple[str, Unresolved, str, str]]:
+    found = resources(roles)
+    return [(role, copy["scope"], copy["properties"]["principalId"], copy["properties"]["principalType"])
+            for role, copy in zip(role_guid(roles, found[name]), expand(roles, found[name]), strict=True)]
+
+
+def test_no_operator_roles_without_an_operator(main: Scope) -> None:
+    found = resources(main.module("roles"))
+    operator_grants = [name for name in found if name.startswith("operator") and not found[name]["existing"]]
+    assert operator_grants == ["operatorReceiverAssignments", "operatorSenderAssignments", "operatorOwnerAssignments",
+                               "operatorCosmosAssignment"]
+    assert all(found[name]["deployed"] is False for name in operator_grants)
+    assert main.params["operatorPrincipalId"] == ""
+    assert main.params["operatorPrincipalType"] == "User"
+
+
+def test_operator_queues_are_all_three(main: Scope) -> None:
+    roles = main_scope(operatorPrincipalId=OPERATOR).module("roles")
+    queues = [copy["name"] for copy in expand(roles, resources(roles)["operatorQueues"])]
+    assert queues == ["orders", "order-events", "order-accepted"]
+
+
+@pytest.mark.parametrize(("name", "role"), [
+    ("operatorReceiverAssignments", SERVICE_BUS_DATA_RECEIVER),
+    ("operatorSenderAssignments", SERVICE_BUS_DATA_SENDER),
+    ("operatorOwnerAssignments", SERVICE_BUS_DATA_OWNER),
+])
+def test_operator_gets_each_service_bus_role_on_each_queue(name: str, role: str) -> None:
+    roles = main_scope(operatorPrincipalId=OPERATOR).module("roles")
+    assert operator_assignment(roles, name) == [
+        (role, Unresolved(f"operatorQueues[{i}]"), OPERATOR, "User") for i in range(3)
+    ]
+
+
+def test_operator_principal_type_is_a_parameter() -> None:
+    allowed = [d for d in parse("main.bicep")["parameters"]["operatorPrincipalType"]["decorators"]
+               if d["type"] == "allowed"]
+    assert allowed[0]["argument"] == ["User", "Group", "ServicePrincipal"]
+    roles = main_scope(operatorPrincipalId=OPERATOR, operatorPrincipalType="Group").module("roles")
+    assert {kind for *_, kind in operator_assignment(roles, "operatorOwnerAssignments")} == {"Group"}
+
+
+def test_operator_gets_the_cosmos_data_contributor_role_on_the_database() -> None:
+    found = resources(main_scope(operatorPrincipalId=OPERATOR).module("roles"))
+    assignment = found["operatorCosmosAssignment"]
+    assert assignment["deployed"] is True
+    properties = assignment["config"]["properties"]
+    assert properties["principalId"] == OPERATOR
+    assert properties["roleDefinitionId"].endswith(f"/sqlRoleDefinitions/{COSMOS_DATA_CONTRIBUTOR}")
+    assert properties["scope"] == "${cosmos.id}/dbs/sales"

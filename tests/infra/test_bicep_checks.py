@@ -152,6 +152,15 @@ def test_an_undeclared_or_disallowed_entry_in_the_parameters_file_is_found() -> 
     ]
 
 
+def test_an_optional_allowed_parameter_left_empty_by_an_unset_variable_is_found() -> None:
+    found = parameters_file_mismatches(parse_text(MAIN), parameters_file(
+        fulfillmentUrl="${FULFILLMENT_URL}", sku="${SERVICEBUS_SKU}"))
+    problem = "unset, ${SERVICEBUS_SKU} gives it '': '' is not among its @allowed values ['Standard', 'Premium']"
+    assert found == [Finding("main.parameters.json", "sku", problem)]
+    assert parameters_file_mismatches(parse_text(MAIN), parameters_file(
+        fulfillmentUrl="${FULFILLMENT_URL}", sku="${SERVICEBUS_SKU=Premium}")) == []
+
+
 @pytest.mark.parametrize("value", [
     "https://fulfilment.example.com", "http://api.example.org/v1", "example.net", "https://localhost:8080",
     "http://127.0.0.1:7071", "https://shop.invalid", "https://fulfilment.test/", "https://contoso.azurewebsites.net",
