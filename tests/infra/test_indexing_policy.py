@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from pycep import BicepParser
 
+from bench import index_terms
 from devservers import cosmos_setup
 from shared.adapters.cosmos import CosmosStore, query_text
 from shared.adapters.memory import RecordingSender
@@ -35,6 +36,7 @@ POLICY_FILE = ROOT / "infra" / "orders-indexing-policy.json"
 POLICY = json.loads(POLICY_FILE.read_text())
 # Handler modules and how many store queries each makes; a new one must be run in ``app_queries`` too.
 QUERY_SITES = {"writes.py": 1, "operator_commands.py": 1, "outbox.py": 1, "reports.py": 2}
+PERFORMANCE = ROOT / "docs" / "performance.md"
 
 
 @dataclass(frozen=True)
@@ -199,3 +201,22 @@ def test_every_app_query_finds_its_documents_on_a_container_with_the_policy(
             assert {d["id"] for d in found if d["id"].endswith(f"-{n}")} == {hit["id"]}, query
     finally:
         loop.run(store.close())
+
+
+def test_the_term_counter_counts_leaves_array_items_and_undefined_included_paths() -> None:
+    document = {"id": "a", "orderId": "o", "type": "order", "_etag": '"1"', "_ts": 5,
+                "items": [{"sku": "x", "quantity": 1}, {"sku": "y", "quantity": 2}], "payload": {"total": "1.00"}}
+    default, orders = index_terms.Policy.of(index_terms.DEFAULT_POLICY), index_terms.Policy.of(POLICY)
+    assert len(index_terms.terms(document, default)) == 9  # id, orderId, type, 4 item leaves, payload.total, _ts
+    # id and _ts always; orderId and type defined; the other five included paths undefined; no item or payload
+    assert len(index_terms.terms(document, orders)) == 2 + 2 + 5
+    assert not orders.indexes("/items/[]/sku/?") and default.indexes("/items/[]/sku/?")
+    assert not default.indexes('/"_etag"/?') and orders.indexes("/id/?")
+    patched = {**document, "status": "paid", "_ts": 6}
+    assert index_terms.changed_terms(document, patched, orders) == 2  # status (was undefined) and _ts
+
+
+def test_the_performance_docs_quote_the_estimator() -> None:
+    section = PERFORMANCE.read_text().split("\n## Indexing policy: write RU, estimated\n", 1)[1].split("\n## ", 1)[0]
+    assert index_terms.markdown(index_terms.estimate()) in section, "run python -m bench.index_terms and paste it"
+    assert "estimates" in section and "flat 1" in section
