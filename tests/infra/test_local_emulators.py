@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devservers import cosmos_setup
 from tests.infra.bicep import main_scope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +115,13 @@ def test_compose_publishes_on_loopback_only_and_holds_no_password() -> None:
             assert str(port).startswith("127.0.0.1:"), (name, port)
     text = (LOCAL / "docker-compose.yml").read_text()
     assert "${MSSQL_SA_PASSWORD:?" in text
+
+
+def test_the_emulators_containers_are_made_by_the_setup_that_applies_the_bicep_policy() -> None:
+    # The Linux emulator gets its database and containers from devservers.cosmos_setup, as make run does,
+    # so both take the orders container's indexing policy from the file cosmos.bicep loads.
+    text = (LOCAL / "docker-compose.yml").read_text()
+    assert "python -m devservers.cosmos_setup --endpoint http://127.0.0.1:8081" in text
+    orders = cosmos_setup.container_specs()[0]
+    assert orders.indexing_policy == json.loads(cosmos_setup.ORDERS_INDEXING_POLICY.read_text())
+    assert cosmos_setup.ORDERS_INDEXING_POLICY == ROOT / "infra" / "orders-indexing-policy.json"
