@@ -83,6 +83,9 @@ param operatorPrincipalId string = ''
 @description('Kind of principal operatorPrincipalId names.')
 param operatorPrincipalType string = 'User'
 
+@description('Resource id of an existing action group that the alerts notify; empty: no alert rules are made.')
+param actionGroupId string = ''
+
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = {
   'azd-env-name': environmentName
@@ -208,6 +211,25 @@ module roles 'modules/roles.bicep' = {
       eventsQueueName
       outboxDestinationName
     ]
+  }
+}
+
+// Only with somewhere to send them: a rule that notifies nobody would still be evaluated and billed.
+module alerts 'modules/alerts.bicep' = if (!empty(actionGroupId)) {
+  name: 'alerts'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    resourceToken: resourceToken
+    actionGroupId: actionGroupId
+    serviceBusNamespaceName: serviceBus.outputs.name
+    queueNames: [
+      ordersQueueName
+      eventsQueueName
+      outboxDestinationName
+    ]
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
   }
 }
 

@@ -1,11 +1,12 @@
 """Read the Bicep templates with pycep-parser and evaluate the simple expressions they use.
 
 Enough of Bicep to check what matters statically: parameters with their defaults, variables,
-module parameters, conditions (``if``), string interpolation, ``union``, ``string``, ``empty`` and
-``!``. Anything else (resource properties known only at deployment, such as endpoints) evaluates to
-an ``Unresolved`` marker: a property of a resource reads as ``Unresolved("<resource>.<property>")``, an
-item of a resource loop as ``Unresolved("<resource>[<index>]")`` and ``guid(a, b)`` as
-``Unresolved("guid(a, b)")``, with its arguments evaluated.
+module parameters, conditions (``if``), string interpolation of names and property paths
+(``${a.b}``), ``union``, ``string``, ``empty`` and ``!``. Anything else (resource properties known
+only at deployment, such as endpoints) evaluates to an ``Unresolved`` marker: a property of a
+resource reads as ``Unresolved("<resource>.<property>")``, an item of a resource loop as
+``Unresolved("<resource>[<index>]")``, ``guid(a, b)`` as ``Unresolved("guid(a, b)")`` with its
+arguments evaluated, and an unresolved part of a string as ``<a.b>``.
 
 pycep gives identifiers and string literals alike as Python strings, so a literal that happens to
 spell a parameter's or variable's name reads as that name's value.
@@ -23,7 +24,7 @@ from pycep import BicepParser
 from pycep.typing import BicepJson
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
-_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,9 @@ class Scope:
         if isinstance(node, list):
             return [self.evaluate(item) for item in node]
         if isinstance(node, dict):
-            if "function" in node:
+            if _expression(node, "function"):
                 return self._function(node["function"])
-            if "operator" in node:
+            if _expression(node, "operator"):
                 return self._operator(node["operator"])
             return {key: self.evaluate(value) for key, value in node.items()}
         return node
@@ -103,7 +104,10 @@ class Scope:
         if "${" in text:
 
             def substitute(match: re.Match[str]) -> str:
-                value = self._name_or_text(match.group(1))
+                name, *path = match.group(1).split(".")
+                value = self._name_or_text(name)
+                for key in path:
+                    value = _access(value, key)
                 return f"<{match.group(1)}>" if isinstance(value, Unresolved) else str(value)
 
             return _INTERPOLATION.sub(substitute, text)
@@ -180,6 +184,12 @@ class Scope:
         _, _, body = declaration(module["config"])
         given = {name: self.evaluate(value) for name, value in body.get("params", {}).items()}
         return Scope.with_defaults(path, given)
+
+
+def _expression(node: dict[str, Any], kind: str) -> bool:
+    """Whether ``node`` is pycep's function or operator node, not an object with such a property
+    (a metric alert's criterion has ``operator: 'GreaterThan'``)."""
+    return len(node) == 1 and isinstance(node.get(kind), dict) and "type" in node[kind]
 
 
 def _access(target: Any, key: Any) -> Any:

@@ -40,6 +40,7 @@ def test_main_targets_the_subscription_and_creates_a_resource_group(main: Scope)
         "cosmos",
         "functionApp",
         "roles",
+        "alerts",
     }
 
 
@@ -184,7 +185,7 @@ def test_no_role_is_granted_on_the_whole_namespace_or_above(operator: str) -> No
             assert text(assignment["scope"]).split("[")[0] in {
                 "receiveQueues", "sendQueue", "operatorQueues", "storage", "applicationInsights"}, name
         else:  # Cosmos SQL: on a data-plane path
-            assert assignment["properties"]["scope"] == "${cosmos.id}/dbs/sales", name
+            assert assignment["properties"]["scope"] == "<cosmos.id>/dbs/sales", name
 
 
 def test_the_app_sends_only_to_the_outbox_destination(main: Scope) -> None:
@@ -198,7 +199,7 @@ def test_cosmos_data_contributor_is_scoped_to_the_database(main: Scope) -> None:
     assert assignment["type"] == "Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments"
     properties = assignment["config"]["properties"]
     assert properties["roleDefinitionId"].endswith(f"/sqlRoleDefinitions/{COSMOS_DATA_CONTRIBUTOR}")
-    assert properties["scope"] == "${cosmos.id}/dbs/sales"
+    assert properties["scope"] == "<cosmos.id>/dbs/sales"
 
 
 @pytest.mark.parametrize("operator", ["", OPERATOR])
@@ -271,4 +272,4 @@ def test_operator_gets_the_cosmos_data_contributor_role_on_the_database() -> Non
     properties = assignment["config"]["properties"]
     assert properties["principalId"] == OPERATOR
     assert properties["roleDefinitionId"].endswith(f"/sqlRoleDefinitions/{COSMOS_DATA_CONTRIBUTOR}")
-    assert properties["scope"] == "${cosmos.id}/dbs/sales"
+    assert properties["scope"] == "<cosmos.id>/dbs/sales"
