@@ -2,6 +2,7 @@
 
 The binding names come from the settings as the host indexes the functions; the app behind them is
 built on the first invocation, once, so that nothing connects (or imports a client) while indexing.
+The counters' export to Application Insights starts then too.
 """
 
 import functools
@@ -12,7 +13,7 @@ from consumers.triggers import make_blueprint
 from shared import bootstrap
 from shared.settings import Settings
 
-root = functools.cache(lambda: bootstrap.build(Settings.from_env()))
+root = functools.cache(bootstrap.from_environment)
 
 app = func.FunctionApp()
 app.register_functions(make_blueprint(Settings.from_env(), root))

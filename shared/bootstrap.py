@@ -30,7 +30,7 @@ from shared.ports.fulfilment import FulfilmentService
 from shared.ports.sender import MessageSender
 from shared.ports.store import DocumentStore
 from shared.settings import Settings
-from shared.telemetry import record_delivery
+from shared.telemetry import export_to_azure_monitor, record_delivery
 
 _Client = TypeVar("_Client")
 
@@ -134,3 +134,10 @@ def build(
     ``record`` logs and counts each delivery. The simulator hands in its own three.
     """
     return App(settings, store=store, fulfilment=fulfilment, sender=sender, clock=clock, sleep=sleep, record=record)
+
+
+def from_environment() -> App:
+    """The app as the function app runs it: settings from the environment, and the counters exported to
+    Application Insights when it is set (on the first invocation: function_app builds this once)."""
+    export_to_azure_monitor()
+    return build(Settings.from_env())

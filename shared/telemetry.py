@@ -1,12 +1,17 @@
 """One structured log record and one counter increment per delivery: ids, hashes and outcomes only.
 
-Counters go through the OpenTelemetry metrics API, a no-op until the host or a test installs an SDK
-(on Azure: ``PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY`` or the Azure Monitor distro).
+The records reach Application Insights as ``traces`` through the Functions host, which forwards the
+worker's logs. The counters go through the OpenTelemetry metrics API, a no-op until a provider is
+installed: in Azure, ``export_to_azure_monitor`` installs one whose exporter sends them to Application
+Insights as ``customMetrics`` (the function app calls it once, on its first invocation); a test
+installs its own reader.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import metrics
@@ -15,6 +20,10 @@ from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 
 LOGGER_NAME = "idempotent_consumer"
+# Set by the platform when the app has Application Insights; the exporter reads it, and
+# APPLICATIONINSIGHTS_AUTHENTICATION_STRING ("Authorization=AAD": the managed identity), itself.
+CONNECTION_SETTING = "APPLICATIONINSIGHTS_CONNECTION_STRING"
+EXPORT_INTERVAL_MS = 60_000
 METER_NAME = "idempotent_consumer"
 OUTCOME_COUNTER = "consumer.deliveries"
 OVERDUE_COUNTER = "consumer.overdue"
@@ -61,3 +70,23 @@ def record_overdue(kind: str, order_id: str, detail: str) -> None:
     logger.warning("overdue %s orderId=%s %s", kind, order_id, detail,
                    extra={"overdue": kind, "orderId": order_id})
     _overdue.add(1, {"kind": kind, "orderId": order_id})
+
+
+def export_to_azure_monitor(environ: Mapping[str, str] = os.environ) -> bool:
+    """Send the counters to Application Insights when the app has it (``CONNECTION_SETTING``); say whether.
+
+    Only the metrics exporter and the SDK's metrics are imported, on first use: the Azure Monitor distro
+    would also instrument the SDKs and HTTP clients and take over logging, which the host already does,
+    for about three times the import (docs/performance.md, "Telemetry").
+    """
+    if not environ.get(CONNECTION_SETTING):
+        return False
+    # On first use only: about 0.3 s of imports that the host's indexing should not pay.
+    from azure.monitor.opentelemetry.exporter import AzureMonitorMetricExporter  # noqa: PLC0415
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader  # noqa: PLC0415
+
+    reader = PeriodicExportingMetricReader(AzureMonitorMetricExporter(connection_string=environ[CONNECTION_SETTING]),
+                                           export_interval_millis=EXPORT_INTERVAL_MS)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return True
