@@ -102,6 +102,8 @@ def batch_operation(op: BatchOperation) -> tuple[Any, ...]:
     if isinstance(op, Patch):
         patch = [{"op": "set", "path": f"/{name}", "value": value} for name, value in op.set_fields.items()]
         options = {"filter_predicate": filter_predicate(op.condition)} if op.condition else {}
+        if op.if_match:
+            options["if_match_etag"] = op.if_match
         return ("patch", (op.doc_id, patch), options)
     options = {"if_match_etag": op.if_match} if op.if_match else {}
     if isinstance(op, Delete):

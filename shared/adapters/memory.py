@@ -93,6 +93,8 @@ class InMemoryStore:
             return self._create(docs, op.document)
         if isinstance(op, Patch):
             current = self._get(docs, partition_key, op.doc_id)
+            if op.if_match is not None and current["_etag"] != op.if_match:
+                raise PreconditionFailed(f"etag of {op.doc_id} changed", status=412)
             if not _condition_holds(current, op.condition):
                 raise PreconditionFailed(f"condition on {op.doc_id} does not hold", status=412)
             patched = self._stamp({**copy.deepcopy(current), **copy.deepcopy(dict(op.set_fields))})

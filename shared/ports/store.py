@@ -24,6 +24,9 @@ Document = dict[str, Any]
 # because splitting would break its atomicity.
 MAX_BATCH_OPERATIONS = 100
 MAX_BATCH_BYTES = 2 * 1024 * 1024
+# "There's a limit of 10 patch operations that can be added in a single patch specification"
+# (https://learn.microsoft.com/azure/cosmos-db/partial-document-update-faq); each set field is one.
+MAX_PATCH_FIELDS = 10
 # How often a document may change between a read and the conditional write that follows it before the
 # caller gives up; the delivery then ends transient and its redelivery starts again.
 MAX_RACES = 5
@@ -39,14 +42,17 @@ class Create:
 
 @dataclass(frozen=True)
 class Patch:
-    """Set top-level fields of a document, only if every ``condition`` holds (else 412; 404 if absent).
+    """Set top-level fields of a document, only if every ``condition`` holds and, with ``if_match``, its
+    etag still equals it (else 412; 404 if absent). Every other field is kept as stored.
 
     A condition maps a field to the value it must equal, or to a tuple of values it must be one of.
+    At most MAX_PATCH_FIELDS fields are set by one patch.
     """
 
     doc_id: str
     set_fields: Mapping[str, Any]
     condition: Mapping[str, Any] = field(default_factory=dict)
+    if_match: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,13 +88,16 @@ def check_batch(operations: Sequence[BatchOperation]) -> None:
         raise BatchTooLarge(f"batch of {size} bytes exceeds the limit of {MAX_BATCH_BYTES}", status=413)
     for op in operations:
         if isinstance(op, Patch):
+            if len(op.set_fields) > MAX_PATCH_FIELDS:
+                raise StoreError(f"patch of {op.doc_id} sets {len(op.set_fields)} fields; Cosmos DB takes at most"
+                                 f" {MAX_PATCH_FIELDS} in one patch", status=400)
             for name in (*op.set_fields, *op.condition):
                 check_field(name)
 
 
 def _payload(op: BatchOperation) -> Any:
     if isinstance(op, Patch):
-        return [op.doc_id, dict(op.set_fields), dict(op.condition)]
+        return [op.doc_id, dict(op.set_fields), dict(op.condition), op.if_match]
     if isinstance(op, Delete):
         return op.doc_id
     return op.document

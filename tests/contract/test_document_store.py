@@ -16,8 +16,8 @@ from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
 
 from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import InMemoryStore
-from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound, PreconditionFailed
-from shared.ports.store import MAX_BATCH_OPERATIONS, Create, Delete, DocumentStore, Patch, Replace
+from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound, PreconditionFailed, StoreError
+from shared.ports.store import MAX_BATCH_OPERATIONS, MAX_PATCH_FIELDS, Create, Delete, DocumentStore, Patch, Replace
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
@@ -195,6 +195,89 @@ def test_patch_of_a_missing_document_fails_404(store: DocumentStore, loop: async
     with pytest.raises(BatchFailed) as caught:
         loop.run(store.execute_batch(order_id, [Patch(order_id, {"version": 2}, {"version": 1})]))
     assert isinstance(caught.value.error, NotFound)
+
+
+def test_patch_on_the_etag_applies_while_it_is_current_and_fails_412_after_a_write(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    order_id = new_id()
+    created = loop.run(store.create(doc(order_id, attempt=1)))
+    [patched] = loop.run(store.execute_batch(order_id, [Patch(order_id, {"attempt": 2}, if_match=created["_etag"])]))
+    assert patched["attempt"] == 2 and patched["_etag"] != created["_etag"]
+    with pytest.raises(BatchFailed) as caught:
+        loop.run(store.execute_batch(order_id, [Patch(order_id, {"attempt": 3}, if_match=created["_etag"])]))
+    assert isinstance(caught.value.error, PreconditionFailed)
+    assert loop.run(store.read(order_id, order_id))["attempt"] == 2
+
+
+def test_patch_on_the_etag_of_a_missing_document_fails_404(store: DocumentStore, loop: asyncio.Runner) -> None:
+    order_id = new_id()
+    with pytest.raises(BatchFailed) as caught:
+        loop.run(store.execute_batch(order_id, [Patch(order_id, {"attempt": 2}, if_match='"gone"')]))
+    assert isinstance(caught.value.error, NotFound)
+
+
+def test_patch_with_a_condition_and_an_etag_needs_both(store: DocumentStore, loop: asyncio.Runner) -> None:
+    order_id = new_id()
+    created = loop.run(store.create(doc(order_id, status="parked")))
+    for condition, etag in [({"status": "dropped"}, created["_etag"]), ({"status": "parked"}, '"stale"')]:
+        with pytest.raises(BatchFailed) as caught:
+            loop.run(store.execute_batch(order_id, [Patch(order_id, {"status": "rejected"}, condition, etag)]))
+        assert isinstance(caught.value.error, PreconditionFailed)
+    loop.run(store.execute_batch(order_id, [Patch(order_id, {"status": "rejected"}, {"status": "parked"},
+                                                  created["_etag"])]))
+    assert loop.run(store.read(order_id, order_id))["status"] == "rejected"
+
+
+def test_a_patch_of_more_fields_than_cosmos_takes_is_refused_before_sending(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    order_id = new_id()
+    loop.run(store.create(doc(order_id)))
+    fields = {f"f{n}": n for n in range(MAX_PATCH_FIELDS + 1)}
+    with pytest.raises(StoreError) as caught:
+        loop.run(store.execute_batch(order_id, [Patch(order_id, fields)]))
+    assert caught.value.status == 400 and "at most 10" in str(caught.value)
+    loop.run(store.execute_batch(order_id, [Patch(order_id, dict(list(fields.items())[:MAX_PATCH_FIELDS]))]))
+    assert loop.run(store.read(order_id, order_id))["f9"] == 9
+
+
+# Fields the writer does not set: top level and nested, of every JSON type, as a newer version might add them.
+FOREIGN = {"schemaVersion": 2, "loyalty": {"tier": "gold", "points": [1, 2.5, None, True]}, "note": "kept"}
+
+
+def foreign_fields(document: dict) -> dict:
+    return {name: document.get(name) for name in FOREIGN}
+
+
+@pytest.mark.parametrize("how", ["condition", "etag", "condition and etag", "neither"])
+def test_a_patch_keeps_every_field_it_does_not_set_and_returns_the_whole_document(
+    store: DocumentStore, loop: asyncio.Runner, how: str
+) -> None:
+    order_id = new_id()
+    created = loop.run(store.create(doc(order_id, version=1, status="placed", **FOREIGN)))
+    condition = {"version": 1} if "condition" in how else {}
+    etag = created["_etag"] if "etag" in how else None
+    [written] = loop.run(store.execute_batch(order_id, [Patch(order_id, {"version": 2}, condition, etag)]))
+    stored = loop.run(store.read(order_id, order_id))
+    assert foreign_fields(stored) == FOREIGN and (stored["version"], stored["status"]) == (2, "placed")
+    assert {k: v for k, v in written.items() if k != "_ts"} == {k: v for k, v in stored.items() if k != "_ts"}
+
+
+def test_a_batch_of_patches_keeps_the_fields_of_every_document_it_patches(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    order_id = new_id()
+    first = loop.run(store.create(doc(order_id, version=1, **FOREIGN)))
+    loop.run(store.create(doc(f"{order_id}-parked", orderId=order_id, status="parked", **FOREIGN)))
+    written = loop.run(store.execute_batch(order_id, [
+        Create(doc(f"{order_id}-marker", orderId=order_id)),
+        Patch(order_id, {"version": 2, "parked": 0}, if_match=first["_etag"]),
+        Patch(f"{order_id}-parked", {"status": "rejected", "reason": "why"}, {"status": "parked"})]))
+    assert [foreign_fields(d) for d in written[1:]] == [FOREIGN, FOREIGN]
+    for doc_id in (order_id, f"{order_id}-parked"):
+        assert foreign_fields(loop.run(store.read(doc_id, order_id))) == FOREIGN
+    assert loop.run(store.read(f"{order_id}-parked", order_id))["reason"] == "why"
 
 
 def test_replace_needs_the_current_etag(store: DocumentStore, loop: asyncio.Runner) -> None:
