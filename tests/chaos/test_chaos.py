@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos import report
 from chaos.faults import Moment
 from tests.devservers.helptext import REPO_ROOT, options_without_help, run_module
 from tests.host.conftest import NEEDS_313, WHOLE_STACK
@@ -42,6 +43,12 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
     assert figures["duplicates absorbed by the broker"] > 0 and figures["duplicates absorbed by the consumer"] > 0
     table = (tmp_path / "chaos.md").read_text()
     assert "| invariant violations" in table and "| 0 |" in table
+    upgrade = figures["rolling upgrade"]  # half-way through, every host replaced by one on the next version
+    by_next = upgrade["orders written by the next version"]
+    assert upgrade["slots upgraded"] == 4 and by_next > 0
+    assert upgrade["orders with the next version's riskScore at the end"] == by_next
+    latency = figures["local Cosmos server latency"]
+    assert latency["probes"] > 10 and latency["stalled"] == 0 and latency["point read ms"]["max"] > 0
 
 
 @NEEDS_313
@@ -54,6 +61,30 @@ def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_comman
     assert any(v.endswith(" reservations") and not v.endswith(": 1 reservations") for v in figures["violations"])
     replay = "python -m chaos --orders 80 --hosts 4 --seed 3 --rate 6 --plant fresh-reservation-key"
     assert f"with seed 3; replay: {replay}" in run.stdout and figures["replay"] == replay
+
+
+@NEEDS_313
+@WHOLE_STACK
+@pytest.mark.timeout(900)
+def test_a_rewrite_from_the_typed_document_is_found_by_the_rolling_upgrade(tmp_path: Path) -> None:
+    run = _chaos(tmp_path, "--seed", "3", "--plant", "typed-order-replace")
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
+    figures = json.loads((tmp_path / "chaos.json").read_text())
+    lost = [v for v in figures["violations"] if "riskScore" in v]
+    assert lost, figures["violations"]
+
+
+def test_a_stack_that_cannot_be_observed_is_a_verdict_naming_what_was_not_checked(tmp_path: Path) -> None:
+    run = report.Run(seed=9, hosts=4, hosts_started=5, faults={}, replay="python -m chaos --orders 80 --seed 9")
+    result = report.unobserved(run, "the drain", TimeoutError("Read timed out. (read timeout=65)\nmore"))
+    [violation] = result.violations
+    assert violation == ("could not observe the stack during the drain (TimeoutError: Read timed out. (read"
+                         " timeout=65)); the invariants were not checked")
+    report.write(result, tmp_path)
+    table = (tmp_path / "chaos.md").read_text()
+    assert "**not checked**" in table and "| seed    | 9 " in table
+    assert "`python -m chaos --orders 80 --seed 9`" in table
+    assert json.loads((tmp_path / "chaos.json").read_text())["violations"] == [violation]
 
 
 @pytest.mark.parametrize(("arguments", "message"), [

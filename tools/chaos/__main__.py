@@ -4,39 +4,49 @@ Starts the local stack (broker, Cosmos server, fulfilment stand-in) and competin
 hosts, each behind its own Cosmos and fulfilment fault proxies (chaos/faults.py); sends the demo's
 scenario (orders, producer retries inside and outside the detection window, reused ids, malformed
 messages, events out of order within their sessions) while requests fail at random and hosts and
-workers are killed, at random moments and at chosen ones; stops killing once everything is sent,
+workers are killed, at random moments and at chosen ones; from half-way through the sending, replaces
+the hosts one by one by hosts on a generated next version of the app (a rolling upgrade, while the
+old ones still run: chaos/versions.py); stops killing once everything is sent,
 waits until the queues and the outbox have drained, then checks the invariants from outside: at the
-fulfilment service, at order-accepted, in Cosmos DB, in the queues and their dead-letter queues.
-Prints the table and keeps it as chaos.json and chaos.md; exit 1, with the seed and the replay
-command, when an invariant is broken.
+fulfilment service, at order-accepted, in Cosmos DB, in the queues and their dead-letter queues, and
+that nothing either version wrote was lost. A probe measures the local Cosmos server's latency all
+along. Prints the table and keeps it as chaos.json and chaos.md; exit 1, with the seed and the replay
+command, when an invariant is broken or when the stack could not be observed (what could not be
+checked is said instead of the table).
 
     python -m chaos [--orders 3500] [--hosts 4] [--seed 1] [--rate 24] [--results results/chaos] [--plant NAME]
+                    [--no-upgrade]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from azure.core.exceptions import AzureError
 from azure.servicebus import ServiceBusClient
 
-from chaos import planted, report
+from chaos import planted, report, versions
 from chaos.faults import LOCK_SECONDS, Chaos
 from demo import observe
+from demo.probe import LatencyProbe
 from demo.scenario import plan
 from demo.stack import ROOT, Stack
 
 SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
+UPGRADE_SHARE = 0.25  # of the sending time, from its half-way point, over which the hosts are upgraded
 
 
-def replay_command(orders: int, hosts: int, seed: int, rate: float, plant: str | None) -> str:
+def replay_command(options: Options) -> str:
     """The command that runs the same plan again."""
-    return (f"python -m chaos --orders {orders} --hosts {hosts} --seed {seed} --rate {rate:g}"
-            + (f" --plant {plant}" if plant else ""))
+    return (f"python -m chaos --orders {options.orders} --hosts {options.hosts} --seed {options.seed}"
+            f" --rate {options.rate:g}" + (f" --plant {options.plant}" if options.plant else "")
+            + ("" if options.upgrade else " --no-upgrade"))
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,7 @@ class Options:
     rate: float
     results: Path
     plant: str | None
+    upgrade: bool = True
 
 
 def run(options: Options) -> int:
@@ -57,27 +68,49 @@ def run(options: Options) -> int:
                                                   options.results, options.plant)
     scenario = plan(orders, seed)
     print(f"chaos: {orders} orders, {len(scenario.everything())} messages, {hosts} hosts, seed {seed}"
-          + (f", planted bug {plant!r}" if plant else ""), flush=True)
+          + (f", planted bug {plant!r}" if plant else "") + ("" if options.upgrade else ", no rolling upgrade"),
+          flush=True)
+    replay = replay_command(options)
+    journal = Path(tempfile.mkdtemp(prefix="chaos-journal-")) / "writes.log"
     stack = Stack.start(lock_seconds=LOCK_SECONDS)
-    chaos = Chaos(stack, seed, planted.app_dir(plant) if plant else ROOT)
+    chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant))
+    probe = LatencyProbe(stack.cosmos.endpoint, stack.cosmos.key)
+    watch = observe.Watch(stack)
+    phase = "the start of the hosts"
     try:
         chaos.start_hosts(hosts)
+        probe.start()
         print(f"chaos: {hosts} hosts listening, each behind its own fault proxies; sending and killing", flush=True)
         sent_at: dict[str, float] = {}
         started = time.time()
+        phase = "the sending"
         with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client:
             chaos.start()
-            for thread in observe.start_senders(client, scenario, sent_at, threading.Event(), rate):
+            halfway = threading.Event()
+            senders = observe.start_senders(client, scenario, sent_at, halfway, rate)
+            upgrader = _start_upgrade(chaos, options, versions.app_dir(versions.NEXT, journal, plant), halfway,
+                                      sending_seconds=len(scenario.everything()) / rate)
+            for thread in senders:
                 thread.join()
-            observe.late_then_drain(stack, client, scenario, sent_at, label="chaos", on_sent=chaos.stop,
+            if upgrader is not None:
+                upgrader.join()
+            phase = "the drain"
+            observe.late_then_drain(stack, watch, client, scenario, sent_at, label="chaos", on_sent=chaos.stop,
                                     deadline=started + 300 + orders * SECONDS_PER_ORDER)
             elapsed = time.time() - started
             stack.stop_hosts()  # so that the probes below are not taken by a host
-            seen = observe.observed(stack, client, sent_at, elapsed)
-        replay = replay_command(orders, hosts, seed, rate, plant)
+            probe.stop()
+            phase = "the checks after the drain"
+            seen = observe.observed(stack, watch, client, sent_at, elapsed)
+        upgrade = versions.check(journal, seen.documents) if options.upgrade else None
         result = report.build(scenario, seen, report.Run(seed, hosts, len(stack.retired), chaos.faults(), replay,
-                                                         plant, chaos.failure))
+                                                         plant, chaos.failure, probe, upgrade, chaos.upgraded))
+    except (AzureError, OSError) as exc:  # the stack could not be observed: no verdict on the invariants
+        result = report.unobserved(report.Run(seed, hosts, len(stack.retired), chaos.faults(), replay, plant,
+                                              chaos.failure, probe, None, chaos.upgraded), phase, exc)
     finally:
+        probe.stop()
+        watch.close()
         chaos.close()
         stack.stop()
     print(report.table(result), flush=True)
@@ -89,6 +122,24 @@ def run(options: Options) -> int:
         print(f"chaos: {len(result.violations)} invariant violations with seed {seed}; replay: {replay}", flush=True)
         return 1
     return 0
+
+
+def _start_upgrade(chaos: Chaos, options: Options, next_version: Path, halfway: threading.Event, *,
+                   sending_seconds: float) -> threading.Thread | None:
+    """Once half the orders are sent, replace the hosts one by one by hosts on the next version, so that
+    the upgrade ends about three quarters of the way through the sending."""
+    if not options.upgrade:
+        return None
+    every = sending_seconds * UPGRADE_SHARE / options.hosts
+
+    def upgrade() -> None:
+        if halfway.wait(2 * sending_seconds + 60):
+            print(f"chaos: half the orders sent; rolling upgrade, one host every {every:.0f} s", flush=True)
+            chaos.upgrade(next_version, every)
+
+    thread = threading.Thread(target=upgrade, name="chaos-upgrade", daemon=True)
+    thread.start()
+    return thread
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,10 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plant", choices=sorted(planted.PLANTS),
                         help="run on the app with a planted bug, to see the suite find it: "
                              + "; ".join(f"{name}: {why}" for name, (why, _) in planted.PLANTS.items()))
+    parser.add_argument("--no-upgrade", dest="upgrade", action="store_false",
+                        help="leave out the rolling upgrade (by default, from half-way through the sending, the hosts"
+                             " are replaced one by one by hosts on a generated next version of the app)")
     args = parser.parse_args(argv)
     if args.orders < 1 or args.hosts < 2 or args.rate <= 0:
         parser.error("--orders must be at least 1, --hosts at least 2 and --rate above 0")
-    return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant))
+    return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant, args.upgrade))
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ LOCK_SECONDS = 6  # the input queues' lock; renewal is off, so a slow delivery l
 KILL_EVERY_SECONDS = 4.0  # mean pause between two kills
 ARMED_FOR_SECONDS = 15.0  # a chosen moment not reached by then is given up (counted as missed)
 _BATCH = "x-ms-cosmos-is-batch-request"
-_OUTBOX_MARK = re.compile(rb'"type":\s*"outbox".*"status":\s*"dispatched"|"status":\s*"dispatched".*"type":\s*"outbox"',
-                          re.DOTALL)
+# The outbox publisher's mark: its status set to dispatched, by a patch operation or a whole document.
+_OUTBOX_MARK = re.compile(rb'"/?status"[^}]*?"dispatched"')
 
 
 class Moment(StrEnum):
@@ -59,6 +59,7 @@ class Slot:
     cosmos: FaultProxy
     fulfilment: FaultProxy
     settings: Path
+    app_dir: Path
     host: HostProcess | None = None
 
 
@@ -75,12 +76,14 @@ class Chaos:
 
     stack: Stack
     seed: int
-    app_dir: Path
+    app_dir: Path  # the version every slot starts with
     slots: list[Slot] = field(default_factory=list)
+    upgraded: int = 0  # slots whose host was replaced by one on the next version
     kills: Counter[str] = field(default_factory=Counter)
     failure: str | None = None  # why the killer stopped early, if it did: the run then fails
     _armed: Armed | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _slots: threading.RLock = field(default_factory=threading.RLock)  # who runs in a slot
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -100,9 +103,9 @@ class Chaos:
                       "CosmosDBConnection": f"AccountEndpoint={cosmos.url}/;AccountKey={self.stack.cosmos.key};",
                       "FULFILLMENT_READ_TIMEOUT_SECONDS": str(FULFILMENT_READ_TIMEOUT_SECONDS),
                       "AzureFunctionsJobHost__extensions__serviceBus__maxAutoLockRenewalDuration": "00:00:00"}
-            self.slots.append(Slot(index, cosmos, fulfilment, settings_file(values)))
+            self.slots.append(Slot(index, cosmos, fulfilment, settings_file(values), self.app_dir))
         for slot in self.slots:
-            slot.host = self.stack.start_host(slot.settings, self.app_dir)
+            slot.host = self.stack.start_host(slot.settings, slot.app_dir)
 
     def start(self) -> None:
         """Start killing, in the background, until ``stop``."""
@@ -117,6 +120,21 @@ class Chaos:
         with self._lock:
             self._give_up_armed()
         self._replace_dead()
+
+    def upgrade(self, app_dir: Path, every_seconds: float) -> None:
+        """A rolling upgrade: one slot after another, stop its host as the platform does (it finishes what
+        it has in hand) and start one on ``app_dir`` in its place, while the other slots run on."""
+        for slot in self.slots:
+            time.sleep(every_seconds)  # on, even once the killing has stopped
+            with self._slots:
+                slot.app_dir = app_dir
+                if slot.host is not None and slot.host.process.poll() is None:
+                    self.stack.stop_host(slot.host)
+                    slot.host = None
+                self._replace_dead()
+            self.upgraded += 1
+            print(f"chaos: slot {slot.index} upgraded to the next version ({self.upgraded} of {len(self.slots)})",
+                  flush=True)
 
     def close(self) -> None:
         """Stop the proxies (the hosts are the stack's to stop)."""
@@ -182,12 +200,15 @@ class Chaos:
             return True
 
     def _replace_dead(self) -> None:
-        for slot in self.slots:
-            if slot.host is not None and slot.host.process.poll() is not None:
-                slot.host.process.wait()
-                self.stack.hosts.remove(slot.host)
-                self.stack.retired.append(slot.host)
-                slot.host = self.stack.start_host(slot.settings, self.app_dir)
+        with self._slots:
+            for slot in self.slots:
+                if slot.host is not None and slot.host.process.poll() is not None:
+                    slot.host.process.wait()
+                    self.stack.hosts.remove(slot.host)
+                    self.stack.retired.append(slot.host)
+                    slot.host = None
+                if slot.host is None:
+                    slot.host = self.stack.start_host(slot.settings, slot.app_dir)
 
     def _cosmos_tap(self, index: int) -> Tap:
         def tap(method: str, path: str, headers: Mapping[str, str], body: bytes, status: int | None) -> bool:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.versions import Upgrade
 from demo import report as demo_report
+from demo.probe import LatencyProbe
 from demo.scenario import Scenario
 
 _PARKED = re.compile(r"delivery process_order_event messageId=(\S+) outcome=parked")
@@ -30,6 +32,9 @@ class Run:
     replay: str
     planted: str | None = None
     failure: str | None = None  # the chaos itself went wrong (the killer stopped early)
+    probe: LatencyProbe | None = None  # the local Cosmos server's latency over the run
+    upgrade: Upgrade | None = None  # what the check of the two versions' writes found (None: no upgrade)
+    upgraded: int = 0  # slots moved to the next version
 
 
 def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_report.Report:
@@ -47,6 +52,14 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
         "parked events released": len(set(_PARKED.findall(seen.logs))),
         "replay": run.replay,
     })
+    if run.probe is not None:
+        result.figures["local Cosmos server latency"] = run.probe.figures()
+        result.violations += run.probe.violations()
+    if run.upgrade is not None:
+        result.figures["rolling upgrade"] = {"slots upgraded": run.upgraded, **run.upgrade.figures}
+        result.violations += run.upgrade.violations
+        if run.upgraded < run.hosts:
+            result.violations.append(f"the rolling upgrade moved {run.upgraded} of {run.hosts} hosts")
     if run.failure:
         result.violations.append(run.failure)
     if not any(k.startswith(("kill host", "kill worker")) for k in run.faults):
@@ -56,9 +69,26 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
     return result
 
 
+def unobserved(run: Run, phase: str, error: BaseException) -> demo_report.Report:
+    """The verdict of a run whose stack could not be observed: what could not be checked, and why."""
+    first_line = (str(error).strip().splitlines() or [""])[0][:300]
+    result = demo_report.Report(figures={
+        "observed": False, "seed": run.seed, "hosts": run.hosts, "hosts started": run.hosts_started,
+        "planted bug": run.planted, "faults": run.faults, "replay": run.replay,
+        **({"local Cosmos server latency": run.probe.figures()} if run.probe is not None else {})})
+    result.violations.append(f"could not observe the stack during {phase} ({type(error).__name__}: {first_line});"
+                             " the invariants were not checked")
+    if run.probe is not None:
+        result.violations += run.probe.violations()
+    return result
+
+
 def table(result: demo_report.Report) -> str:
     """The table as Markdown."""
     f = result.figures
+    if f.get("observed") is False:
+        return _markdown([("verdict", "**not checked**: the stack could not be observed"), ("seed", str(f["seed"])),
+                          ("replay", f"`{f['replay']}`"), *_latency_rows(f)])
     rows = [
         ("messages sent / deliveries", f"{f['messages sent']} / {f['deliveries']}"),
         ("competing hosts (started in all)", f"{f['hosts']} ({f['hosts started']})"),
@@ -72,9 +102,14 @@ def table(result: demo_report.Report) -> str:
           for reason, count in sorted({**f["dead letters planned"], **f["dead letters"]}.items())],
         ("events parked, then released", str(f["parked events released"])),
         ("reservations / OrderAccepted", f"{f['reservations']} / {f['OrderAccepted']}"),
+        *_upgrade_rows(f),
         ("invariant violations", str(len(result.violations))),
         ("elapsed", f"{f['seconds']} s"),
     ]
+    return _markdown([*rows, *_latency_rows(f)])
+
+
+def _markdown(rows: list[tuple[str, str]]) -> str:
     width = max(len(label) for label, _ in rows)
     lines = [f"| {'':{width}} | result |", f"| {'-' * width} | ------ |"]
     lines += [f"| {label:{width}} | {value} |" for label, value in rows]
@@ -88,3 +123,22 @@ def write(result: demo_report.Report, results: Path) -> None:
     (results / "chaos.json").write_text(json.dumps(figures, indent=2))
     violations = "".join(f"- {v}\n" for v in result.violations)
     (results / "chaos.md").write_text(f"{table(result)}\n\n{violations}")
+
+
+def _upgrade_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    upgrade = f.get("rolling upgrade")
+    if upgrade is None:
+        return [("rolling upgrade", "off")]
+    return [("rolling upgrade: hosts moved to the next version", str(upgrade["slots upgraded"])),
+            *[(f"&nbsp;&nbsp;{label}", str(value)) for label, value in upgrade.items() if label != "slots upgraded"]]
+
+
+def _latency_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    latency = f.get("local Cosmos server latency")
+    if not latency:
+        return []
+    rows = [(f"local Cosmos server, {what.removesuffix(' ms')} p50 / p99 / max",
+             f"{latency[what]['p50']} / {latency[what]['p99']} / {latency[what]['max']} ms")
+            for what in ("point read ms", "partition query ms")]
+    probes = f"{latency['probes']} ({latency['failed']}, {latency['stalled']})"
+    return [*rows, ("latency probes (failed, stalled)", probes)]

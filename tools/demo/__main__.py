@@ -33,6 +33,7 @@ def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool) -
     scenario: Scenario = plan(orders, seed)
     print(f"demo: {orders} orders, {len(scenario.everything())} messages, seed {seed}; starting the stack", flush=True)
     stack = Stack.start()
+    watch = observe.Watch(stack)
     try:
         for _ in range(hosts):
             stack.start_host()
@@ -48,11 +49,11 @@ def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool) -
             stack.kill_host(stack.hosts[0])
             for thread in senders:
                 thread.join()
-            observe.late_then_drain(stack, client, scenario, sent_at, deadline=started + DRAIN_TIMEOUT_SECONDS,
+            observe.late_then_drain(stack, watch, client, scenario, sent_at, deadline=started + DRAIN_TIMEOUT_SECONDS,
                                     label="demo")
             elapsed = time.time() - started
             stack.stop_hosts()  # so that the probes below are not taken by a host
-            seen = observe.observed(stack, client, sent_at, elapsed)
+            seen = observe.observed(stack, watch, client, sent_at, elapsed)
         result = report.build(scenario, seen)
         print(report.table(result), flush=True)
         report.write(result, results)
@@ -65,6 +66,7 @@ def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool) -
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 1 if result.violations else 0
     finally:
+        watch.close()
         stack.stop()
 
 

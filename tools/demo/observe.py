@@ -17,6 +17,7 @@ from azure.servicebus.exceptions import OperationTimeoutError
 from demo import report
 from demo.scenario import Planned, Scenario
 from demo.stack import DETECTION_WINDOW_SECONDS, Stack
+from simulation.invariants import left_undone
 
 QUIET_POLLS = 3  # polls two seconds apart with no new delivery
 
@@ -50,14 +51,53 @@ def peek_count(client: ServiceBusClient, queue: str, sub_queue: Any = None) -> l
         return found
 
 
-def documents(stack: Stack) -> list[dict[str, Any]]:
-    client = CosmosClient(stack.cosmos.endpoint, credential=stack.cosmos.key, enable_endpoint_discovery=False)
-    container = client.get_database_client("sales").get_container_client("orders")
-    return list(container.query_items("SELECT * FROM c", enable_cross_partition_query=True))
+# A superset of what ``left_undone`` calls waiting, so that the drain reads only those documents.
+UNDONE_QUERY = ("SELECT * FROM c WHERE c.type = 'order-pending' OR (c.type IN ('outbox', 'side-effect', 'parked-event')"
+                " AND c.status IN ('pending', 'in_progress', 'parked'))")
+PAGE = 1000
 
 
-def orders_written(stack: Stack) -> int:
-    return sum(1 for d in documents(stack) if d.get("type") == "order")
+class Watch:
+    """The driver's view of the orders container, through one client for the whole run.
+
+    It never scans the container while the hosts work: the orders written come from the change feed
+    (each poll reads what changed since the last), what is still in flight from one targeted query,
+    and the documents for the checks from the change feed read once from the beginning (every live
+    document, in one pass).
+    """
+
+    def __init__(self, stack: Stack) -> None:
+        self._client = CosmosClient(stack.cosmos.endpoint, credential=stack.cosmos.key,
+                                    enable_endpoint_discovery=False, connection_timeout=10, read_timeout=60)
+        self._container = self._client.get_database_client("sales").get_container_client("orders")
+        self._orders: set[str] = set()
+        self._continuation: str | None = None
+
+    def orders_written(self) -> int:
+        """How many order documents exist (a new order's document is never deleted)."""
+        options: dict[str, Any] = ({"continuation": self._continuation} if self._continuation
+                                   else {"is_start_from_beginning": True})
+        for document in self._container.query_items_change_feed(partition_key_range_id="0", max_item_count=PAGE,
+                                                                 **options):
+            if document.get("type") == "order":
+                self._orders.add(document["id"])
+        self._continuation = self._container.client_connection.last_response_headers.get("etag")
+        return len(self._orders)
+
+    def undone(self) -> list[str]:
+        """What the documents say is still waiting to be done (``left_undone``), by one targeted query."""
+        found = self._container.query_items(UNDONE_QUERY, enable_cross_partition_query=True, max_item_count=PAGE)
+        return [undone for document in found if (undone := left_undone(document)) is not None]
+
+    def documents(self) -> list[dict[str, Any]]:
+        """Every live document, from the change feed read from the beginning."""
+        feed = self._container.query_items_change_feed(partition_key_range_id="0", is_start_from_beginning=True,
+                                                       max_item_count=PAGE)
+        return [{k: v for k, v in document.items() if k != "_lsn"} for document in feed]
+
+    def close(self) -> None:
+        """Close the client."""
+        self._client.close()
 
 
 def session_messages(stack: Stack) -> int:
@@ -75,13 +115,12 @@ def left(stack: Stack, client: ServiceBusClient) -> int:
     return len(peek_count(client, "orders")) + session_messages(stack)
 
 
-def drained(stack: Stack, client: ServiceBusClient, deliveries: list[int]) -> bool:
+def drained(stack: Stack, watch: Watch, client: ServiceBusClient, deliveries: list[int]) -> bool:
     """Nothing waits in the queues or the store, and no delivery happened for the last few seconds."""
     deliveries.append(stack.logs().count(" delivery process_"))
     if len(deliveries) < QUIET_POLLS or len(set(deliveries[-QUIET_POLLS:])) != 1 or left(stack, client):
         return False
-    in_flight = {("outbox", "pending"), ("side-effect", "in_progress"), ("parked-event", "parked")}
-    return not any((d.get("type"), d.get("status")) in in_flight for d in documents(stack))
+    return not watch.undone()
 
 
 def received(client: ServiceBusClient, queue: str) -> list[Any]:
@@ -109,10 +148,11 @@ def accepted_by_broker(client: ServiceBusClient, queues: tuple[str, ...]) -> int
     return total
 
 
-def observed(stack: Stack, client: ServiceBusClient, sent_at: dict[str, float], elapsed: float) -> report.Observed:
+def observed(stack: Stack, watch: Watch, client: ServiceBusClient, sent_at: dict[str, float],
+             elapsed: float) -> report.Observed:
     """Everything the report reads, once the hosts have stopped (so that the probes are not taken by one)."""
     return report.Observed(
-        documents=documents(stack),
+        documents=watch.documents(),
         dead_letters=[*peek_count(client, "orders", ServiceBusSubQueue.DEAD_LETTER),
                       *peek_count(client, "order-events", ServiceBusSubQueue.DEAD_LETTER)],  # no sessions
         accepted=[json.loads(b"".join(m.body)) for m in received(client, "order-accepted")],
@@ -137,7 +177,8 @@ def start_senders(client: ServiceBusClient, scenario: Scenario, sent_at: dict[st
     return senders
 
 
-def late_then_drain(stack: Stack, client: ServiceBusClient, scenario: Scenario, sent_at: dict[str, float], *,
+def late_then_drain(stack: Stack, watch: Watch, client: ServiceBusClient, scenario: Scenario,
+                    sent_at: dict[str, float], *,
                     deadline: float, label: str, on_sent: Callable[[], None] | None = None) -> bool:
     """Send the late copies and reused ids, then wait until everything has drained; False at ``deadline``.
 
@@ -146,7 +187,7 @@ def late_then_drain(stack: Stack, client: ServiceBusClient, scenario: Scenario, 
     they are sent, before the wait.
     """
     window_ends = time.time() + DETECTION_WINDOW_SECONDS + 1
-    while orders_written(stack) < len(scenario.orders) and time.time() < deadline:
+    while watch.orders_written() < len(scenario.orders) and time.time() < deadline:
         time.sleep(2)
     time.sleep(max(0.0, window_ends - time.time()))
     send(client, "orders", scenario.late, sent_at)
@@ -154,7 +195,7 @@ def late_then_drain(stack: Stack, client: ServiceBusClient, scenario: Scenario, 
         on_sent()
     print(f"{label}: waiting for the queues and the outbox to drain", flush=True)
     deliveries: list[int] = []
-    while not drained(stack, client, deliveries):
+    while not drained(stack, watch, client, deliveries):
         if time.time() > deadline:
             print(f"{label}: not drained in time", file=sys.stderr)
             return False

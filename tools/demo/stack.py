@@ -119,6 +119,18 @@ class Stack:
         self.hosts.remove(host)
         self.retired.append(host)
 
+    def stop_host(self, host: HostProcess) -> None:
+        """Stop one host as the platform does when it takes an instance away: SIGTERM, and it finishes the
+        invocations in hand (SIGKILL after a minute)."""
+        host.process.send_signal(signal.SIGTERM)
+        try:
+            host.process.wait(60)
+        except subprocess.TimeoutExpired:
+            sigkill(host, worker_only=False)
+            host.process.wait(10)
+        self.hosts.remove(host)
+        self.retired.append(host)
+
     def logs(self) -> str:
         """Every host's log, the retired ones' included."""
         return "\n".join(h.text() for h in (*self.retired, *self.hosts))
