@@ -1,4 +1,5 @@
-"""The simulator can fail: each classic idempotency bug, planted in a wrapper here, is found within 200 seeds.
+"""The simulator can fail: each classic bug of an idempotent consumer, planted in a wrapper here, is found within
+200 seeds.
 
 Each test wires one broken port or handler into the run and asserts that a violation of the rule the
 bug breaks shows up within MAX_SEEDS seeds, and that the correct system passes that same seed: the
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shared.delivery import Handler
-from shared.domain.documents import OrderDocument, OutboxEntry
+from shared.domain.documents import OrderDocument, OutboxEntry, OutboxStatus
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
 from shared.errors import AlreadyExists, BatchFailed, NotFound
@@ -104,16 +105,31 @@ def fresh_sequence_numbers(handler: Handler) -> Handler:
     return place
 
 
-def first_seed_failing(wiring: Wiring, rule: str) -> int | None:
-    """The first seed below MAX_SEEDS whose run breaks ``rule``."""
+class OrderRewrittenFromItsModel(_Delegating):
+    """Bug 5: the order's writes on its etag (park, release, a pending order's adoption) rewrite it whole from its
+    typed model instead of merging their changes into it as read: every field this version does not model,
+    such as another writer's, is dropped."""
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        return await self.store.execute_batch(partition_key, [_typed(op) for op in operations])
+
+
+def _typed(operation: BatchOperation) -> BatchOperation:
+    if isinstance(operation, Replace) and OrderDocument.is_kind(operation.document):
+        return Replace(OrderDocument.from_document(operation.document).to_document(), operation.if_match)
+    return operation
+
+
+def first_seed_failing(wiring: Wiring, rule: str, about: str = "") -> int | None:
+    """The first seed below MAX_SEEDS whose run breaks ``rule``, with a violation whose detail starts with ``about``."""
     for seed in range(MAX_SEEDS):
-        if any(v.rule == rule for v in simulate(seed, wiring=wiring).violations):
+        if any(v.rule == rule and v.detail.startswith(about) for v in simulate(seed, wiring=wiring).violations):
             return seed
     return None
 
 
-def assert_found(wiring: Wiring, rule: str) -> None:
-    seed = first_seed_failing(wiring, rule)
+def assert_found(wiring: Wiring, rule: str, about: str = "") -> None:
+    seed = first_seed_failing(wiring, rule, about)
     assert seed is not None, f"no seed below {MAX_SEEDS} broke {rule}"
     print(f"{rule} broken at seed {seed}")
     assert simulate(seed).violations == [], f"seed {seed} fails without the bug too"
@@ -135,15 +151,26 @@ def test_a_redelivery_that_cannot_take_over_its_own_claim_is_found_as_a_side_eff
     assert_found(Wiring(handle_order=fresh_sequence_numbers), "stuck")
 
 
+def test_an_order_rewritten_from_its_typed_model_is_found_as_another_writers_field_dropped() -> None:
+    assert_found(Wiring(store=OrderRewrittenFromItsModel), "foreign-fields", about="order ")
+
+
 class SuspendsOnOutboxMark(_Delegating):
     """Not an idempotency bug: a port that suspends its coroutine, here only where the outbox publisher
     marks an entry dispatched. The simulator has no event loop, so it must fail the run, not lose it."""
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         [first, *_] = operations
-        if isinstance(first, Replace) and OutboxEntry.is_kind(first.document):
+        if _marks_dispatched(first):
             await asyncio.sleep(0)
         return await self.store.execute_batch(partition_key, operations)
+
+
+def _marks_dispatched(operation: BatchOperation) -> bool:
+    """Whether an operation is the publisher's mark: a patch setting dispatched, or a replace of the entry."""
+    if isinstance(operation, Patch):
+        return operation.set_fields.get("status") == OutboxStatus.DISPATCHED.value
+    return isinstance(operation, Replace) and OutboxEntry.is_kind(operation.document)
 
 
 def test_a_port_that_suspends_fails_the_run_even_in_the_outbox_publisher() -> None:

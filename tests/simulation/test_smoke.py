@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+from simulation import foreign
 from simulation.run import simulate
 
 SMOKE_SEEDS = 500
@@ -20,6 +23,15 @@ def test_the_smoke_runs_exercise_every_kind_of_fault_and_outcome_that_matters() 
     assert faults == {"crash", "fail_before", "fail_after", "slow", "clock"}
     assert {"created", "duplicate", "applied", "parked", "payload_mismatch", "invalid", "transient"} <= outcomes
     assert sum(report.settlements["lock_lost"] for report in reports) > 0
+
+
+def test_the_foreign_writers_write_on_every_kind_of_document_and_the_app_meets_their_412s() -> None:
+    reports = [simulate(seed) for seed in range(50)]
+    written = {kind for report in reports for kind in report.foreign_writes}
+    races = sum((report.foreign_races for report in reports), Counter())
+    assert written == {"order", "order-pending", "outbox", "side-effect", "inbox", "parked-event", "payment",
+                       "shipment", "cancellation"} - foreign.SPARED_KINDS
+    assert races["app_412"] > 0 and races["writer_412"] > 0 and races["gone"] > 0
 
 
 def test_a_seed_replays_its_run_step_for_step() -> None:

@@ -1,4 +1,5 @@
-"""The actors of a run: competing consumers, producer scripts, the change-feed publisher and the outbox sweeper."""
+"""The actors of a run: competing consumers, producer scripts, the change-feed publisher, the outbox sweeper, and
+the other writers of the container (``simulation.foreign``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import functools
 from shared.delivery import Settlement
 from shared.domain.outcomes import Result
 from shared.errors import ConsumerError, NotFound
+from simulation import foreign
 from simulation.broker import Delivery, LockLost
 from simulation.faults import SETTLE_FAULTS
 from simulation.scheduler import EPOCH, Crash, drive
@@ -28,6 +30,7 @@ def start(world: World) -> None:
         sched.spawn(f"producer-{index + 1}", Producer(world, script).run)
     sched.spawn("publisher", Publisher(world).run)
     sched.spawn("sweeper", Sweeper(world).run)
+    foreign.start(world)
 
 
 class Consumer:

@@ -179,7 +179,31 @@ def left_undone(document: Document) -> str | None:
     return None
 
 
+def foreign_fields_kept(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """Every field another writer wrote (``simulation.foreign``) is there at the end with the last value it
+    wrote, on every document still stored: the app keeps what it does not model. A document deleted, or
+    expired by its ttl, took its fields with it, by design."""
+    stored = {(d["orderId"], d["id"]): d for d in documents}
+    history, now = world.history, world.clock.now
+    for key, fields in history.foreign.items():
+        document = stored.get(key)
+        if document is None:
+            if history.expires_at.get(key, float("inf")) > now:
+                yield Violation("foreign-fields", f"document {key[1]} of {key[0]} is gone, neither deleted nor"
+                                                  f" expired; a foreign writer wrote {', '.join(sorted(fields))}")
+            continue
+        kind = document.get("type", "?")
+        for name, value in sorted(fields.items()):
+            if name not in document:
+                yield Violation("foreign-fields", f"{kind} {key[1]} of {key[0]}: field {name} was dropped"
+                                                  f" (a foreign writer last wrote {value!r})")
+            elif document[name] != value:
+                yield Violation("foreign-fields", f"{kind} {key[1]} of {key[0]}: field {name} holds"
+                                                  f" {document[name]!r}, not {value!r}, which a foreign writer"
+                                                  " wrote last")
+
+
 RULES: tuple[Callable[[World, list[Document]], Iterable[Violation]], ...] = (
     one_order_each, one_reservation_each, one_order_accepted_each, events_once_in_order, settled_as_expected,
-    no_unexpected_error, nothing_left_waiting,
+    no_unexpected_error, nothing_left_waiting, foreign_fields_kept,
 )

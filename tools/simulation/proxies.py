@@ -13,10 +13,17 @@ from typing import Any, NoReturn
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.domain.documents import EventRecord, OrderDocument, OutboxEntry
-from shared.errors import DownstreamUnavailable, PublishError, TransientStoreError
+from shared.errors import (
+    BatchFailed,
+    DownstreamUnavailable,
+    PreconditionFailed,
+    PublishError,
+    StoreError,
+    TransientStoreError,
+)
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
-from shared.ports.store import BatchOperation, Create, Delete, Document, Patch
+from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, Replace
 from simulation.faults import Chaos
 
 RECORD_KINDS = frozenset(str(kind.__struct_config__.tag) for kind in EventRecord.__subclasses__())
@@ -24,35 +31,91 @@ _Key = tuple[str, str]
 
 
 class History:
-    """Every successful write, as the order of versions, of applied events and of changed outbox entries."""
+    """Every successful write: the order of versions, of applied events and of changed outbox entries, what the
+    other writers of the container wrote last (``foreign``), and when documents expire.
 
-    def __init__(self, on_outbox_change: Callable[[], None]) -> None:
+    The app's writes come through ``FaultyStore``; the foreign writers' (``simulation.foreign``) come through
+    ``wrote_foreign``, so that the change feed and the evidence see both, as Cosmos DB's change feed would.
+    """
+
+    def __init__(self, on_outbox_change: Callable[[], None], on_change: Callable[[], None]) -> None:
         self.order_versions: defaultdict[str, list[int]] = defaultdict(list)
         self.applied: defaultdict[str, list[int]] = defaultdict(list)  # order id -> sequences, as recorded
         self.records_created: Counter[str] = Counter()  # event id -> event records created
         self.outbox_changes: dict[_Key, None] = {}  # the change feed's backlog, in order, without repeats
+        self.documents: dict[_Key, str] = {}  # every document the app created, with its kind then
+        self.changes: dict[_Key, None] = {}  # the app's writes the enrichment job has not seen yet, in order
+        # The last value each foreign field was given, by document. A delete, or a create (of a document
+        # whose earlier one was deleted or expired), drops what was written on the one before.
+        self.foreign: dict[_Key, dict[str, Any]] = {}
+        self.foreign_last: set[_Key] = set()  # documents whose latest write was a foreign writer's
+        self.app_conflicts = 0  # the app's etag-conditional writes refused on a document a foreign writer wrote last
+        self.expires_at: dict[_Key, float] = {}  # documents written with a ttl: when the store stops showing them
         self._on_outbox_change = on_outbox_change
+        self._on_change = on_change
 
-    def wrote(self, operations: Sequence[BatchOperation], results: Sequence[Document]) -> None:
-        """Note the documents one successful call wrote (results line up with operations)."""
+    def wrote(self, partition_key: str, operations: Sequence[BatchOperation], results: Sequence[Document]) -> None:
+        """Note the documents one successful call of the app wrote (results line up with operations)."""
         for operation, document in zip(operations, results, strict=True):
-            kind = document.get("type")
-            if kind is None:  # a delete: the change feed does not show deletes
-                continue
-            if OrderDocument.is_kind(document):
-                self.order_versions[document["orderId"]].append(document["version"])
-            elif kind in RECORD_KINDS and isinstance(operation, Create):
-                self.applied[document["orderId"]].append(document["sequence"])
-                self.records_created[document["eventId"]] += 1
-            elif OutboxEntry.is_kind(document):
-                self.outbox_changes[(document["orderId"], document["id"])] = None
-                self._on_outbox_change()
+            key = (partition_key, _doc_id(operation))
+            self.foreign_last.discard(key)
+            if isinstance(operation, Create | Delete):
+                self.foreign.pop(key, None)
+            if isinstance(operation, Create):
+                self.documents[key] = _kind(document)
+            if not isinstance(operation, Delete):
+                self.changes[key] = None
+            self._note(key, operation, document)
+        self._on_change()
+
+    def wrote_foreign(self, partition_key: str, operation: Patch | Replace, document: Document,
+                      fields: Mapping[str, Any]) -> None:
+        """Note one successful write of a foreign writer, which set ``fields`` on the document."""
+        key = (partition_key, _doc_id(operation))
+        self.foreign.setdefault(key, {}).update(fields)
+        self.foreign_last.add(key)
+        self._note(key, operation, document)
+
+    def refused(self, partition_key: str, operation: BatchOperation, error: StoreError) -> None:
+        """Note an operation of the app's that failed its batch: a 412 on a foreign writer's change is counted."""
+        on_etag = getattr(operation, "if_match", None) is not None  # a replace or delete (or patch) on the etag
+        key = (partition_key, _doc_id(operation))
+        if on_etag and isinstance(error, PreconditionFailed) and key in self.foreign_last:
+            self.app_conflicts += 1
 
     def take_outbox_changes(self) -> list[_Key]:
         """The outbox entries changed since the last take, oldest first: one change-feed batch."""
         taken = list(self.outbox_changes)
         self.outbox_changes.clear()
         return taken
+
+    def take_changes(self) -> list[_Key]:
+        """The documents the app changed since the last take, oldest first: the enrichment job's batch."""
+        taken = list(self.changes)
+        self.changes.clear()
+        return taken
+
+    def _note(self, key: _Key, operation: BatchOperation, document: Document) -> None:
+        ttl = document.get("ttl")
+        if isinstance(ttl, int) and ttl != -1:
+            self.expires_at[key] = document["_ts"] + ttl
+        else:
+            self.expires_at.pop(key, None)
+        kind = document.get("type")
+        if kind is None:  # a delete: the change feed does not show deletes
+            return
+        if OrderDocument.is_kind(document):
+            self.order_versions[document["orderId"]].append(document["version"])
+        elif kind in RECORD_KINDS and isinstance(operation, Create):
+            self.applied[document["orderId"]].append(document["sequence"])
+            self.records_created[document["eventId"]] += 1
+        elif OutboxEntry.is_kind(document):
+            self.outbox_changes[key] = None
+            self._on_outbox_change()
+
+
+def _doc_id(operation: BatchOperation) -> str:
+    return operation.doc_id if isinstance(operation, Patch | Delete) else str(operation.document["id"])
 
 
 def _kind(document: Document) -> str:
@@ -116,12 +179,16 @@ class FaultyStore:
 
     async def _create(self, document: Document) -> Document:
         written = await self._store.create(document)
-        self._history.wrote([Create(document)], [written])
+        self._history.wrote(written["orderId"], [Create(document)], [written])
         return written
 
     async def _batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
-        written = await self._store.execute_batch(partition_key, operations)
-        self._history.wrote(operations, written)
+        try:
+            written = await self._store.execute_batch(partition_key, operations)
+        except BatchFailed as exc:
+            self._history.refused(partition_key, operations[exc.index], exc.error)
+            raise
+        self._history.wrote(partition_key, operations, written)
         return written
 
 

@@ -22,6 +22,10 @@ class RunReport:
     violations: list[Violation]
     resent_past_window: int = 0  # OrderAccepted copies the destination kept twice, the second past its window
     trace: list[str] | None = None
+    foreign_writes: Counter[str] = field(default_factory=Counter)  # kind -> the other writers' writes
+    # writer_412 (a foreign replace lost to a change), gave_up, gone (removed first), app_412 (the app's
+    # etag-conditional write refused on a document a foreign writer wrote last)
+    foreign_races: Counter[str] = field(default_factory=Counter)
 
     def replay(self) -> str:
         """The one-line command that replays this run with its trace."""
@@ -31,7 +35,8 @@ class RunReport:
         """One line of counts."""
         return (f"seed {self.seed}: {self.steps} steps, {self.deliveries} deliveries, {self.sim_seconds:.0f} s"
                 f" simulated; faults {_counts(self.faults)}; outcomes {_counts(self.outcomes)};"
-                f" settlements {_counts(self.settlements)}; OrderAccepted resent past the window"
+                f" settlements {_counts(self.settlements)}; foreign writes {_counts(self.foreign_writes)}"
+                f" ({_counts(self.foreign_races) or 'no races'}); OrderAccepted resent past the window"
                 f" {self.resent_past_window}; {len(self.violations)} violations")
 
 
@@ -46,6 +51,8 @@ class Totals:
     outcomes: Counter[str] = field(default_factory=Counter)
     settlements: Counter[str] = field(default_factory=Counter)
     violations: Counter[str] = field(default_factory=Counter)
+    foreign_writes: Counter[str] = field(default_factory=Counter)
+    foreign_races: Counter[str] = field(default_factory=Counter)
     resent_past_window: list[int] = field(default_factory=list)  # seeds where it happened
     failing: list[int] = field(default_factory=list)
 
@@ -58,6 +65,8 @@ class Totals:
         self.outcomes.update(report.outcomes)
         self.settlements.update(report.settlements)
         self.violations.update(v.rule for v in report.violations)
+        self.foreign_writes.update(report.foreign_writes)
+        self.foreign_races.update(report.foreign_races)
         if report.resent_past_window:
             self.resent_past_window.append(report.seed)
         if report.violations:
@@ -73,6 +82,9 @@ class Totals:
             f"faults       {sum(self.faults.values())}: {_counts(self.faults)}",
             f"outcomes     {_counts(self.outcomes)}",
             f"settlements  {_counts(self.settlements)}",
+            f"foreign      {sum(self.foreign_writes.values())} writes: {_counts(self.foreign_writes)}; the app's"
+            f" 412s on them {self.foreign_races['app_412']}, their own 412s {self.foreign_races['writer_412']}"
+            f" (given up {self.foreign_races['gave_up']}), documents gone first {self.foreign_races['gone']}",
             f"violations   {sum(self.violations.values())}: {_counts(self.violations) or 'none'}",
             f"OrderAccepted resent past the destination's detection window in {len(self.resent_past_window)} seeds"
             f" (the design's limit, not a violation){': ' if self.resent_past_window else ''}"

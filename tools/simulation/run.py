@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,8 +27,10 @@ def simulate(seed: int, *, wiring: Wiring | None = None, trace: bool = False) ->
             world.sched.close()
         violations = check(world, drained)
         resent = sum(len(ids) - 1 for ids in delivered_order_accepted(world).values())
+        races = world.foreign_stats + Counter(app_412=world.history.app_conflicts)
     return RunReport(seed, world.chaos.steps, world.deliveries, world.clock.elapsed(), world.chaos.injected,
-                     world.outcomes, world.settlements, violations, resent, world.sched.trace_lines)
+                     world.outcomes, world.settlements, violations, resent, world.sched.trace_lines,
+                     world.foreign_writes, races)
 
 
 @contextmanager

@@ -75,7 +75,8 @@ class World:
         self.sender = RecordingSender(detection_window_seconds=self.detection_window, clock=self.clock,
                                       destinations=[settings.outbox_destination])
         self.feed = Signal()
-        self.history = History(lambda: self.sched.notify(self.feed))
+        self.changed = Signal()  # the app wrote: what the enrichment job waits for
+        self.history = History(lambda: self.sched.notify(self.feed), lambda: self.sched.notify(self.changed))
         # The app as production builds it, over the faulty ports, on simulated time.
         self.app = bootstrap.build(
             settings, store=wiring.store(FaultyStore(self.store, self.chaos, self.history)),
@@ -94,6 +95,8 @@ class World:
         self.settlements: Counter[str] = Counter()
         self.creators: Counter[str] = Counter()  # message id -> deliveries that reported creating the order
         self.errors: list[str] = []  # deliveries a handler failed with an unexpected exception
+        self.foreign_writes: Counter[str] = Counter()  # kind -> writes of the other writers (simulation.foreign)
+        self.foreign_stats: Counter[str] = Counter()  # their own 412s, writes given up, documents gone first
 
     async def _sleep(self, seconds: float) -> None:
         """The wait before an abandon, on simulated time: the actor blocks, and the coroutine never suspends."""
