@@ -4,8 +4,10 @@ All live in the orders container, in the partition of their order (``orderId``),
 ``type``. A kind is a msgspec Struct: ``to_document`` gives the JSON a create writes and
 ``from_document`` reads a stored one back, etag included. Code elsewhere reads attributes, never
 string keys. The rules live elsewhere (the order's in ``aggregate.Order``); these only map JSON. A
-stored document is changed by merging changes into it as read (``merged``), never rewritten from a
-Struct, which would drop the fields this version does not model.
+stored document is changed by a patch of the fields that change (``with_changes`` names them), or,
+where more change than one patch takes (an order taking a pending order's place), by merging the
+changes into it as read (``merged``); never rewritten from a Struct, which would drop the fields
+this version does not model.
 
     order          OrderDocument       the order; events patch its status and version
     order-pending  PendingOrder        stands in for an order whose events came first; becomes the order
@@ -53,6 +55,13 @@ class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYP
         document: dict[str, Any] = msgspec.to_builtins(self)
         document.pop("_etag", None)
         return document
+
+    def with_changes(self, **changes: Any) -> tuple[Self, dict[str, Any]]:
+        """This document with ``changes`` made (attribute names), and the same changes as the JSON
+        fields a patch sets: only those, so that every other stored field is kept."""
+        names = dict(zip(self.__struct_fields__, self.__struct_encode_fields__, strict=True))
+        fields = {names[name]: msgspec.to_builtins(value) for name, value in changes.items()}
+        return msgspec.structs.replace(self, **changes), fields
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Self:

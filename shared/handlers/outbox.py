@@ -3,7 +3,8 @@
 The outbox entry (``OutboxEntry``) is created in the same transactional batch as the order, in its
 partition, so the order never exists without its message nor the message without its order. The
 publisher sends pending entries (from the change feed, and from the sweep for anything the feed missed) and then
-marks them dispatched with a ttl. A crash between send and mark resends the same MessageId, which the
+marks them dispatched with a ttl: a patch of those three fields on the entry's etag as read, so the
+fields this version does not model are kept. A crash between send and mark resends the same MessageId, which the
 destination's duplicate detection and its consumers' idempotency absorb.
 """
 
@@ -18,9 +19,9 @@ from typing import Any
 import msgspec
 
 from shared.domain.documents import OutboxEntry, OutboxStatus
-from shared.errors import BatchFailed, ConsumerError, PreconditionFailed
+from shared.errors import BatchFailed, ConsumerError, NotFound, PreconditionFailed
 from shared.ports.sender import MessageSender, OutgoingMessage
-from shared.ports.store import DocumentStore, Replace
+from shared.ports.store import DocumentStore, Patch
 
 logger = logging.getLogger("idempotent_consumer.outbox")
 
@@ -96,13 +97,13 @@ class OutboxPublisher:
 
     async def _publish_one(self, entry: OutboxEntry) -> None:
         await self._sender.send(entry.destination, [outgoing_message(entry)])
-        marked = msgspec.structs.replace(entry, status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(),
-                                         ttl=self._ttl)
+        _, mark = entry.with_changes(status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(), ttl=self._ttl)
         try:
-            await self._store.execute_batch(entry.order_id, [Replace(marked.to_document(), if_match=entry.etag)])
+            await self._store.execute_batch(entry.order_id, [Patch(entry.id, mark, if_match=entry.etag)])
         except BatchFailed as exc:
-            if not isinstance(exc.error, PreconditionFailed):
+            if not isinstance(exc.error, PreconditionFailed | NotFound):
                 raise
-            # Changed since this copy was read: another publisher dispatched it. Resending was harmless.
+            # Changed or gone since this copy was read: another publisher dispatched it (and its ttl may
+            # have run out since). Resending was harmless.
         logger.info("outbox %s dispatched messageId=%s", entry.id, entry.message_id,
                     extra={"outboxId": entry.id, "messageId": entry.message_id})

@@ -1,14 +1,16 @@
 """Two-phase records for side effects that cannot join a Cosmos transaction, such as an HTTP call.
 
-claim (create, status in_progress, with a lease) -> call -> finish (etag-conditional replace, status
+claim (create, status in_progress, with a lease) -> call -> finish (a patch on the etag, status
 completed or failed). The record names the message that claimed it (its sequence number). A later
 delivery reads the record: completed means don't call again. In progress, it is taken over at once
 by a redelivery of the claiming message (which no longer holds its lock; if its delivery is still
 running, its finish fails on the etag) or by anyone once the lease has expired; a copy of the order
 sent as another message finds a live claim and leaves the effect to the claimant, whose redeliveries
-finish it. A takeover replaces the record on its etag and calls again with the same idempotency
-key, so the service drops the repeat. The create is the atomic claim: of two concurrent copies one
-gets 409. Nothing here waits or asks to be tried again later while another delivery holds the effect.
+finish it. A takeover patches the record on its etag and calls again with the same idempotency
+key, so the service drops the repeat. Every change is a patch of the fields it changes, on the etag
+as read, so the fields this version does not model are kept. The create is the atomic claim: of two
+concurrent copies one gets 409. Nothing here waits or asks to be tried again later while another
+delivery holds the effect.
 
 The effect knows nothing of what it calls. The call answers with a ``Reply`` (its status, and a
 reference or a reason); ``is_transient`` decides on the status as it does for every downstream. The
@@ -22,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -30,8 +32,16 @@ from shared.domain import identity
 from shared.domain.documents import EffectStatus, SideEffectRecord
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result, is_transient
-from shared.errors import AlreadyExists, BatchFailed, DownstreamUnavailable, NotFound
-from shared.ports.store import MAX_RACES, DocumentStore, Replace
+from shared.errors import (
+    AlreadyExists,
+    BatchFailed,
+    DownstreamUnavailable,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    TransientStoreError,
+)
+from shared.ports.store import MAX_RACES, DocumentStore, Patch
 
 MAX_REASON_CHARS = 200
 
@@ -128,11 +138,10 @@ class SideEffect:
             if message.locked_until_utc is not None and message.locked_until_utc.timestamp() <= self.clock():
                 # Our lock has run out: the message is someone else's now, and so is the claim.
                 return Result(Outcome.TRANSIENT, f"{self.name}: this delivery's lock ran out")
-            taken = msgspec.structs.replace(current, attempt=current.attempt + 1,
-                                            message_sequence=message.sequence_number,
-                                            lease_until=self._lease_until(message.locked_until_utc))
-            if (written := await self._replace(current, taken)) is not None:
-                return written
+            taken = await self._patch(current, attempt=current.attempt + 1, message_sequence=message.sequence_number,
+                                      lease_until=self._lease_until(message.locked_until_utc))
+            if taken is not None:
+                return taken
         return Result(Outcome.TRANSIENT, f"{self.name}: the claim kept changing under us")
 
     async def _finish(self, record: SideEffectRecord, status: EffectStatus, reply: Reply, message: InboundMessage,
@@ -142,11 +151,11 @@ class SideEffect:
         out, say), we finish it ourselves, since we hold the answer; taken by another message, that
         message's deliveries finish it."""
         for _ in range(MAX_RACES):
-            finished = msgspec.structs.replace(
-                record, status=status, response_status=reply.status, reference=reply.reference,
-                reason=(reply.reason or "")[:MAX_REASON_CHARS] or None, finished_at=self.clock(),
-            )
-            if await self._replace(record, finished) is not None:
+            finished = await self._patch(record, status=status, response_status=reply.status,
+                                         reference=reply.reference,
+                                         reason=(reply.reason or "")[:MAX_REASON_CHARS] or None,
+                                         finished_at=self.clock())
+            if finished is not None:
                 return Result(done if status is EffectStatus.COMPLETED else Outcome.DOWNSTREAM_REJECTED,
                               summary(finished))
             current = await self._read(record, done)
@@ -167,15 +176,24 @@ class SideEffect:
 
     async def _release(self, record: SideEffectRecord) -> None:
         """End the lease early after a failed call, so that the redelivery may take over at once."""
-        await self._replace(record, msgspec.structs.replace(record, lease_until=self.clock()))
+        await self._patch(record, lease_until=self.clock())
 
-    async def _replace(self, current: SideEffectRecord, new: SideEffectRecord) -> SideEffectRecord | None:
-        """Write ``new`` if ``current`` is still what is stored; None if someone else changed it."""
+    async def _patch(self, current: SideEffectRecord, **changes: Any) -> SideEffectRecord | None:
+        """Set ``changes`` on the record if it is still as read (its etag): the record as it stands then.
+        None if it changed or vanished meanwhile (another delivery's write). Any other failure is raised."""
+        if current.etag is None:
+            raise StoreError(f"{self.name} record {current.id} was not read from the store; no etag to write on")
+        changed, fields = current.with_changes(**changes)
         try:
-            [written] = await self.store.execute_batch(current.order_id, [Replace(new.to_document(), current.etag)])
-        except BatchFailed:
-            return None
-        return SideEffectRecord.from_document(written)
+            [written] = await self.store.execute_batch(current.order_id,
+                                                       [Patch(current.id, fields, if_match=current.etag)])
+        except BatchFailed as exc:
+            if isinstance(exc.error, PreconditionFailed | NotFound):
+                return None
+            error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
+            raise error(f"{self.name} record {current.id}: {exc.error}", status=exc.error.status) from exc
+        # The patch set these fields on the record as read (the etag held), so this is the record now.
+        return msgspec.structs.replace(changed, etag=written.get("_etag"))
 
     def _lease_until(self, locked_until: datetime | None) -> float:
         cap = self.clock() + self.lease_seconds

@@ -228,3 +228,17 @@ def test_sweep_publishes_only_documents_pending_past_the_threshold(
     app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))
     assert outbox["messageId"] in [m.message_id for _, m in sender.sent]
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "dispatched"
+
+
+def test_the_mark_on_cosmos_keeps_the_fields_this_version_does_not_model(
+    app_on_cosmos: Harness, deliver_order: Deliverer, sender: RecordingSender,
+    registered_functions: dict[str, Callable[..., Any]],
+) -> None:
+    order_id = place(deliver_order)
+    [outbox] = partition(app_on_cosmos, order_id, "outbox")
+    foreign = {"schemaVersion": 2, "routing": {"region": "eu", "copies": [1, 2]}}
+    app_on_cosmos.container.replace_item(outbox["id"], {**outbox, **foreign})
+    app_on_cosmos.run(registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id)))
+    [marked] = partition(app_on_cosmos, order_id, "outbox")
+    assert (marked["status"], marked["ttl"]) == ("dispatched", 604800)
+    assert {k: marked[k] for k in foreign} == foreign

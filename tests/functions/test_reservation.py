@@ -184,3 +184,18 @@ def test_lease_is_capped_by_the_setting(
     before = time.time()
     deliver_order(body, message_id=order_id, locked_until=datetime.now(UTC) + timedelta(minutes=5))
     assert record(app_on_cosmos, order_id)["leaseUntil"] <= before + 6
+
+
+def test_a_takeover_and_its_finish_on_cosmos_keep_the_fields_this_version_does_not_model(
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer
+) -> None:
+    order_id, body = new_order()
+    fulfilment.fail_next(503)
+    assert deliver_order(body, message_id=order_id, sequence_number=3)[0].action == "abandon"
+    released = record(app_on_cosmos, order_id)
+    foreign = {"schemaVersion": 2, "compensation": {"policy": "refund", "steps": ["void", "notify"]}}
+    app_on_cosmos.container.replace_item(released["id"], {**released, **foreign})
+    assert deliver_order(body, message_id=order_id, sequence_number=3)[0].action == "complete"
+    finished = record(app_on_cosmos, order_id)
+    assert (finished["status"], finished["attempt"], finished["responseStatus"]) == ("completed", 2, 201)
+    assert {k: finished[k] for k in foreign} == foreign

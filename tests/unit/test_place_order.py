@@ -12,12 +12,12 @@ from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain.documents import EffectStatus, SideEffectRecord
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
-from shared.errors import NotFound, StoreError, TransientStoreError
+from shared.errors import BatchFailed, NotFound, StoreError, TransientStoreError
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
 from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import Reply
-from shared.ports.store import BatchOperation, Delete, Document, Replace
+from shared.ports.store import BatchOperation, Delete, Document, Patch, Replace
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body, rule_path
 
@@ -202,3 +202,28 @@ def test_a_claim_made_again_after_its_record_was_removed_keeps_the_hash() -> Non
     before = store.requests
     assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.DUPLICATE
     assert store.requests - before == 2
+
+
+class RecordWriteFails(InMemoryStore):
+    """An in-memory store whose writes of the reservation record alone fail with a chosen error."""
+
+    def __init__(self, error: StoreError) -> None:
+        super().__init__()
+        self.error = error
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        [first, *_] = operations
+        target = first.doc_id if isinstance(first, Patch) else first.document.get("id", "") if isinstance(
+            first, Replace) else ""
+        if len(operations) == 1 and target.startswith("side-effect"):
+            raise BatchFailed(0, self.error)
+        return await super().execute_batch(partition_key, operations)
+
+
+def test_a_record_write_that_fails_for_another_reason_than_a_race_is_raised_not_taken_for_a_race() -> None:
+    store = RecordWriteFails(StoreError("forbidden", status=403))
+    with pytest.raises(StoreError, match="forbidden") as caught:
+        place_order(inbound(order_body("ord-1")), store)
+    assert not isinstance(caught.value, TransientStoreError)
+    store.error = TransientStoreError("throttled", status=429)
+    assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.TRANSIENT
