@@ -106,18 +106,22 @@ def fresh_sequence_numbers(handler: Handler) -> Handler:
 
 
 class OrderRewrittenFromItsModel(_Delegating):
-    """Bug 5: the order's writes on its etag (park, release, a pending order's adoption) rewrite it whole from its
-    typed model instead of merging their changes into it as read: every field this version does not model,
-    such as another writer's, is dropped."""
+    """Bug 5: park and release write the order whole from its typed model, on the etag they read, instead of
+    patching the fields they change: every field this version does not model, such as another writer's, is
+    dropped."""
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
-        return await self.store.execute_batch(partition_key, [_typed(op) for op in operations])
+        typed = [await self._typed(op, partition_key) for op in operations]
+        return await self.store.execute_batch(partition_key, typed)
 
-
-def _typed(operation: BatchOperation) -> BatchOperation:
-    if isinstance(operation, Replace) and OrderDocument.is_kind(operation.document):
-        return Replace(OrderDocument.from_document(operation.document).to_document(), operation.if_match)
-    return operation
+    async def _typed(self, operation: BatchOperation, order_id: str) -> BatchOperation:
+        # The order's patch on its etag is a park's or a release's (an event in turn patches on its version).
+        if isinstance(operation, Patch) and operation.doc_id == order_id and operation.if_match is not None:
+            stored = await self.store.read(order_id, order_id)
+            if OrderDocument.is_kind(stored):
+                order = OrderDocument.from_document({**stored, **operation.set_fields})
+                return Replace(order.to_document(), operation.if_match)
+        return operation
 
 
 def first_seed_failing(wiring: Wiring, rule: str, about: str = "") -> int | None:

@@ -43,7 +43,7 @@ class History:
         self.applied: defaultdict[str, list[int]] = defaultdict(list)  # order id -> sequences, as recorded
         self.records_created: Counter[str] = Counter()  # event id -> event records created
         self.outbox_changes: dict[_Key, None] = {}  # the change feed's backlog, in order, without repeats
-        self.documents: dict[_Key, str] = {}  # every document the app created, with its kind then
+        self.documents: dict[_Key, None] = {}  # every document the app created, in order, without repeats
         self.changes: dict[_Key, None] = {}  # the app's writes the enrichment job has not seen yet, in order
         # The last value each foreign field was given, by document. A delete, or a create (of a document
         # whose earlier one was deleted or expired), drops what was written on the one before.
@@ -62,7 +62,7 @@ class History:
             if isinstance(operation, Create | Delete):
                 self.foreign.pop(key, None)
             if isinstance(operation, Create):
-                self.documents[key] = _kind(document)
+                self.documents[key] = None
             if not isinstance(operation, Delete):
                 self.changes[key] = None
             self._note(key, operation, document)
