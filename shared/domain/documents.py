@@ -9,6 +9,12 @@ where more change than one patch takes (an order taking a pending order's place)
 changes into it as read (``merged``); never rewritten from a Struct, which would drop the fields
 this version does not model.
 
+Every document the core creates carries ``schemaVersion`` (``SCHEMA_VERSION``; a document without one
+was written before it was kept, and reads as 1). A newer version only adds fields and document
+types. So an older version reads the fields it knows and ignores the rest; it writes by patch or by
+merging into the document as read, so the newer fields survive; and it never lowers
+``schemaVersion``: a patch never sets it, and a merge keeps the higher of the stored one and its own.
+
     order          OrderDocument       the order; events patch its status and version
     order-pending  PendingOrder        stands in for an order whose events came first; becomes the order
     outbox         OutboxEntry         an OrderAccepted message waiting to be published
@@ -33,21 +39,38 @@ from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderLine, OrderPlaced, utc_text
 
 TYPE_FIELD = "type"
+# The version of the documents' shapes this code writes. A newer version that only adds fields and
+# document types (the rule above) still raises it, so that a reader can tell which wrote a document.
+SCHEMA_VERSION = 1
+SCHEMA_FIELD = "schemaVersion"
 ORDER_ACCEPTED = identity.ORDER_ACCEPTED
 # Written by Cosmos DB itself; a document written back leaves them to the store.
 SYSTEM_PROPERTIES = frozenset({"_rid", "_self", "_etag", "_attachments", "_ts", "_lsn"})
 
 
 def merged(document: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored document with ``changes`` set: every other field kept, the store's own left to it."""
-    return {**{k: v for k, v in document.items() if k not in SYSTEM_PROPERTIES}, **changes}
+    """A stored document with ``changes`` set: every other field kept, the store's own left to it, and
+    ``schemaVersion`` the higher of the stored one and the one in ``changes``."""
+    result = {**{k: v for k, v in document.items() if k not in SYSTEM_PROPERTIES}, **changes}
+    if SCHEMA_FIELD in changes and isinstance(stored := schema_version(document), int):
+        result[SCHEMA_FIELD] = max(stored, changes[SCHEMA_FIELD])
+    return result
+
+
+def schema_version(document: Mapping[str, Any]) -> int | None:
+    """The schema version a stored document was written under: 1 when it names none, None when it names
+    one that is not a number."""
+    version = document.get(SCHEMA_FIELD, 1)
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYPE_FIELD):
-    """Fields every kind has: its id, its order (the partition key) and, once read, its etag."""
+    """Fields every kind has: its id, its order (the partition key), the schema version it was written
+    under and, once read, its etag."""
 
     id: str
     order_id: str
+    schema_version: int = SCHEMA_VERSION
     etag: str | None = msgspec.field(default=None, name="_etag")
 
     def to_document(self) -> dict[str, Any]:

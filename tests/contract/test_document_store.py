@@ -16,6 +16,7 @@ from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
 
 from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import InMemoryStore
+from shared.domain.documents import merged
 from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound, PreconditionFailed, StoreError
 from shared.ports.store import MAX_BATCH_OPERATIONS, MAX_PATCH_FIELDS, Create, Delete, DocumentStore, Patch, Replace
 from shared.settings import Settings
@@ -278,6 +279,18 @@ def test_a_batch_of_patches_keeps_the_fields_of_every_document_it_patches(
     for doc_id in (order_id, f"{order_id}-parked"):
         assert foreign_fields(loop.run(store.read(doc_id, order_id))) == FOREIGN
     assert loop.run(store.read(f"{order_id}-parked", order_id))["reason"] == "why"
+
+
+def test_a_replace_merged_into_the_document_as_read_keeps_the_fields_it_does_not_set(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    order_id = new_id()
+    read = loop.run(store.create(doc(order_id, type="order-pending", parked=1, **FOREIGN)))
+    changes = {"type": "order", "status": "placed", "version": 1, "parked": 0, "schemaVersion": 1}
+    loop.run(store.execute_batch(order_id, [Replace(merged(read, changes), if_match=read["_etag"])]))
+    stored = loop.run(store.read(order_id, order_id))
+    assert foreign_fields(stored) == FOREIGN  # schemaVersion too: a merge never lowers it
+    assert (stored["type"], stored["status"], stored["parked"]) == ("order", "placed", 0)
 
 
 def test_replace_needs_the_current_etag(store: DocumentStore, loop: asyncio.Runner) -> None:

@@ -1,0 +1,173 @@
+"""Schema versions: every document the core creates says which version wrote it, and a document a newer
+version wrote (schemaVersion 2, with fields this version does not know) is processed normally: the
+message is completed, nothing is corrupted, and the newer fields and version are kept."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from shared import bootstrap
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.delivery import Action, Settlement
+from shared.domain.documents import SCHEMA_VERSION
+from shared.domain.lifecycle import ORDER_SHIPPED, PAYMENT_CAPTURED
+from shared.domain.messages import InboundMessage
+from shared.domain.outcomes import Result
+from shared.ports.store import Replace
+from shared.settings import Settings
+from tests.support.events import encode_event, event_body
+from tests.support.orders import inbound, order_body
+
+SETTINGS = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0)
+NEWER = {"schemaVersion": 2, "giftWrap": {"paper": "red", "tags": ["birthday"]}, "priority": 3}
+run = asyncio.run  # the in-memory fakes hold nothing across calls: a fresh loop per call will do
+
+
+class Port:
+    """A settlement port that records the settlements made."""
+
+    def __init__(self) -> None:
+        self.made: list[Settlement] = []
+
+    async def settle(self, settlement: Settlement, result: Result) -> None:
+        self.made.append(settlement)
+
+
+@pytest.fixture
+def store() -> InMemoryStore:
+    return InMemoryStore(default_ttl=-1)
+
+
+@pytest.fixture
+def app(store: InMemoryStore) -> bootstrap.App:
+    return bootstrap.build(SETTINGS, store=store, fulfilment=InMemoryFulfilment(), sender=RecordingSender())
+
+
+def settle(app: bootstrap.App, function: str, message: InboundMessage) -> Settlement:
+    handler = app.handle_order if function == "process_order" else app.handle_event
+    port = Port()
+    made = run(app.deliver(function, lambda: message, handler, port))
+    assert port.made == [made]
+    return made
+
+
+def place(app: bootstrap.App, sequence: int = 1) -> Settlement:
+    return settle(app, "process_order", inbound(order_body("ord-1"), sequence_number=sequence))
+
+
+def event(app: bootstrap.App, sequence: int, event_type: str = PAYMENT_CAPTURED) -> Settlement:
+    body = event_body("ord-1", sequence, event_type, event_id=f"e-{sequence}")
+    return settle(app, "process_order_event",
+                  InboundMessage(message_id=body["id"], body=encode_event(body), session_id="ord-1"))
+
+
+def of_type(store: InMemoryStore, doc_type: str) -> list[dict[str, Any]]:
+    return [d for d in store.documents() if d.get("type") == doc_type]
+
+
+def as_newer_version(store: InMemoryStore, *doc_types: str) -> None:
+    """Rewrite every document of these kinds as the next version would have written it."""
+    for document in (d for t in doc_types for d in of_type(store, t)):
+        run(store.execute_batch(document["orderId"], [Replace({**document, **NEWER})]))
+
+
+def assert_newer_kept(store: InMemoryStore, *doc_types: str) -> None:
+    for doc_type in doc_types:
+        documents = of_type(store, doc_type)
+        assert documents, f"no {doc_type} document"
+        for document in documents:
+            assert {k: document.get(k) for k in NEWER} == NEWER, (doc_type, document)
+
+
+COMPLETE = Settlement(Action.COMPLETE)
+
+
+def test_every_document_the_core_creates_carries_this_versions_schema_version(app: bootstrap.App,
+                                                                              store: InMemoryStore) -> None:
+    assert event(app, 2) == COMPLETE  # parked on a pending order
+    assert event(app, 4, ORDER_SHIPPED) == COMPLETE  # parked
+    assert place(app) == COMPLETE  # takes the pending order's place and releases version 2
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # applies and releases nothing (4 is a stale copy)
+    run(app.publisher().publish(of_type(store, "outbox")))
+    kinds = {d["type"] for d in store.documents()}
+    assert kinds >= {"order", "outbox", "side-effect", "inbox", "payment", "shipment"}
+    assert {(d["type"], d.get("schemaVersion")) for d in store.documents()} == {(k, SCHEMA_VERSION) for k in kinds}
+    assert SCHEMA_VERSION == 1
+
+
+Path = Callable[[bootstrap.App, InMemoryStore], Settlement]
+
+
+def _event_in_order(app: bootstrap.App, store: InMemoryStore) -> Settlement:
+    place(app)
+    as_newer_version(store, "order")
+    return event(app, 2)
+
+
+def _early_event_then_its_predecessor(app: bootstrap.App, store: InMemoryStore) -> Settlement:
+    place(app)
+    as_newer_version(store, "order")
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # parked: the order's count patched
+    return event(app, 2)  # applied, and releases version 3
+
+
+def _order_after_its_events(app: bootstrap.App, store: InMemoryStore) -> Settlement:
+    assert event(app, 2) == COMPLETE
+    as_newer_version(store, "order-pending")
+    return place(app)  # merged into the pending order as read: the higher schemaVersion kept
+
+
+def _copy_of_an_order(app: bootstrap.App, store: InMemoryStore) -> Settlement:
+    place(app)
+    as_newer_version(store, "order", "side-effect", "outbox")
+    return place(app, sequence=2)
+
+
+def _redelivery_that_takes_its_claim_over(app: bootstrap.App, store: InMemoryStore) -> Settlement:
+    assert place(app) == COMPLETE
+    [record] = of_type(store, "side-effect")
+    # as if a newer version's delivery had claimed it and crashed after its call: in progress, lease over
+    run(store.execute_batch("ord-1", [Replace({**record, **NEWER, "status": "in_progress", "leaseUntil": 0})]))
+    settled = place(app)  # takes over (a patch), calls again with the same key, finishes (a patch)
+    assert of_type(store, "side-effect")[0]["status"] == "completed"
+    return settled
+
+
+PATHS: dict[str, tuple[Path, tuple[str, ...]]] = {
+    "event in order": (_event_in_order, ("order",)),
+    "early event, then its predecessor": (_early_event_then_its_predecessor, ("order",)),
+    "order after its events": (_order_after_its_events, ("order",)),
+    "copy of an order": (_copy_of_an_order, ("order", "side-effect", "outbox")),
+    "redelivery taking its claim over": (_redelivery_that_takes_its_claim_over, ("side-effect",)),
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_document_of_a_newer_version_is_processed_normally_and_keeps_its_fields_and_version(
+    app: bootstrap.App, store: InMemoryStore, path: str
+) -> None:
+    walk, kinds = PATHS[path]
+    assert walk(app, store) == COMPLETE
+    assert_newer_kept(store, *kinds)
+
+
+def test_the_outbox_marks_an_entry_of_a_newer_version_dispatched_and_keeps_its_fields_and_version(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    as_newer_version(store, "outbox")
+    assert len(run(app.publisher().publish(of_type(store, "outbox"))).dispatched) == 1
+    assert of_type(store, "outbox")[0]["status"] == "dispatched"
+    assert_newer_kept(store, "outbox")
+
+
+def test_an_order_taking_the_place_of_a_pending_order_of_a_newer_version_is_this_versions_order(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    assert _order_after_its_events(app, store) == COMPLETE
+    order = run(store.read("ord-1", "ord-1"))
+    assert (order["type"], order["status"], order["version"], order["parked"]) == ("order", "paid", 2, 0)
