@@ -5,6 +5,8 @@
     ├── InvalidMessage            a delivery breaks a validation rule (``rule`` names it with its field path)
     ├── DownstreamUnavailable     an outgoing call timed out or could not connect: retry later
     ├── PublishError              an outgoing message could not be sent
+    ├── UnreadableDocument        a stored document does not decode under this version's model (``doc_id``,
+    │                             ``schema_version``, ``request_hash`` when that much reads)
     └── StoreError                the document store failed in a way the core must act on
         ├── AlreadyExists         a create found the id taken
         ├── NotFound              a read or patch found no document
@@ -52,6 +54,18 @@ class DownstreamUnavailable(ConsumerError):
 
 class PublishError(ConsumerError):
     """An outgoing message could not be sent to its destination."""
+
+
+class UnreadableDocument(ConsumerError):
+    """A stored document does not decode under this version's model: a newer version broke the additive
+    rule (docs/design.md, "Schema versions"), or the document is not ours. It names the rule, never a value."""
+
+    def __init__(self, message: str, *, doc_id: str, schema_version: int | None,
+                 request_hash: str | None = None) -> None:
+        super().__init__(message)
+        self.doc_id = doc_id
+        self.schema_version = schema_version
+        self.request_hash = request_hash
 
 
 class StoreError(ConsumerError):

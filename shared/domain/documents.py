@@ -14,6 +14,9 @@ was written before it was kept, and reads as 1). A newer version only adds field
 types. So an older version reads the fields it knows and ignores the rest; it writes by patch or by
 merging into the document as read, so the newer fields survive; and it never lowers
 ``schemaVersion``: a patch never sets it, and a merge keeps the higher of the stored one and its own.
+A stored document that does not decode under this version's model (a newer version broke the rule)
+raises ``UnreadableDocument``, naming both versions and the rule; what the handlers do then is in
+docs/design.md ("Schema versions").
 
     order          OrderDocument       the order; events patch its status and version
     order-pending  PendingOrder        stands in for an order whose events came first; becomes the order
@@ -37,6 +40,7 @@ from shared.domain import identity
 from shared.domain.lifecycle import KINDS, CloudEvent
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderLine, OrderPlaced, utc_text
+from shared.errors import UnreadableDocument
 
 TYPE_FIELD = "type"
 # The version of the documents' shapes this code writes. A newer version that only adds fields and
@@ -88,8 +92,12 @@ class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYP
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Self:
-        """Read a stored document of this kind; ``msgspec.ValidationError`` if it is not one."""
-        return msgspec.convert(document, cls, strict=False)
+        """Read a stored document of this kind, ignoring the fields it does not model; UnreadableDocument
+        if it does not decode as one (naming the rule and the path, never a value)."""
+        try:
+            return msgspec.convert(document, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            raise unreadable(document, str(exc)) from exc
 
     @classmethod
     def is_kind(cls, document: Mapping[str, Any]) -> bool:
@@ -264,23 +272,31 @@ class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
     request_hash: str
     parked_at: float
     status: ParkedStatus = ParkedStatus.PARKED
-    reason: str | None = None
+    reason: str | None = None  # why it was set aside; or, still parked, why it waits other than for its turn
+    counted: bool = True  # whether parking it counted it on its order (not when the order did not decode)
     event: dict[str, Any]
 
     @classmethod
     def of(cls, event: CloudEvent, *, consumer: str, message_id: str | None, request_hash: str,
-           now: float) -> ParkedEvent:
-        """The parked copy of an event, which ``cloud_event`` turns back into the validated event."""
+           now: float, reason: str | None = None) -> ParkedEvent:
+        """The parked copy of an event, which ``cloud_event`` turns back into the validated event; with a
+        ``reason`` (why it waits, other than for its predecessor), parked uncounted."""
         return cls(
             id=identity.parked_event_id(consumer, event.source, event.id, event.sequence),
             order_id=event.order_id, consumer=consumer, sequence=event.sequence, event_type=event.type,
             event_id=event.id, event_source=event.source, message_id=message_id, request_hash=request_hash,
-            parked_at=now, event=msgspec.to_builtins(event),
+            parked_at=now, reason=reason, counted=reason is None, event=msgspec.to_builtins(event),
         )
 
     def cloud_event(self) -> CloudEvent:
-        """The event as it was validated when it was parked."""
-        return msgspec.convert(self.event, KINDS[self.event_type].model)
+        """The event as it was validated when it was parked; UnreadableDocument if this version cannot
+        decode it (a newer version parked an event of a type or shape this one does not know)."""
+        if (kind := KINDS.get(self.event_type)) is None:
+            raise unreadable(msgspec.to_builtins(self), f"event type {self.event_type} is not one it knows")
+        try:
+            return msgspec.convert(self.event, kind.model)
+        except msgspec.ValidationError as exc:
+            raise unreadable(msgspec.to_builtins(self), f"its event: {exc}") from exc
 
     @staticmethod
     def waiting(consumer: str) -> dict[str, Any]:
@@ -335,3 +351,13 @@ class CancellationRecord(EventRecord, kw_only=True, tag="cancellation"):
 
     reason: str
 
+
+
+def unreadable(document: Mapping[str, Any], rule: str) -> UnreadableDocument:
+    """The error for a stored document this version cannot decode: its kind, id and schema version, this
+    version's, and msgspec's rule; with its requestHash when that one field still reads."""
+    doc_id, request_hash = str(document.get("id")), document.get("requestHash")
+    return UnreadableDocument(
+        f"{document.get(TYPE_FIELD)} {doc_id} (schemaVersion {document.get(SCHEMA_FIELD, 1)}) does not decode under"
+        f" schema version {SCHEMA_VERSION}: {rule}", doc_id=doc_id, schema_version=schema_version(document),
+        request_hash=request_hash if isinstance(request_hash, str) else None)

@@ -3,7 +3,10 @@
 The happy path is one batch, unread (``EventWrites.apply``): the inbox marker, the order patched on
 its version and state (and on nothing parked against it), and the event's record. When the patch does
 not hold, the order is read and its aggregate decides (``Order.decide``): stale, an invalid
-transition, applied with the parked events it releases, or parked until its predecessor comes.
+transition, applied with the parked events it releases, or parked until its predecessor comes. When
+what the decision reads does not decode here (a newer version broke the additive rule; docs/design.md,
+"Schema versions"), or is a document type this version does not know, the event is parked with the
+reason, uncounted, and its message completed: retrying would meet the same document again.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from shared.domain.documents import InboxMarker, ParkedEvent
 from shared.domain.lifecycle import parse_event
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
-from shared.errors import AlreadySeen, InvalidMessage, OrderChanged, StoreError, TransientStoreError
-from shared.handlers.writes import EventWrites, read_order, waiting
+from shared.errors import AlreadySeen, InvalidMessage, OrderChanged, TransientStoreError, UnreadableDocument
+from shared.handlers.writes import EventWrites, Stored, read_order, waiting
 from shared.ports.store import MAX_RACES, DocumentStore
 from shared.settings import Settings
 
@@ -45,32 +48,48 @@ async def apply_order_event(
 
 
 async def _apply(writes: EventWrites, message: InboundMessage, clock: Callable[[], float]) -> tuple[Outcome, str]:
-    event, store, consumer = writes.event, writes.store, writes.marker.consumer
+    event, store = writes.event, writes.store
     try:
         await writes.apply()
         return Outcome.APPLIED, ""
     except OrderChanged:
         pass  # not at the version before it, or something is parked against it: read the order and decide
     for _ in range(MAX_RACES):
-        stored = await read_order(store, event.order_id)
-        if stored.foreign:
-            raise StoreError(f"document {event.order_id} is neither an order nor a pending order")
-        order = stored.order
-        decision = order.decide(event)
         try:
-            if decision is Outcome.STALE:
-                return decision, f"order {event.order_id} is at version {order.version} >= {event.sequence}"
-            if decision is Outcome.INVALID_TRANSITION:
-                return decision, f"order {event.order_id} {order.refusal(event)}"
-            if decision is Outcome.APPLIED:
-                parked = await waiting(store, consumer, event.order_id) if order.parked else []
-                done = order.apply(event).release(parked)
-                await writes.apply_and_release(stored, done)
-                return decision, done.describe()
-            await writes.park(stored, ParkedEvent.of(event, consumer=consumer, message_id=message.message_id,
-                                                     request_hash=writes.marker.request_hash, now=clock()))
-            return decision, (f"order {event.order_id} is at version {order.version}; event {event.id} with sequence"
-                              f" {event.sequence} waits for version {order.version + 1}")
+            stored = await read_order(store, event.order_id)
+            if stored.foreign and stored.document is not None:
+                raise UnreadableDocument(f"{stored.document.get('type')} {event.order_id} is of a type this version"
+                                         " does not know", doc_id=event.order_id, schema_version=None)
+            return await _decide(writes, message, clock, stored)
+        except UnreadableDocument as exc:
+            reason = f"{exc}; parked uncounted, for a version that reads it or an operator"
+            await writes.park(None, _parked(writes, message, clock, reason))
+            return Outcome.PARKED, f"event {event.id} with sequence {event.sequence}: {reason}"
         except OrderChanged:
             continue  # it changed before our write could land
     return Outcome.TRANSIENT, f"order {event.order_id} kept changing under us; retry"
+
+
+async def _decide(writes: EventWrites, message: InboundMessage, clock: Callable[[], float],
+                  stored: Stored) -> tuple[Outcome, str]:
+    """What the aggregate decides for the event on the order as read, written."""
+    event, order = writes.event, stored.order
+    decision = order.decide(event)
+    if decision is Outcome.STALE:
+        return decision, f"order {event.order_id} is at version {order.version} >= {event.sequence}"
+    if decision is Outcome.INVALID_TRANSITION:
+        return decision, f"order {event.order_id} {order.refusal(event)}"
+    if decision is Outcome.APPLIED:
+        parked = await waiting(writes.store, writes.marker.consumer, event.order_id) if order.parked else []
+        done = order.apply(event).release(parked)
+        await writes.apply_and_release(stored, done)
+        return decision, done.describe()
+    await writes.park(stored, _parked(writes, message, clock))
+    return decision, (f"order {event.order_id} is at version {order.version}; event {event.id} with sequence"
+                      f" {event.sequence} waits for version {order.version + 1}")
+
+
+def _parked(writes: EventWrites, message: InboundMessage, clock: Callable[[], float],
+            reason: str | None = None) -> ParkedEvent:
+    return ParkedEvent.of(writes.event, consumer=writes.marker.consumer, message_id=message.message_id,
+                          request_hash=writes.marker.request_hash, now=clock(), reason=reason)

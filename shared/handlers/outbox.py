@@ -16,10 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from shared.domain.documents import OutboxEntry, OutboxStatus
-from shared.errors import BatchFailed, ConsumerError, NotFound, PreconditionFailed
+from shared.errors import BatchFailed, ConsumerError, NotFound, PreconditionFailed, UnreadableDocument
 from shared.ports.sender import MessageSender, OutgoingMessage
 from shared.ports.store import DocumentStore, Patch
 
@@ -71,9 +69,9 @@ class OutboxPublisher:
                 continue
             try:
                 entry = OutboxEntry.from_document(document)
-            except msgspec.ValidationError as exc:
-                logger.warning("outbox document is malformed: %s; left pending", exc)
-                failed.append("?")
+            except UnreadableDocument as exc:
+                logger.warning("outbox entry not published: %s; left pending", exc)
+                failed.append(exc.doc_id)
                 continue
             if entry.status is not OutboxStatus.PENDING:
                 skipped += 1

@@ -5,7 +5,9 @@ claim of the stock reservation; the reservation call follows, and its record is 
 message is completed. A copy finds the order's id taken: the requestHash stored with the claim
 decides between duplicate and payload mismatch, and a duplicate finishes a reservation that is not
 yet confirmed. There is no read before the write: a read-then-write would let two concurrent copies
-both see "absent".
+both see "absent". A copy that meets documents at the order's id this version cannot decode (a newer
+version broke the additive rule; docs/design.md, "Schema versions") decides by the requestHash they
+still hold and leaves the reservation to the version that wrote them.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from shared.domain.aggregate import Order
+from shared.domain.aggregate import Order, Release
 from shared.domain.documents import OrderDocument, OutboxEntry, SideEffectRecord
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from shared.domain.outcomes import Outcome, Result
-from shared.errors import InvalidMessage, OrderChanged, OrderIdTaken, TransientStoreError
+from shared.errors import InvalidMessage, OrderChanged, OrderIdTaken, TransientStoreError, UnreadableDocument
 from shared.handlers.side_effects import SideEffect
 from shared.handlers.writes import OrderIntake, read_order, waiting
 from shared.ports.fulfilment import FulfilmentService, reservation_request
@@ -59,6 +61,8 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
         written = await _write(intake, services.store, effect)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"create failed: {exc}", hash_)
+    except UnreadableDocument as exc:
+        return _unreadable(order.order_id, exc, hash_)
     if isinstance(written, Result):
         return written
     done, record = written
@@ -69,6 +73,8 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
                                 done=done, claimed=created, found=None if created else record)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
+    except UnreadableDocument as exc:  # rewritten, under the call, by a version whose record this one cannot read
+        return _unreadable(order.order_id, exc, hash_)
 
 
 async def _write(
@@ -98,9 +104,28 @@ async def _write(
         adopting = None
         if stored.document is not None:  # a pending order: the order takes its place and releases what waits
             placed = Order(order_id, intake.order.status, intake.order.version, stored.order.parked)
-            adopting = stored, placed.release(await waiting(store, intake.claim.consumer, order_id))
+            adopting = stored, await _released(store, placed, intake.claim.consumer)
         intake = replace(intake, adopting=adopting)
     return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)
+
+
+async def _released(store: DocumentStore, placed: Order, consumer: str) -> Release:
+    """What the order releases as it takes the pending order's place. If what waits does not decode here,
+    nothing: the events stay parked and counted, for a version that reads them or an operator."""
+    try:
+        return placed.release(await waiting(store, consumer, placed.order_id))
+    except UnreadableDocument:
+        return Release(placed.count_parked(placed.parked))
+
+
+def _unreadable(order_id: str, exc: UnreadableDocument, hash_: str) -> Result:
+    """A copy whose documents at the order's id do not decode here: the same requestHash is the order
+    stored, its reservation left to the version that wrote them; another (or none readable), a mismatch."""
+    if exc.request_hash == hash_:
+        return Result(Outcome.IN_PROGRESS, f"order {order_id} is stored; {exc}; its reservation is left to the"
+                                           " version that wrote it", hash_)
+    return Result(Outcome.PAYLOAD_MISMATCH, f"messageId {order_id} already stored with requestHash"
+                                            f" {exc.request_hash}; this delivery has {hash_} ({exc})", hash_)
 
 
 def _seen(order_id: str, stored_hash: str | None, hash_: str,

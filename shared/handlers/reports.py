@@ -2,16 +2,22 @@
 
 Neither is retried here. A parked event waits for its predecessor; a side effect in progress waits
 for a redelivery of the message that claimed it. The report makes the wait visible: a warning per
-item and the ``consumer.overdue`` counter by kind and order, which an alert rule can watch.
+item and the ``consumer.overdue`` counter by kind and order, which an alert rule can watch. An item
+that does not decode here (a newer version's) is reported as it stands, by its id and the reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from shared.domain.documents import ParkedEvent, SideEffectRecord
-from shared.ports.store import DocumentStore
+from shared.errors import UnreadableDocument
+from shared.ports.store import Document, DocumentStore
 from shared.telemetry import record_overdue
+
+_Kind = TypeVar("_Kind", ParkedEvent, SideEffectRecord)
 
 MAX_REPORTED = 100
 
@@ -22,6 +28,7 @@ class StuckReport:
 
     parked: tuple[ParkedEvent, ...]
     side_effects: tuple[SideEffectRecord, ...]
+    unreadable: tuple[str, ...] = ()  # ids of the items found that do not decode here, reported by id
 
 
 async def report_stuck(
@@ -29,9 +36,10 @@ async def report_stuck(
 ) -> StuckReport:
     """Find, log and count events parked longer than ``parked_after`` and side effects whose lease
     ended more than ``stuck_after`` seconds ago, up to MAX_REPORTED of each."""
-    parked = tuple(ParkedEvent.from_document(d) for d in await store.query(
+    unreadable: list[str] = []
+    parked = _decoded(ParkedEvent, "parked", unreadable, await store.query(
         ParkedEvent.waiting(consumer), before=("parkedAt", now - parked_after), limit=MAX_REPORTED))
-    stuck = tuple(SideEffectRecord.from_document(d) for d in await store.query(
+    stuck = _decoded(SideEffectRecord, "side-effect", unreadable, await store.query(
         SideEffectRecord.in_progress(), before=("leaseUntil", now - stuck_after), limit=MAX_REPORTED))
     for event in parked:
         record_overdue("parked", event.order_id, f"sequence={event.sequence} eventId={event.event_id}"
@@ -39,4 +47,16 @@ async def report_stuck(
     for record in stuck:
         record_overdue("side-effect", record.order_id, f"effect={record.effect} attempt={record.attempt}"
                                                        f" claimant={record.message_sequence}")
-    return StuckReport(parked, stuck)
+    return StuckReport(parked, stuck, tuple(unreadable))
+
+
+def _decoded(kind: type[_Kind], label: str, unreadable: list[str], found: Iterable[Document]) -> tuple[_Kind, ...]:
+    """The items that decode; each one that does not is reported by its id now, and noted in ``unreadable``."""
+    items = []
+    for document in found:
+        try:
+            items.append(kind.from_document(document))
+        except UnreadableDocument as exc:
+            unreadable.append(exc.doc_id)
+            record_overdue(label, str(document.get("orderId")), f"id={exc.doc_id} unreadable: {exc}")
+    return tuple(items)

@@ -41,6 +41,7 @@ from shared.errors import (
     PreconditionFailed,
     StoreError,
     TransientStoreError,
+    UnreadableDocument,
     WriteConflict,
 )
 from shared.ports.store import BatchOperation, Create, Delete, Document, DocumentStore, Patch, Replace
@@ -156,19 +157,22 @@ class EventWrites:
             ("order", order_write(stored, done.order)), ("record", Create(EventRecord.of(self.event).to_document())),
             *released(done)], relied_on=("released",))
 
-    async def park(self, stored: Stored, parked: ParkedEvent) -> None:
-        """The event parked, and counted on its order (or on a pending order standing in for it).
+    async def park(self, stored: Stored | None, parked: ParkedEvent) -> None:
+        """The event parked, and counted on its order (or on a pending order standing in for it); with
+        ``stored`` None (what stands at the order's id does not decode here), parked alone, uncounted
+        (``parked.counted`` false).
 
         A parked copy already there (its marker expired while it waited, and the event was sent again)
         is the event seen before: AlreadySeen with the parked copy's requestHash.
         """
-        more = stored.order.count_parked(stored.order.parked + 1)
+        parts: Parts = [("parked", Create(parked.to_document()))]
+        if stored is not None:
+            parts.append(("order", order_write(stored, stored.order.count_parked(stored.order.parked + 1))))
         try:
-            await write_once(self.store, self.marker, [("parked", Create(parked.to_document())),
-                                                       ("order", order_write(stored, more))], taken=("parked",))
+            await write_once(self.store, self.marker, parts, taken=("parked",))
         except _Taken:
-            kept = ParkedEvent.from_document(await self.store.read(parked.id, parked.order_id))
-            raise AlreadySeen(f"parked event {parked.id} exists", kept.request_hash) from None
+            kept = await self.store.read(parked.id, parked.order_id)
+            raise AlreadySeen(f"parked event {parked.id} exists", _first_hash(ParkedEvent, kept)) from None
 
 
 async def released_by_hand(store: DocumentStore, stored: Stored, done: Release) -> None:
@@ -178,10 +182,11 @@ async def released_by_hand(store: DocumentStore, stored: Stored, done: Release) 
 
 
 async def set_aside(store: DocumentStore, stored: Stored, parked: ParkedEvent, reason: str) -> ParkedEvent:
-    """An operator's drop: the parked event kept, marked dropped, and no longer counted on its order."""
+    """An operator's drop: the parked event kept, marked dropped, and no longer counted on its order (if
+    parking it counted it)."""
     parts: Parts = [("parked", Patch(parked.id, {"status": ParkedStatus.DROPPED.value, "reason": reason},
                                      {"status": ParkedStatus.PARKED.value}))]
-    if stored.document is not None and not stored.foreign:
+    if stored.document is not None and not stored.foreign and parked.counted:
         parts.append(("order", order_write(stored, stored.order.count_parked(stored.order.parked - 1))))
     await _write(store, stored.order.order_id, parts, {"order": OrderChanged, "parked": OrderChanged})
     return msgspec.structs.replace(parked, status=ParkedStatus.DROPPED, reason=reason)
@@ -201,11 +206,20 @@ async def write_once(store: DocumentStore, marker: InboxMarker, parts: Parts,
     except _MarkerTaken:
         pass
     try:
-        stored = InboxMarker.from_document(await store.read(marker.id, marker.order_id))
+        stored = await store.read(marker.id, marker.order_id)
     except NotFound as exc:
         # The marker expired between the conflict and the read; a redelivery will decide.
         raise TransientStoreError(f"marker {marker.id} vanished after a conflict") from exc
-    raise AlreadySeen(f"marker {marker.id} exists", stored.request_hash)
+    raise AlreadySeen(f"marker {marker.id} exists", _first_hash(InboxMarker, stored))
+
+
+def _first_hash(kind: type[InboxMarker] | type[ParkedEvent], document: Document) -> str:
+    """The requestHash of the content first seen, from its marker or parked copy; from that one field
+    when the rest does not decode here (a newer version's), or a text no hash equals when it does not."""
+    try:
+        return kind.from_document(document).request_hash
+    except UnreadableDocument as exc:
+        return exc.request_hash or f"unreadable ({exc})"
 
 
 class _Taken(WriteConflict):

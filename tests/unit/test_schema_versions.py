@@ -1,6 +1,8 @@
 """Schema versions: every document the core creates says which version wrote it, and a document a newer
 version wrote (schemaVersion 2, with fields this version does not know) is processed normally: the
-message is completed, nothing is corrupted, and the newer fields and version are kept."""
+message is completed, nothing is corrupted, and the newer fields and version are kept. A document that
+does not decode here (a newer version broke the additive rule) neither spins its delivery nor
+dead-letters a valid message: an event is parked with the reason, a copy of an order is completed."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from shared.delivery import Action, Settlement
 from shared.domain.documents import SCHEMA_VERSION
 from shared.domain.lifecycle import ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Result
+from shared.domain.outcomes import Outcome, Result
+from shared.handlers.operator_commands import drop
 from shared.ports.store import Replace
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
@@ -171,3 +174,128 @@ def test_an_order_taking_the_place_of_a_pending_order_of_a_newer_version_is_this
     assert _order_after_its_events(app, store) == COMPLETE
     order = run(store.read("ord-1", "ord-1"))
     assert (order["type"], order["status"], order["version"], order["parked"]) == ("order", "paid", 2, 0)
+
+
+# A newer version that broke the rule: a field this version reads changed its type, or took a value
+# this version's model does not allow. Such a document does not decode here.
+BROKEN_ORDER = {"schemaVersion": 2, "version": {"major": 2, "minor": 0}}
+BROKEN_RECORD = {"schemaVersion": 2, "status": "compensated"}
+
+
+def rewrite(store: InMemoryStore, doc_type: str, **fields: Any) -> dict[str, Any]:
+    [document] = of_type(store, doc_type)
+    [written] = run(store.execute_batch(document["orderId"], [Replace({**document, **fields})]))
+    return written
+
+
+def test_an_event_whose_order_does_not_decode_is_parked_with_the_versions_and_completed_not_retried(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    before = rewrite(store, "order", **BROKEN_ORDER)
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # used to be an unexpected error: abandoned, again and again
+    [parked] = of_type(store, "parked-event")
+    assert (parked["status"], parked["counted"], parked["sequence"]) == ("parked", False, 3)
+    assert "order ord-1 (schemaVersion 2) does not decode under schema version 1" in parked["reason"]
+    assert "at `$.version`" in parked["reason"]
+    assert run(store.read("ord-1", "ord-1"))["_etag"] == before["_etag"]  # the order is left as it is
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # its redelivery: a duplicate
+    assert len(of_type(store, "parked-event")) == 1
+
+
+def test_an_event_in_order_is_applied_by_its_patch_even_when_its_order_does_not_decode(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    rewrite(store, "order", schemaVersion=2, customerId={"id": "cust-42", "tier": "gold"})
+    assert event(app, 2) == COMPLETE  # the happy path reads nothing
+    order = run(store.read("ord-1", "ord-1"))
+    assert (order["version"], order["status"], order["customerId"]) == (2, "paid", {"id": "cust-42", "tier": "gold"})
+
+
+def test_an_event_finding_a_document_type_this_version_does_not_know_at_its_orders_id_is_parked(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    run(store.create({"id": "ord-1", "orderId": "ord-1", "type": "order-archived", "schemaVersion": 2}))
+    assert event(app, 2) == COMPLETE
+    [parked] = of_type(store, "parked-event")
+    assert "order-archived ord-1 is of a type this version does not know" in parked["reason"]
+
+
+def test_an_event_that_would_release_a_parked_event_it_cannot_decode_is_parked_beside_it(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE
+    rewrite(store, "parked-event", schemaVersion=2, event={"shipment": "a newer shape"})
+    assert event(app, 2) == COMPLETE
+    waiting = sorted(of_type(store, "parked-event"), key=lambda d: d["sequence"])
+    assert [(d["sequence"], d["status"], d["counted"]) for d in waiting] == [(2, "parked", False), (3, "parked", True)]
+    assert "parked-event" in waiting[0]["reason"] and "its event:" in waiting[0]["reason"]
+    assert run(store.read("ord-1", "ord-1"))["version"] == 1
+
+
+def test_an_operators_drop_of_an_event_parked_uncounted_leaves_the_orders_count_alone(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    assert event(app, 4, ORDER_SHIPPED) == COMPLETE  # counted: the order's parked is 1
+    document = rewrite(store, "order", **BROKEN_ORDER)
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # parked uncounted
+    run(store.execute_batch("ord-1", [Replace({**document, "schemaVersion": 2, "version": 1})]))  # readable again
+    run(drop(store, SETTINGS.consumer_name, "ord-1", "e-3"))
+    assert run(store.read("ord-1", "ord-1"))["parked"] == 1  # still counts version 4, which still waits
+
+
+def test_a_copy_whose_reservation_record_does_not_decode_is_completed_and_leaves_the_record_alone(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    before = rewrite(store, "side-effect", **BROKEN_RECORD)
+    assert settle(app, "process_order", inbound(order_body("ord-1"), sequence_number=2)) == COMPLETE
+    [record] = of_type(store, "side-effect")
+    assert record["_etag"] == before["_etag"]
+    other = inbound(order_body("ord-1", items=[{"sku": "SKU-9", "quantity": 1, "unitPrice": "44.98"}]))
+    assert settle(app, "process_order", other) == Settlement(Action.DEADLETTER, "PayloadMismatch")
+
+
+def test_a_copy_whose_record_does_not_decode_says_why_in_its_outcome(app: bootstrap.App,
+                                                                     store: InMemoryStore) -> None:
+    place(app)
+    rewrite(store, "side-effect", **BROKEN_RECORD)
+    result = run(app.handle_order(inbound(order_body("ord-1"), sequence_number=2)))
+    assert result.outcome is Outcome.IN_PROGRESS
+    assert "(schemaVersion 2) does not decode under schema version 1" in result.description
+    assert "left to the version that wrote it" in result.description
+
+
+def test_an_order_after_events_it_cannot_decode_takes_the_pending_orders_place_and_leaves_them_parked(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    assert event(app, 2) == COMPLETE
+    rewrite(store, "parked-event", schemaVersion=2, sequence="two")
+    assert place(app) == COMPLETE
+    order = run(store.read("ord-1", "ord-1"))
+    assert (order["type"], order["version"], order["parked"]) == ("order", 1, 1)
+    assert [d["status"] for d in of_type(store, "parked-event")] == ["parked"]
+    assert of_type(store, "side-effect")[0]["status"] == "completed"
+
+
+def test_report_stuck_reports_a_record_it_cannot_decode_by_its_id(store: InMemoryStore) -> None:
+    clock = [1_000_000.0]
+    app = bootstrap.build(SETTINGS, store=store, fulfilment=InMemoryFulfilment(), clock=lambda: clock[0])
+    place(app)
+    [record] = of_type(store, "side-effect")
+    run(store.execute_batch("ord-1", [Replace({**record, "status": "in_progress", "leaseUntil": 0,
+                                               "attempt": "second"})]))
+    found = run(app.report_stuck(clock[0]))
+    assert found.side_effects == () and found.unreadable == (record["id"],)
+
+
+def test_an_outbox_entry_that_does_not_decode_is_left_pending_and_named(app: bootstrap.App,
+                                                                        store: InMemoryStore) -> None:
+    place(app)
+    entry = rewrite(store, "outbox", schemaVersion=2, payload="moved to payloadRef")
+    report = run(app.publisher().publish([entry]))
+    assert report.failed == (entry["id"],) and report.dispatched == ()
+    assert of_type(store, "outbox")[0]["status"] == "pending"
