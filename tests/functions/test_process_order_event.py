@@ -252,3 +252,31 @@ def test_report_stuck_counts_an_event_parked_past_its_alert_age_on_cosmos(
     before = overdue_counts()[("parked", order_id)]
     app_on_cosmos.run(registered_functions["report_stuck"](TimerRequest()))
     assert overdue_counts()[("parked", order_id)] == before + 1
+
+
+NEWER = {"schemaVersion": 2, "loyalty": {"tier": "gold", "history": [10, 20]}}
+
+
+def test_parking_and_releasing_on_cosmos_keep_a_newer_versions_fields_on_the_order(
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
+) -> None:
+    placed = order(app_on_cosmos, order_id)
+    app_on_cosmos.container.replace_item(order_id, {**placed, **NEWER})
+    assert send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))[0] == "complete"  # parked: a patch
+    assert send(deliver_event, event_body(order_id, 2))[0] == "complete"  # applied, releasing 3: a patch
+    stored = order(app_on_cosmos, order_id)
+    assert (stored["version"], stored["status"], stored["parked"]) == (3, "shipped", 0)
+    assert {k: stored[k] for k in NEWER} == NEWER
+
+
+def test_an_order_taking_a_pending_orders_place_on_cosmos_keeps_its_newer_fields_and_version(
+    app_on_cosmos: Harness, deliver_event: Deliverer, deliver_order: Deliverer
+) -> None:
+    new = f"ord-{uuid.uuid4()}"
+    assert send(deliver_event, event_body(new, 2))[0] == "complete"  # parked on a pending order
+    pending = order(app_on_cosmos, new)
+    app_on_cosmos.container.replace_item(new, {**pending, **NEWER})
+    assert deliver_order(encode(order_body(new)), message_id=new)[0].action == "complete"
+    stored = order(app_on_cosmos, new)
+    assert (stored["type"], stored["version"], stored["status"]) == ("order", 2, "paid")
+    assert {k: stored[k] for k in NEWER} == NEWER
