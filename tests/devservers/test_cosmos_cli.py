@@ -49,3 +49,15 @@ def test_every_option_has_help_and_an_example() -> None:
     result = run_module("devservers.cosmos", "--help")
     assert result.returncode == 0 and "example:\n  python -m devservers.cosmos --port" in result.stdout
     assert options_without_help(result.stdout) == []
+
+
+def test_measure_prints_ms_per_operation_for_each_size() -> None:
+    result = run_module("devservers.cosmos.measure", "--sizes", "0,40", "--budget", "1")
+    assert result.returncode == 0, result.stderr
+    header, rule, *rows = result.stdout.splitlines()
+    assert header == "| ms per operation | 0 docs | 40 docs |" and rule == "| --- | ---: | ---: |"
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| point read", "| create", "| batch of 3", "| partition query", "| cross-partition targeted query",
+        "| SELECT VALUE COUNT(1) ... type = 'order'", "| full read, pages of 1,000"]
+    assert all(float(cell) >= 0 for row in rows for cell in row.strip("| ").split(" | ")[1:])
+    assert options_without_help(run_module("devservers.cosmos.measure", "--help").stdout) == []
