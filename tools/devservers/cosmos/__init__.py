@@ -4,8 +4,10 @@ It runs ``launcher.js`` under Node: npm ``@vercel/cosmosdb-server`` (pinned in `
 the corrections the launcher documents (404s, atomic transactional batch, TTL, partition-scoped
 queries, case-sensitive patch filter predicates, HTTP keep-alive, Cosmos' refusals of invalid TTLs,
 long ids and items over 2 MB, empty answers to ``no_response`` writes, an incremental change feed
-that ``ContainerProxy.query_items_change_feed`` reads and resumes). Install it once with
-``npm ci --prefix tools/devservers/cosmos``.
+that ``ContainerProxy.query_items_change_feed`` reads and resumes, and requests whose cost follows what
+they touch: partition-scoped queries from a per-partition index, pages resumed at their continuation, no
+scan of the container for expiry; ``python -m devservers.cosmos.measure`` times them). Install it once
+with ``npm ci --prefix tools/devservers/cosmos``.
 
 The server speaks plain HTTP on loopback and does not check keys, so connect with::
 

@@ -28,13 +28,41 @@
  *      1..2147483647, ids over 255 characters, items over 2 MB) and ignores `Prefer: return=minimal`
  *      (the SDK's no_response=True), answering with the whole document instead of an empty body;
  *   8. the change feed is a stub: with `A-IM: Incremental feed` the first read returns every document
- *      and any read with a continuation answers 304, so a reader never sees a later change.
+ *      and any read with a continuation answers 304, so a reader never sees a later change;
+ *   9. a request costs what the whole container does, where Cosmos's indexes make it cost what it
+ *      touches: its query engine copies its accumulator for every document (`[...$, row]`), so that
+ *      every query over the container was O(N^2); every page of a paged query ran the whole query
+ *      again; and this launcher's own corrections 3. and 4. scanned or copied every document before
+ *      each query. With 40,000 documents in 10,000 partitions (the chaos run's orders container) a
+ *      targeted cross-partition query took 34 s and a partition-scoped one 40 ms. That is the likely
+ *      cause of the chaos run's stalled drains (a point query waited over 65 s, 349 connections
+ *      queued to be accepted, node at high CPU): its outbox sweep (every 10 s, in each of 4 hosts) and
+ *      the driver's drain polls query across partitions, more often than such queries finish.
+ *      Corrected with per-partition and _rid-order indexes and an expiry schedule kept in the write
+ *      primitives, paged queries resumed at their continuation, and the engine's accumulators appended
+ *      in place (9. below). Measured with `python -m devservers.cosmos.measure`, median ms per
+ *      operation, on this repository's 2-core machine with another session's work on it (repeated
+ *      runs differed by up to 2x):
+ *
+ *                                           before:  0    10,000      40,000 | after:  0  10,000  40,000
+ *        point read                                3.0       2.1         7.5 |       1.9     1.7     1.2
+ *        create                                    3.6       2.1         4.5 |       1.5     1.7     1.3
+ *        transactional batch of 3                  3.0       2.1         5.0 |       1.8     2.0     1.4
+ *        partition-scoped query                    2.5       8.8        39.5 |       2.0     2.1     2.1
+ *        targeted cross-partition query            3.0     147.8    34,319.2 |       2.1    10.1    39.5
+ *        SELECT VALUE COUNT(1) ... type='order'    3.2     144.0    14,197.8 |       2.6     8.6    31.4
+ *        SELECT * FROM c, pages of 1,000           4.9   1,936.4   ~670,792  |       5.3   181.1   597.5
+ *
+ *      (~: extrapolated from its first 60 s.) What remains O(N) is a cross-partition scan itself (no
+ *      property index), and ORDER BY, TOP and aggregates, which evaluate their whole scope per page.
  * Also: error bodies are given Cosmos' {"code", "message"} shape, document routes on a missing
  * container answer 404 instead of crashing, and replacing a container keeps its documents.
  *
  * All of this relies on internals of 1.0.1 (module layout, the Items class with its _data/_index maps
- * and its _set/delete primitives, operation result shapes), hence the exact pin and the version check
- * below. Re-read the package's lib/ before changing the version.
+ * and its _set/delete primitives, operation result shapes) and of its query engine
+ * @zeit/cosmosdb-query 0.7.2 (the compiled syntax tree, the executor and helpers modules, the
+ * continuation token), hence the exact pins and the version checks below. Re-read both packages' lib/
+ * before changing a version.
  */
 "use strict";
 
@@ -42,6 +70,8 @@ const path = require("path");
 
 const PACKAGE = "@vercel/cosmosdb-server";
 const PINNED_VERSION = "1.0.1";
+const QUERY_PACKAGE = "@zeit/cosmosdb-query"; // the package's query engine (its dependency)
+const QUERY_PINNED_VERSION = "0.7.2";
 const MAX_BATCH_OPERATIONS = 100; // Cosmos limits a transactional batch to 100 operations...
 const MAX_BATCH_BYTES = 2 * 1024 * 1024; // ...and 2 MB.
 const MAX_ITEM_BYTES = 2 * 1024 * 1024; // An item is at most 2 MB of JSON...
@@ -93,9 +123,22 @@ function locatePackage() {
   return path.join(path.dirname(pkgJson), "lib");
 }
 
+// The package's query engine, whose internals 9. patches too: the copy lib/account/items.js loads.
+function locateQueryEngine(serverLib) {
+  const pkgJson = require.resolve(`${QUERY_PACKAGE}/package.json`, { paths: [path.join(serverLib, "account")] });
+  const { version } = require(pkgJson);
+  if (version !== QUERY_PINNED_VERSION) {
+    fail(`${QUERY_PACKAGE} ${version} is installed but this launcher patches internals of ${QUERY_PINNED_VERSION} ` +
+      "only; run `npm ci --prefix devservers/cosmos`");
+  }
+  return path.join(path.dirname(pkgJson), "lib");
+}
+
 const ARGS = parseArgs(process.argv.slice(2));
 const LIB = locatePackage();
+const QUERY_LIB = locateQueryEngine(LIB);
 const load = rel => require(path.join(LIB, rel));
+const loadQuery = rel => require(path.join(QUERY_LIB, rel));
 
 // Every patch below must be in place before lib/routes.js runs: it copies each handler's
 // `exports.default` into the route table when it is first required (by lib/index.js).
@@ -112,6 +155,12 @@ const getValue = load("utils/get-value").default;
 const Items = load("account/items").default;
 const Documents = load("account/documents").default;
 const Collections = load("account/collections").default;
+const queryTransformer = loadQuery("transformer");
+const queryExecutor = loadQuery("executor");
+const queryHelpers = loadQuery("helpers");
+const aggregateFunctions = loadQuery("aggregate-functions");
+const builtinFunctions = loadQuery("builtin-functions");
+const continuationToken = loadQuery("continuation-token");
 
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
@@ -163,9 +212,11 @@ function inPartition(documents, doc, partition) {
 // ---------------------------------------------------------------------------------------------
 // 3. TTL. Items (account/items.js) keeps documents in two maps: _data (rid -> Document) and _index
 // ("partition:keyPath:value" -> rid). Expiry is lazy: a document past its TTL is evicted from both
-// maps the moment anything looks it up (_item: reads, replace, patch, delete, batch, and the
-// unique-key check of create, so an id can be created again once its holder expired) or scans the
-// collection (query, read feed). Items already stamps _ts (seconds) on every write.
+// maps (and from the indexes of 9.) the moment anything looks it up (_item: reads, replace, patch,
+// delete, batch, and the unique-key check of create, so an id can be created again once its holder
+// expired), and before every query and read feed the versions whose time has come are taken from the
+// expiry schedule of 9. and evicted, so that a scan never returns them. Items already stamps _ts
+// (seconds) on every write.
 // ---------------------------------------------------------------------------------------------
 function effectiveTtl(documents, doc) {
   const container = documents._parent.read();
@@ -190,14 +241,16 @@ function evict(documents, doc) {
     documents._index.delete(documents._getId(keyPath, value, documents._getPartition(doc)));
   });
   documents._data.delete(doc._rid);
+  unindex(documents, doc); // 9.
 }
 
+/** Evicts every current version whose expiry time has come, as the schedule of 9. lists them. */
 function purgeExpired(documents) {
-  const container = documents._parent.read();
-  if (!container || container.defaultTtl === undefined || container.defaultTtl === null) return;
-  for (const item of [...documents._data.values()]) {
-    const doc = item.read();
-    if (doc && isExpired(documents, doc)) evict(documents, doc);
+  const { expiry } = indexes(documents);
+  const now = Date.now() / 1000;
+  while (expiry.length > 0 && expiry[0].at <= now) {
+    const { doc } = heapPop(expiry);
+    if (isCurrent(documents, doc) && isExpired(documents, doc)) evict(documents, doc);
   }
 }
 
@@ -212,30 +265,24 @@ Documents.prototype._item = function itemUnlessExpired(keyPath, value, partition
   return item;
 };
 
-const baseRead = Items.prototype.read;
-Documents.prototype.read = function readUnexpired(options) {
+// 4. and 9. Items.query and Items.read scan every document of the container. Both now go through
+// runQuery (9.): with options.partition only that partition's documents are scanned, from its index.
+Documents.prototype.query = function queryIndexed(params, options = {}) {
+  if (!this._parent.read()) return null;
   purgeExpired(this);
-  return baseRead.call(this, options);
+  return runQuery(this, params.query, params.parameters, options);
 };
 
-// 4. Items.query scans every document of the container. With options.partition it scans only that
-// partition's documents: _data is swapped for a filtered copy during the (synchronous) call.
-const baseQuery = Items.prototype.query;
-Documents.prototype.query = function queryUnexpired(params, options = {}) {
+Documents.prototype.read = function readIndexed({ maxItemCount, continuation } = {}) {
+  if (!this._parent.read()) return null;
   purgeExpired(this);
-  if (!options.partition) return baseQuery.call(this, params, options);
-  const all = this._data;
-  this._data = new Map([...all].filter(([, item]) => inPartition(this, item.read(), options.partition)));
-  try {
-    return baseQuery.call(this, params, options);
-  } finally {
-    this._data = all;
-  }
+  return runQuery(this, "SELECT * FROM c", undefined, { maxItemCount, continuation });
 };
 
 // Replacing a container (e.g. to change its defaultTtl) goes through Items.replace, which stores a
 // brand-new Collection object, with new, empty Documents: every document was silently dropped.
-// Hand the old object's documents and functions over to the new one.
+// Hand the old object's documents and functions over to the new one. Its defaultTtl may have changed,
+// and with it every document's expiry time: the expiry schedule (9.) is made again.
 const baseReplace = Items.prototype.replace;
 Collections.prototype.replace = function replaceKeepingDocuments(data, original) {
   checkContainer(data); // 7.
@@ -246,6 +293,7 @@ Collections.prototype.replace = function replaceKeepingDocuments(data, original)
     replacement[part] = old[part];
     replacement[part]._parent = replacement;
   }
+  rescheduleExpiry(replacement.documents);
   return result;
 };
 
@@ -310,26 +358,36 @@ function changesAfter(documents, after, accept) {
 // each batch, as this launcher first did, cost 0.2 ms of CPU per batch at 0 documents, 1.2 ms at
 // 6,000 and 6 ms at 30,000; with the journal, 0.15-0.25 ms at all three). Documents that TTL evicts
 // during a batch are not journaled: they are expired, so leaving them out is what a rollback must show.
+// The same two primitives keep the indexes of 9. (and a rollback, which bypasses _set and delete,
+// keeps them through evict and store).
 // ---------------------------------------------------------------------------------------------
 const baseSet = Items.prototype._set;
 Documents.prototype._set = function setStampedAndJournaled(doc) {
   stampLsn(this, doc); // 8.
   if (this._undo) this._undo.push({ remove: doc });
-  return baseSet.call(this, doc);
+  return store(this, doc);
 };
+
+/** Items._set without a new LSN or a journal entry, and the version indexed (9.). */
+function store(documents, doc) {
+  const stored = baseSet.call(documents, doc);
+  index(documents, doc);
+  return stored;
+}
 
 const baseDelete = Items.prototype.delete;
 Documents.prototype.delete = function deleteJournaled(idOrRid, partition) {
-  const doc = this._undo ? this._item("/id", idOrRid, partition).read() : undefined;
-  baseDelete.call(this, idOrRid, partition);
-  if (doc) this._undo.push({ restore: doc });
+  const doc = this._item("/id", idOrRid, partition).read();
+  baseDelete.call(this, idOrRid, partition); // throws when there is none
+  unindex(this, doc); // 9.
+  if (this._undo) this._undo.push({ restore: doc });
 };
 
 function rollBack(documents, undo) {
   for (let i = undo.length - 1; i >= 0; i -= 1) {
     const { remove, restore } = undo[i];
     if (remove) evict(documents, remove);
-    else baseSet.call(documents, restore); // the very version that was deleted: same _etag, _ts, _rid
+    else store(documents, restore); // the very version that was deleted: same _etag, _ts, _rid
   }
 }
 
@@ -422,6 +480,262 @@ patchOps.patchOperation = function patchOperation(collection, input) {
   if (!matches) return errorResult(412, "Condition specified in the patch request is not satisfied.");
   return basePatchOperation(collection, { ...input, condition: undefined });
 };
+
+// ---------------------------------------------------------------------------------------------
+// 9. Cost per request. Cosmos answers from indexes, so a request costs about what it touches; the
+// package scans, and worse (figures in the header). Four changes:
+//   - The query engine (@zeit/cosmosdb-query) compiles each FROM and JOIN into
+//     `.reduce(($, c) => [...$, { c }], [])`, which copies its accumulator for every document: O(N^2)
+//     per query. Its compiled syntax tree is rewritten to append in place (`$h.appendInPlace`), and
+//     helpers.stripUndefined, which copied the same way over every result row, is linear too. The
+//     compiled query function is kept per query text (the engine made a new Function per execution).
+//   - Per container, three indexes kept by the primitives (_set, delete, evict, and a rollback's store):
+//     partition key value -> rids; every rid in _rid order (the order the engine sorts results in);
+//     and an expiry schedule, a min-heap of (expiry second, version) of the versions with a TTL.
+//     Deleted rids and superseded versions stay in the last two until they are looked at or the index
+//     has grown to twice the live documents; a rid is only inserted when it is new. Before each query
+//     and read feed, 3. pops the schedule's due entries instead of scanning every document.
+//   - A partition-scoped query scans that partition's documents only, from its index.
+//   - A page of a query that is evaluated document by document (no ORDER BY, TOP or aggregate: the
+//     engine answers it with paginate(..., _rid)) is computed from the documents at and after its
+//     continuation's _rid, in a chunk of twice the page size; a chunk that gives too few rows is read
+//     again, larger by what it gave (to the end when it gave none), so that page k no longer filters
+//     and sorts every document again. The chunk's page is the one the whole scan gives: the same rows
+//     from the same starting point, and the same continuation token.
+// ORDER BY, TOP and aggregates still evaluate their whole scope (partition or container) per page.
+// ---------------------------------------------------------------------------------------------
+const COMPACT_INDEX_ABOVE = 1000; // stale entries tolerated, on top of as many as the live documents
+const FIRST_CHUNK = 256; // documents, at least; or twice the page size
+const COMPILED_QUERIES_KEPT = 500;
+
+function indexes(documents) {
+  if (!documents._indexes) {
+    documents._indexes = { partitions: new Map(), order: [], ordered: new Set(), expiry: [] };
+  }
+  return documents._indexes;
+}
+
+/** The first position in the sorted array of strings whose value is not below `value`. */
+function lowerBound(sorted, value) {
+  let low = 0;
+  let high = sorted.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (sorted[middle] < value) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}
+
+function index(documents, doc) {
+  const ix = indexes(documents);
+  const rid = doc._rid;
+  const key = documents._getPartition(doc);
+  let rids = ix.partitions.get(key);
+  if (!rids) ix.partitions.set(key, (rids = new Set()));
+  rids.add(rid);
+  if (!ix.ordered.has(rid)) {
+    ix.order.splice(lowerBound(ix.order, rid), 0, rid);
+    ix.ordered.add(rid);
+  }
+  schedule(documents, doc);
+}
+
+function unindex(documents, doc) {
+  const ix = indexes(documents);
+  const key = documents._getPartition(doc);
+  const rids = ix.partitions.get(key);
+  if (rids) {
+    rids.delete(doc._rid);
+    if (rids.size === 0) ix.partitions.delete(key);
+  }
+  if (ix.order.length > 2 * documents._data.size + COMPACT_INDEX_ABOVE) {
+    ix.order = ix.order.filter(rid => documents._data.has(rid));
+    ix.ordered = new Set(ix.order);
+  }
+}
+
+function schedule(documents, doc) {
+  const ttl = effectiveTtl(documents, doc);
+  if (ttl === null || typeof doc._ts !== "number") return;
+  const { expiry } = indexes(documents);
+  heapPush(expiry, { at: doc._ts + ttl, doc });
+  if (expiry.length > 2 * documents._data.size + COMPACT_INDEX_ABOVE) rescheduleExpiry(documents);
+}
+
+/** The expiry schedule made again from the current versions (the container's defaultTtl may have changed). */
+function rescheduleExpiry(documents) {
+  indexes(documents).expiry = [];
+  for (const item of documents._data.values()) schedule(documents, item.read());
+}
+
+function heapPush(heap, entry) {
+  heap.push(entry);
+  let i = heap.length - 1;
+  while (i > 0) {
+    const parent = (i - 1) >>> 1;
+    if (heap[parent].at <= entry.at) break;
+    heap[i] = heap[parent];
+    i = parent;
+  }
+  heap[i] = entry;
+}
+
+function heapPop(heap) {
+  const top = heap[0];
+  const last = heap.pop();
+  if (heap.length > 0) {
+    let i = 0;
+    for (;;) {
+      const left = 2 * i + 1;
+      if (left >= heap.length) break;
+      const child = left + 1 < heap.length && heap[left + 1].at < heap[left].at ? left + 1 : left;
+      if (heap[child].at >= last.at) break;
+      heap[i] = heap[child];
+      i = child;
+    }
+    heap[i] = last;
+  }
+  return top;
+}
+
+// The query engine. Its lib/index.js reads transformer.default and executor.default, and the compiled
+// code the helpers, through their module objects at each call, so replacing the exports is enough.
+queryHelpers.appendInPlace = (target, items) => {
+  for (let i = 0; i < items.length; i += 1) target.push(items[i]);
+  return target;
+};
+
+queryHelpers.stripUndefined = value => {
+  if (Array.isArray(value)) {
+    const kept = [];
+    for (const v of value) if (typeof v !== "undefined") kept.push(queryHelpers.stripUndefined(v));
+    return kept;
+  }
+  if (value && typeof value === "object") {
+    const kept = {};
+    for (const [k, v] of Object.entries(value)) if (typeof v !== "undefined") kept[k] = queryHelpers.stripUndefined(v);
+    return kept;
+  }
+  return value;
+};
+
+const isIdentifier = (node, name) => node && node.type === "Identifier" && node.name === name;
+
+/** `[...$, a, ...b]`, the body (or a conditional's branch) of a reduce over `$`, as `$h.appendInPlace($, [a, ...b])`. */
+function appendingBody(body) {
+  if (body.type === "ConditionalExpression") return { ...body, consequent: appendingBody(body.consequent) };
+  if (body.type !== "ArrayExpression" || !body.elements.length) return body;
+  const [first, ...rest] = body.elements;
+  if (!first || first.type !== "SpreadElement" || !isIdentifier(first.argument, "$")) return body;
+  return {
+    type: "CallExpression",
+    callee: { type: "MemberExpression", object: { type: "Identifier", name: "$h" },
+      property: { type: "Identifier", name: "appendInPlace" }, computed: false },
+    arguments: [{ type: "Identifier", name: "$" }, { type: "ArrayExpression", elements: rest }],
+  };
+}
+
+/** Rewrites every `x.reduce(($, ...) => [...$, ...], [])` in the compiled tree to append in place. */
+function appendInPlace(node) {
+  if (Array.isArray(node)) {
+    node.forEach(appendInPlace);
+    return;
+  }
+  if (!node || typeof node !== "object") return;
+  for (const key of Object.keys(node)) appendInPlace(node[key]);
+  const [callback, initial] = node.arguments || [];
+  if (node.type === "CallExpression" && node.callee.type === "MemberExpression"
+      && isIdentifier(node.callee.property, "reduce") && node.arguments.length === 2
+      && callback.type === "ArrowFunctionExpression" && isIdentifier(callback.params[0], "$")
+      && initial.type === "ArrayExpression" && initial.elements.length === 0) {
+    callback.body = appendingBody(callback.body); // `[]` is a new array per evaluation: appending is safe
+  }
+}
+
+// Queries whose page is paginate(rows sorted by _rid): evaluated document by document (see above).
+const BY_DOCUMENT = new WeakMap();
+const baseTransform = queryTransformer.default;
+queryTransformer.default = sqlAst => {
+  const compiled = baseTransform(sqlAst);
+  appendInPlace(compiled);
+  const [statement] = compiled.body.body;
+  const answer = statement && statement.argument;
+  BY_DOCUMENT.set(sqlAst, Boolean(answer && answer.type === "CallExpression"
+    && isIdentifier(answer.callee.property, "paginate") && answer.arguments.length === 4
+    && sqlAst.body && !sqlAst.body.top && !sqlAst.body.orderBy));
+  return compiled;
+};
+
+const compiledQueries = new Map();
+queryExecutor.default = (collection, { code, parameters, udf = {}, maxItemCount, continuation, compositeIndexes }) => {
+  let execute = compiledQueries.get(code);
+  if (!execute) {
+    execute = new Function(`"use strict";return (${code})`)(); // eslint-disable-line no-new-func
+    if (compiledQueries.size >= COMPILED_QUERIES_KEPT) compiledQueries.clear();
+    compiledQueries.set(code, execute);
+  }
+  const params = {};
+  (parameters || []).forEach(({ name, value }) => {
+    params[name.slice(1)] = value;
+  });
+  return execute(aggregateFunctions, builtinFunctions, collection, queryHelpers, udf, params, maxItemCount,
+    continuation, compositeIndexes);
+};
+
+/** What Items.query does, over the scope's documents only, a page at a time where it can (see above). */
+function runQuery(documents, sql, parameters, { partition, maxItemCount, continuation }) {
+  const container = documents._parent.read();
+  const q = documents._getQuery(sql); // a syntax error propagates as the package lets it (400)
+  const options = {
+    parameters, udf: documents._userDefinedFunctions(), maxItemCount, continuation,
+    compositeIndexes: ((container.indexingPolicy ? container.indexingPolicy.compositeIndexes : null) || []),
+  };
+  try {
+    const rids = scopeRids(documents, partition);
+    const start = maxItemCount > 0 && q.code && BY_DOCUMENT.get(q.ast) ? continuationStart(rids, continuation) : -1;
+    if (start < 0) return q.exec(documentsOf(documents, rids, 0, Infinity).docs, options);
+    for (let size = Math.max(2 * maxItemCount, FIRST_CHUNK); ;) {
+      const { docs, end } = documentsOf(documents, rids, start, size);
+      const page = q.exec(docs, options);
+      if (page.continuation || end >= rids.length) return page;
+      // Too few rows: the next chunk (from the same start) is sized by the rows this one gave.
+      const rows = page.result.length;
+      size = rows ? Math.max(2 * size, Math.ceil((1.5 * size * (maxItemCount + 1)) / rows)) : Infinity;
+    }
+  } catch (err) {
+    err.badRequest = true;
+    throw err;
+  }
+}
+
+/** The rids a query scans, in _rid order (the container's may include deleted ones). */
+function scopeRids(documents, partition) {
+  if (!partition) return indexes(documents).order;
+  return [...(indexes(documents).partitions.get(partition.value) || [])].sort();
+}
+
+/** Where the page after `continuation` starts in `rids`; -1 if its token cannot be read (the engine then says why). */
+function continuationStart(rids, continuation) {
+  if (!continuation) return 0;
+  try {
+    const { RID } = continuationToken.decode(continuation.token);
+    return typeof RID === "string" ? lowerBound(rids, RID) : -1;
+  } catch (err) {
+    return -1;
+  }
+}
+
+/** Up to `count` live documents from position `start` of `rids`, and the position after the last. */
+function documentsOf(documents, rids, start, count) {
+  const docs = [];
+  let i = start;
+  for (; i < rids.length && docs.length < count; i += 1) {
+    const item = documents._data.get(rids[i]);
+    if (item) docs.push(item.read());
+  }
+  return { docs, end: i };
+}
 
 // ---------------------------------------------------------------------------------------------
 // Replacement route handlers
