@@ -108,6 +108,20 @@ def test_sweep_outbox_runs_on_its_timer(
     eventually(lambda: host.output().count("sweep_outbox timer outcome=Succeeded") >= 2, what="two sweeps")
 
 
+def test_two_hosts_of_one_app_and_store_sweep_each_occurrence_once(
+    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
+) -> None:
+    values = app_settings(broker, store, fulfilment_service, OUTBOX_SWEEP_SCHEDULE="*/1 * * * * *")
+    hosts = [start_host(ROOT, values) for _ in range(2)]
+
+    def sweeps() -> list[str]:
+        pattern = r"sweep_outbox timer outcome=\w+ \d+ ms due=(\S+)"
+        return [due for host in hosts for due in re.findall(pattern, host.output())]
+
+    eventually(lambda: len(sweeps()) >= 6, timeout=60, what="six sweeps")
+    assert len(sweeps()) == len(set(sweeps())), sorted(sweeps())  # each second swept by one host, not both
+
+
 def test_two_hosts_with_16_competing_copies_of_one_order_give_one_document_and_one_reservation(
     broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
 ) -> None:

@@ -31,7 +31,7 @@ def listeners_for(host: Host) -> list[Listener]:
             found.append(ServiceBusListener(function, client, host.config.service_bus(), host.deliveries,
                                             host.invoke))
         elif function.trigger_type == "timerTrigger":
-            found.append(TimerListener(function, host.invoke))
+            found.append(TimerListener.for_function(function, host.config.settings, host.functions, host.invoke))
         elif function.trigger_type == "cosmosDBTrigger":
             from devservers.host.changefeed import ChangeFeedListener  # noqa: PLC0415 - only apps that use it
 

@@ -3,6 +3,11 @@
 A field is ``*``, a number, a range ``a-b``, a list ``a,b``, or any of these with a step ``/n``;
 months and days of the week also take their three-letter English names, and Sunday is 0. Times are
 UTC (Azure's default, ``WEBSITE_TIME_ZONE`` unset). The function gets the TimerInfo JSON the host sends.
+
+As on Azure, a timer function is a singleton across the host processes that run the same app against
+the same store: each occurrence fires in one of them, and none while an invocation still runs
+(``devservers.host.singleton``). ``runOnStartup`` fires in each process as it starts, unless another is
+running the function at that moment.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 from devservers.host.process import Function
 from devservers.host.protos import protos
+from devservers.host.singleton import OccurrenceLock, store_scope
 
 logger = logging.getLogger("devservers.host")
 _NAMES = {name: n for n, name in enumerate(("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT",
@@ -92,16 +98,23 @@ def timer_info(schedule: Schedule, last: datetime | None, now: datetime, past_du
 
 
 class TimerListener:
-    """Fires one timer function on its schedule, never twice at once."""
+    """Fires one timer function on its schedule, never twice at once, each occurrence in one process only."""
 
     def __init__(self, function: Function, invoke: Callable[[Function, dict[str, Any], dict[str, Any]], Any],
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 lock: OccurrenceLock, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.function = function
         self.schedule = Schedule(str(function.trigger["schedule"]))
         self._invoke = invoke
+        self._lock = lock
         self._clock = clock
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{function.name}-timer", daemon=True)
+
+    @classmethod
+    def for_function(cls, function: Function, settings: dict[str, str], functions: list[Function],
+                     invoke: Callable[[Function, dict[str, Any], dict[str, Any]], Any]) -> TimerListener:
+        """The listener of a timerTrigger, its lock scoped by what the app's host processes share."""
+        return cls(function, invoke, OccurrenceLock(function.name, store_scope(settings, functions)))
 
     def start(self) -> None:
         """Start firing; at once too when ``runOnStartup`` is set."""
@@ -115,19 +128,26 @@ class TimerListener:
     def _run(self) -> None:
         last: datetime | None = None
         if self.function.trigger.get("runOnStartup"):
-            last = self._fire(last, self._clock())
+            last = self._fire(last, None) or last
         while not self._stopping.is_set():
             due = self.schedule.next_after(self._clock())
             if self._stopping.wait(max(0.0, (due - self._clock()).total_seconds())):
                 return
-            last = self._fire(last, due)
+            last = self._fire(last, due) or last
 
-    def _fire(self, last: datetime | None, due: datetime) -> datetime:
+    def _fire(self, last: datetime | None, due: datetime | None) -> datetime | None:
+        """Invoke for the occurrence ``due`` (None: on startup) unless another process has it; when it ran."""
         now = self._clock()
-        started = time.perf_counter()
-        response = self._invoke(self.function, {self.function.parameter: timer_info(
-            self.schedule, last, now, past_due=(now - due).total_seconds() > 1)}, {})
-        succeeded = response is not None and response.result.status == protos.StatusResult.Success
-        logger.info("%s timer outcome=%s %.0f ms", self.function.name, "Succeeded" if succeeded else "Failed",
-                    (time.perf_counter() - started) * 1000)
+        with self._lock.claim(due, now) as mine:
+            if not mine:
+                logger.debug("%s timer due=%s: another host process has it", self.function.name,
+                             due.isoformat() if due else "startup")
+                return None
+            started = time.perf_counter()
+            response = self._invoke(self.function, {self.function.parameter: timer_info(
+                self.schedule, last, now, past_due=due is not None and (now - due).total_seconds() > 1)}, {})
+            succeeded = response is not None and response.result.status == protos.StatusResult.Success
+            logger.info("%s timer outcome=%s %.0f ms due=%s", self.function.name,
+                        "Succeeded" if succeeded else "Failed", (time.perf_counter() - started) * 1000,
+                        due.isoformat() if due else "startup")
         return now
