@@ -29,6 +29,7 @@ docs/design.md ("Schema versions").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Self
@@ -68,6 +69,12 @@ def schema_version(document: Mapping[str, Any]) -> int | None:
     return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
+@functools.cache
+def _json_names(kind: type[msgspec.Struct]) -> dict[str, str]:
+    """A kind's attribute names and the JSON names they are stored under."""
+    return dict(zip(kind.__struct_fields__, kind.__struct_encode_fields__, strict=True))
+
+
 class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYPE_FIELD):
     """Fields every kind has: its id, its order (the partition key), the schema version it was written
     under and, once read, its etag."""
@@ -86,8 +93,8 @@ class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYP
     def with_changes(self, **changes: Any) -> tuple[Self, dict[str, Any]]:
         """This document with ``changes`` made (attribute names), and the same changes as the JSON
         fields a patch sets: only those, so that every other stored field is kept."""
-        names = dict(zip(self.__struct_fields__, self.__struct_encode_fields__, strict=True))
-        fields = {names[name]: msgspec.to_builtins(value) for name, value in changes.items()}
+        names = _json_names(type(self))
+        fields: dict[str, Any] = msgspec.to_builtins({names[name]: value for name, value in changes.items()})
         return msgspec.structs.replace(self, **changes), fields
 
     @classmethod
