@@ -23,6 +23,7 @@ from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPT
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from shared.handlers.apply_event import apply_order_event
+from shared.ports.store import Replace
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.events import encode_event, event_body
@@ -122,6 +123,19 @@ def test_release_of_an_event_not_parked_is_one_clear_error(
     assert cli(target, "release", "--order", order_id, "--event", "nope") == 1
     err = capsys.readouterr().err
     assert err.startswith("sbctl: error: ") and "no event nope waits parked" in err and "Traceback" not in err
+
+
+def test_a_parked_event_this_version_cannot_decode_is_one_line_naming_it_and_the_schema_versions(
+    target: Target, capsys: pytest.CaptureFixture[str]
+) -> None:
+    order_id = placed(target)
+    park(target, order_id, 3, ORDER_SHIPPED)
+    [parked] = target.run(target.store.query({"type": "parked-event"}, partition_key=order_id))
+    newer = {k: v for k, v in parked.items() if not k.startswith("_")} | {"schemaVersion": 2, "sequence": "third"}
+    target.run(target.store.execute_batch(order_id, [Replace(newer, parked["_etag"])]))
+    assert cli(target, "list", "--order", order_id) == 1
+    err = one_line_error(capsys)
+    assert parked["id"] in err and "schemaVersion 2" in err and "newer version" in err
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:

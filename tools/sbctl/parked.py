@@ -19,7 +19,7 @@ from sbctl.connection import ToolError
 from sbctl.failures import cosmos_failure
 from shared import bootstrap
 from shared.domain.documents import ParkedEvent
-from shared.errors import ConfigurationError, NotFound, StoreError
+from shared.errors import ConfigurationError, NotFound, StoreError, UnreadableDocument
 from shared.handlers import operator_commands
 from shared.ports.store import DocumentStore
 from shared.settings import Settings
@@ -54,6 +54,8 @@ async def _store(args: argparse.Namespace) -> AsyncIterator[DocumentStore]:
         raise ToolError(str(exc)) from None
     except NotFound as exc:
         raise ToolError(str(exc)) from None
+    except UnreadableDocument as exc:  # written by a newer version that broke the additive rule, or not ours
+        raise ToolError(f"{exc}; if a newer version of the app wrote it, use that version's sbctl") from None
     except (StoreError, ValueError) as exc:  # ValueError: a key that is not base64
         raise ToolError(cosmos_failure(args.cosmos_endpoint, exc, key_option="--cosmos-key")) from None
     finally:
