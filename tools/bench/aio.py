@@ -2,7 +2,7 @@
 
 Both prototypes send exactly the project's requests for a new order, built by the project's own
 code (the order, outbox entry and reservation claim in one batch; the in-memory fulfilment fake; the
-record's finish on its etag): the sync one on threads, as the functions ran before they became
+record's finish, a patch on its etag): the sync one on threads, as the functions ran before they became
 ``async def``, the async one as asyncio tasks on one event loop, as they run now. What differs is the
 client model, which was the question (it decided the switch). Each runs on a fresh container; they
 alternate. The fulfilment fake's rule is applied directly (its ledger), the same for both.
@@ -18,8 +18,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import msgspec
-
 from bench import throughput
 from shared.adapters.cosmos import batch_operation
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
@@ -28,7 +26,7 @@ from shared.domain.orders import parse_order
 from shared.handlers.place_order import RESERVE_STOCK
 from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import reservation_request
-from shared.ports.store import Create, Replace
+from shared.ports.store import Create, Patch
 from shared.settings import Settings
 
 ROUNDS = 3
@@ -50,9 +48,9 @@ def _plan(message: throughput.Message, settings: Settings, fulfilment: InMemoryF
     def finish(written: dict[str, Any]) -> list[tuple[Any, ...]]:
         record = SideEffectRecord.from_document(written)
         reply = fulfilment.ledger.reserve(record.idempotency_key, reservation_request(order))
-        done = msgspec.structs.replace(record, status=EffectStatus.COMPLETED, response_status=reply.status,
-                                       finished_at=time.time())
-        return [batch_operation(Replace(done.to_document(), record.etag))]
+        _, fields = record.with_changes(status=EffectStatus.COMPLETED, response_status=reply.status,
+                                        finished_at=time.time())
+        return [batch_operation(Patch(record.id, fields, if_match=record.etag))]  # the product's finish
 
     return order.order_id, first, finish
 
