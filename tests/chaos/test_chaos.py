@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import report
+from chaos import report, versions
 from chaos.faults import Moment
 from tests.devservers.helptext import REPO_ROOT, options_without_help, run_module
 from tests.host.conftest import NEEDS_313, WHOLE_STACK
@@ -67,11 +67,13 @@ def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_comman
 @WHOLE_STACK
 @pytest.mark.timeout(900)
 def test_a_rewrite_from_the_typed_document_is_found_by_the_rolling_upgrade(tmp_path: Path) -> None:
-    run = _chaos(tmp_path, "--seed", "3", "--plant", "typed-order-replace")
+    # Larger than the smoke run: at 80 orders only a handful are written by the next version and then
+    # by an old host during the upgrade; at 300, about 25 (measured: 6 of them lost the field).
+    run = _chaos(tmp_path, "--seed", "3", "--orders", "300", "--rate", "12", "--plant", "typed-order-replace")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
-    lost = [v for v in figures["violations"] if "riskScore" in v]
-    assert lost, figures["violations"]
+    lost = [v for v in figures["violations"] if "riskScore or schemaVersion was lost" in v]
+    assert lost and len(lost) == len(figures["violations"]), figures["violations"]
 
 
 def test_a_stack_that_cannot_be_observed_is_a_verdict_naming_what_was_not_checked(tmp_path: Path) -> None:
@@ -85,6 +87,21 @@ def test_a_stack_that_cannot_be_observed_is_a_verdict_naming_what_was_not_checke
     assert "**not checked**" in table and "| seed    | 9 " in table
     assert "`python -m chaos --orders 80 --seed 9`" in table
     assert json.loads((tmp_path / "chaos.json").read_text())["violations"] == [violation]
+
+
+def test_the_upgrade_check_finds_a_lost_field_journalled_or_not(tmp_path: Path) -> None:
+    journal = tmp_path / "writes.log"
+    journal.write_text("next 10.0 ord-a\ncurrent 11.0 ord-a\ncurrent 12.0 ord-b\nnext 13.0 ord-c\n")
+    kept = {"id": "ord-a", "type": "order", "schemaVersion": 2, versions.FIELD: versions.risk_score("ord-a")}
+    unjournalled = {"id": "ord-d", "type": "order", "schemaVersion": 2}  # its write's answer was lost
+    documents = [kept, {"id": "ord-b", "type": "order", "schemaVersion": 1},
+                 {"id": "ord-c", "type": "order", "schemaVersion": 2}, unjournalled]
+    found = versions.check(journal, documents)
+    assert [v.split(":")[0] for v in found.violations] == ["order ord-c", "order ord-d"]
+    assert found.figures["orders written by the next version"] == 3
+    assert found.figures["of them, written by this version afterwards"] == 1
+    assert versions.check(journal, [kept, documents[1], {**documents[2], versions.FIELD: versions.risk_score(
+        "ord-c")}]).violations == []
 
 
 @pytest.mark.parametrize(("arguments", "message"), [

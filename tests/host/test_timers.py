@@ -157,3 +157,8 @@ def test_the_scope_is_the_storage_the_host_id_and_the_cosmos_lease_stores(tmp_pa
     other_host = store_scope({**settings, "AzureFunctionsWebHost__hostid": "app-2"}, [feed])
     paths = {OccurrenceLock("sweep", s, tmp_path).path for s in (scope, other_database, other_host)}
     assert len(paths) == 3
+    # With a host ID, Azure's scope: storage and host ID, whatever address each process reaches Cosmos DB by
+    # (the chaos suite's hosts each go through a proxy of their own).
+    behind_proxy = {**settings, "AzureFunctionsWebHost__hostid": "app-2",
+                    "CosmosDBConnection": "AccountEndpoint=http://127.0.0.1:9999/;AccountKey=secret;"}
+    assert store_scope(behind_proxy, [feed]) == other_host == ["UseDevelopmentStorage=true", "app-2"]

@@ -21,14 +21,17 @@ checked is said instead of the table).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from azure.core.exceptions import AzureError
 from azure.servicebus import ServiceBusClient
 
 from chaos import planted, report, versions
@@ -39,7 +42,7 @@ from demo.scenario import plan
 from demo.stack import ROOT, Stack
 
 SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
-UPGRADE_SHARE = 0.25  # of the sending time, from its half-way point, over which the hosts are upgraded
+UPGRADE_SHARE = 0.4  # of the sending time, from its half-way point, over which the hosts are upgraded
 
 
 def replay_command(options: Options) -> str:
@@ -72,12 +75,23 @@ def run(options: Options) -> int:
           flush=True)
     replay = replay_command(options)
     journal = Path(tempfile.mkdtemp(prefix="chaos-journal-")) / "writes.log"
-    stack = Stack.start(lock_seconds=LOCK_SECONDS)
-    chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant))
-    probe = LatencyProbe(stack.cosmos.endpoint, stack.cosmos.key)
-    watch = observe.Watch(stack)
-    phase = "the start of the hosts"
+    run_so_far = report.Run(seed, hosts, 0, {}, replay, plant)
+    opened: list[Callable[[], object]] = []  # what to stop at the end, last opened first
+    phase = "the start of the stack"
     try:
+        stack = Stack.start(lock_seconds=LOCK_SECONDS)
+        opened.append(stack.stop)
+        chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant))
+        opened.append(chaos.close)
+        probe = LatencyProbe(stack.cosmos.endpoint, stack.cosmos.key)
+        watch = observe.Watch(stack)
+        opened += [watch.close, probe.stop]
+
+        def so_far() -> report.Run:
+            return report.Run(seed, hosts, len(stack.retired), chaos.faults(), replay, plant, chaos.failure, probe,
+                              None, chaos.upgraded)
+
+        phase = "the start of the hosts"
         chaos.start_hosts(hosts)
         probe.start()
         print(f"chaos: {hosts} hosts listening, each behind its own fault proxies; sending and killing", flush=True)
@@ -95,24 +109,28 @@ def run(options: Options) -> int:
             if upgrader is not None:
                 upgrader.join()
             phase = "the drain"
-            observe.late_then_drain(stack, watch, client, scenario, sent_at, label="chaos", on_sent=chaos.stop,
-                                    deadline=started + 300 + orders * SECONDS_PER_ORDER)
+            deadline = 300 + orders * SECONDS_PER_ORDER
+            drained = observe.late_then_drain(stack, watch, client, scenario, sent_at, label="chaos",
+                                              on_sent=chaos.stop, deadline=started + deadline)
             elapsed = time.time() - started
             stack.stop_hosts()  # so that the probes below are not taken by a host
             probe.stop()
             phase = "the checks after the drain"
             seen = observe.observed(stack, watch, client, sent_at, elapsed)
-        upgrade = versions.check(journal, seen.documents) if options.upgrade else None
-        result = report.build(scenario, seen, report.Run(seed, hosts, len(stack.retired), chaos.faults(), replay,
-                                                         plant, chaos.failure, probe, upgrade, chaos.upgraded))
-    except (AzureError, OSError) as exc:  # the stack could not be observed: no verdict on the invariants
-        result = report.unobserved(report.Run(seed, hosts, len(stack.retired), chaos.faults(), replay, plant,
-                                              chaos.failure, probe, None, chaos.upgraded), phase, exc)
+            upgrade = versions.check(journal, seen.documents) if options.upgrade else None
+            result = report.build(scenario, seen, dataclasses.replace(
+                so_far(), upgrade=upgrade, drained=None if drained else f"not drained within {deadline:.0f} s"))
+    except Exception as exc:  # the stack could not be observed, or the driver failed: no verdict on the invariants
+        result = report.unobserved(so_far() if "so_far" in locals() else run_so_far, phase, exc)
     finally:
-        probe.stop()
-        watch.close()
-        chaos.close()
-        stack.stop()
+        for stop in reversed(opened):
+            with contextlib.suppress(Exception):
+                stop()
+    return _verdict(result, results, seed, replay)
+
+
+def _verdict(result: Any, results: Path, seed: int, replay: str) -> int:
+    """Print and keep the table; 1 with the seed and the replay command when anything was violated."""
     print(report.table(result), flush=True)
     report.write(result, results)
     print(f"chaos: wrote {results / 'chaos.json'} and {results / 'chaos.md'}", flush=True)
@@ -127,7 +145,7 @@ def run(options: Options) -> int:
 def _start_upgrade(chaos: Chaos, options: Options, next_version: Path, halfway: threading.Event, *,
                    sending_seconds: float) -> threading.Thread | None:
     """Once half the orders are sent, replace the hosts one by one by hosts on the next version, so that
-    the upgrade ends about three quarters of the way through the sending."""
+    the upgrade ends at about nine tenths of the sending."""
     if not options.upgrade:
         return None
     every = sending_seconds * UPGRADE_SHARE / options.hosts

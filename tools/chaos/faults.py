@@ -61,6 +61,7 @@ class Slot:
     settings: Path
     app_dir: Path
     host: HostProcess | None = None
+    upgrading: bool = False  # its host is being replaced by one on the next version
 
 
 @dataclass
@@ -123,15 +124,21 @@ class Chaos:
 
     def upgrade(self, app_dir: Path, every_seconds: float) -> None:
         """A rolling upgrade: one slot after another, stop its host as the platform does (it finishes what
-        it has in hand) and start one on ``app_dir`` in its place, while the other slots run on."""
+        it has in hand) and start one on ``app_dir`` in its place, while the other slots run on. A slot
+        being upgraded has no host to kill or to replace; the killer goes on with the others meanwhile."""
         for slot in self.slots:
             time.sleep(every_seconds)  # on, even once the killing has stopped
             with self._slots:
-                slot.app_dir = app_dir
-                if slot.host is not None and slot.host.process.poll() is None:
-                    self.stack.stop_host(slot.host)
-                    slot.host = None
-                self._replace_dead()
+                slot.app_dir, slot.upgrading = app_dir, True
+                host, slot.host = slot.host, None
+            if host is not None:
+                if host.process.poll() is None:
+                    self.stack.stop_host(host)
+                else:
+                    self._retire(host)
+            started = self.stack.start_host(slot.settings, app_dir)
+            with self._slots:
+                slot.host, slot.upgrading = started, False
             self.upgraded += 1
             print(f"chaos: slot {slot.index} upgraded to the next version ({self.upgraded} of {len(self.slots)})",
                   flush=True)
@@ -181,11 +188,12 @@ class Chaos:
             self._armed = None
 
     def _kill(self, slot: Slot, moment: Moment, worker_only: bool) -> None:
-        if slot.host is None or slot.host.process.poll() is not None:
+        host = slot.host  # read once: the upgrade may take it away meanwhile
+        if host is None or host.process.poll() is not None:
             return
-        sigkill(slot.host, worker_only=worker_only)
+        sigkill(host, worker_only=worker_only)
         if not worker_only:
-            slot.host.process.wait(10)  # reaped, so that the slot is seen empty and refilled
+            host.process.wait(10)  # reaped, so that the slot is seen empty and refilled
         what = f"{'worker' if worker_only else 'host'} {moment}"
         self.kills[what] += 1
         print(f"chaos: killed the {what.replace(' ', f' of slot {slot.index} ', 1)}", flush=True)
@@ -202,13 +210,18 @@ class Chaos:
     def _replace_dead(self) -> None:
         with self._slots:
             for slot in self.slots:
+                if slot.upgrading:
+                    continue
                 if slot.host is not None and slot.host.process.poll() is not None:
-                    slot.host.process.wait()
-                    self.stack.hosts.remove(slot.host)
-                    self.stack.retired.append(slot.host)
+                    self._retire(slot.host)
                     slot.host = None
                 if slot.host is None:
                     slot.host = self.stack.start_host(slot.settings, slot.app_dir)
+
+    def _retire(self, host: HostProcess) -> None:
+        host.process.wait()
+        self.stack.hosts.remove(host)
+        self.stack.retired.append(host)
 
     def _cosmos_tap(self, index: int) -> Tap:
         def tap(method: str, path: str, headers: Mapping[str, str], body: bytes, status: int | None) -> bool:

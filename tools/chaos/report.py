@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ class Run:
     probe: LatencyProbe | None = None  # the local Cosmos server's latency over the run
     upgrade: Upgrade | None = None  # what the check of the two versions' writes found (None: no upgrade)
     upgraded: int = 0  # slots moved to the next version
+    drained: str | None = None  # why the drain did not end, if it did not
 
 
 def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_report.Report:
@@ -60,6 +62,8 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
         result.violations += run.upgrade.violations
         if run.upgraded < run.hosts:
             result.violations.append(f"the rolling upgrade moved {run.upgraded} of {run.hosts} hosts")
+    if run.drained:
+        result.violations.append(run.drained)
     if run.failure:
         result.violations.append(run.failure)
     if not any(k.startswith(("kill host", "kill worker")) for k in run.faults):
@@ -78,6 +82,7 @@ def unobserved(run: Run, phase: str, error: BaseException) -> demo_report.Report
         **({"local Cosmos server latency": run.probe.figures()} if run.probe is not None else {})})
     result.violations.append(f"could not observe the stack during {phase} ({type(error).__name__}: {first_line});"
                              " the invariants were not checked")
+    result.figures["error"] = "".join(traceback.format_exception(error))[-4000:]  # for whoever digs, in the JSON
     if run.probe is not None:
         result.violations += run.probe.violations()
     return result

@@ -139,16 +139,20 @@ def check(journal: Path, documents: Sequence[Mapping[str, Any]]) -> Upgrade:
         else:
             writes[order_id].append((float(at), kind))
     orders = {str(d["id"]): d for d in documents if d.get("type") == "order"}
-    by_next = sorted(o for o, w in writes.items() if any(kind == NEXT for _, kind in w))
-    after = [o for o in by_next if max((at for at, kind in writes[o] if kind == CURRENT), default=0.0)
+    journalled = {o for o, w in writes.items() if any(kind == NEXT for _, kind in w)}
+    # A write of the next version that took effect but lost its answer is not journalled; this version
+    # never lowers schemaVersion, so the order shows it was written all the same.
+    by_next = sorted(journalled | {o for o, d in orders.items() if int(d.get("schemaVersion") or 1) >= SCHEMA_VERSION})
+    after = [o for o in journalled if max((at for at, kind in writes[o] if kind == CURRENT), default=0.0)
              > min(at for at, kind in writes[o] if kind == NEXT)]
     violations = [f"order {o}: the next version read it back at schemaVersion {SCHEMA_VERSION} without its {FIELD}"
                   for o in sorted(set(lost))]
     for order_id in by_next:
         final = orders.get(order_id, {})
         if final.get(FIELD) != risk_score(order_id) or int(final.get("schemaVersion") or 1) < SCHEMA_VERSION:
+            last = f", the last by the {max(writes[order_id])[1]} version" if writes[order_id] else ""
             violations.append(f"order {order_id}: the next version's {FIELD} or schemaVersion was lost"
-                              f" ({len(writes[order_id])} writes, the last by the {max(writes[order_id])[1]} version)")
+                              f" ({len(writes[order_id])} writes journalled{last})")
     figures = {"orders written by the next version": len(by_next),
                "of them, written by this version afterwards": len(after),
                "orders written by this version only": sum(1 for o in writes if o not in set(by_next)),

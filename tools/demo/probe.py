@@ -44,6 +44,7 @@ class LatencyProbe:
     endpoint: str
     key: str
     samples: list[Sample] = field(default_factory=list)
+    failure: str | None = None  # why the probe itself stopped, if it did
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -60,13 +61,19 @@ class LatencyProbe:
             self._thread.join(3 * STALLED_SECONDS)
 
     def _run(self) -> None:
-        client = CosmosClient(self.endpoint, credential=self.key, enable_endpoint_discovery=False,
-                              connection_timeout=int(STALLED_SECONDS), read_timeout=int(3 * STALLED_SECONDS),
-                              retry_total=0, retry_connect=0, retry_read=0)
+        try:
+            client = CosmosClient(self.endpoint, credential=self.key, enable_endpoint_discovery=False,
+                                  connection_timeout=int(STALLED_SECONDS), read_timeout=int(3 * STALLED_SECONDS),
+                                  retry_total=0, retry_connect=0, retry_read=0)
+        except Exception as exc:
+            self.failure = f"the latency probe could not start: {type(exc).__name__}: {exc}"
+            return
         container = client.get_database_client("sales").get_container_client("orders")
         try:
             while not self._stop.wait(EVERY_SECONDS):
                 self.samples.append(_sample(container))
+        except Exception as exc:
+            self.failure = f"the latency probe stopped: {type(exc).__name__}: {exc}"
         finally:
             client.close()
 
@@ -84,7 +91,9 @@ class LatencyProbe:
         return [s for s in self.samples if s.error or (s.read_ms or 0) > limit or (s.query_ms or 0) > limit]
 
     def violations(self) -> list[str]:
-        """One line if the server stalled, naming the worst sample."""
+        """One line if the server stalled, naming the worst sample; one if the probe itself failed."""
+        if self.failure or not self.samples:
+            return [self.failure or "the latency probe took no sample: the server's latency was not measured"]
         stalls = self.stalls()
         if not stalls:
             return []

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -97,6 +98,8 @@ class Stack:
             FULFILLMENT_URL=fulfilment.url, FULFILLMENT_READ_TIMEOUT_SECONDS="2", ABANDON_DELAY_SECONDS="2",
             SERVICEBUS_LOCK_DURATION_SECONDS=str(lock_seconds), OUTBOX_STUCK_AFTER_SECONDS="20",
             OUTBOX_SWEEP_SCHEDULE="*/10 * * * * *",
+            # One app: its hosts share a host ID, so each timer occurrence runs in one of them, as on Azure.
+            AzureFunctionsWebHost__hostid=f"stack-{uuid.uuid4().hex[:12]}",
         )
         return cls(broker, cosmos, fulfilment, settings_file(values), values)
 

@@ -10,9 +10,11 @@ sharing a storage account need distinct host IDs
 
 The local host has no blob storage. Its processes run on one machine, so the lock is a non-blocking
 ``fcntl.flock`` on a file in the system temp directory, named after the function and what the app's host
-processes share: AzureWebJobsStorage, the host ID (``AzureFunctionsWebHost__hostid``) and the Cosmos DB
-account, database and lease container of the app's Cosmos DB triggers, where the local host keeps its
-change-feed leases. Each process, at each occurrence, tries the lock: the one that gets it writes the
+processes share: AzureWebJobsStorage and the host ID (``AzureFunctionsWebHost__hostid``), as on Azure; with
+no host ID set, AzureWebJobsStorage and the Cosmos DB account, database and lease container of the app's
+Cosmos DB triggers, where the local host keeps its change-feed leases. (Processes that reach one store
+through different addresses, such as the chaos suite's hosts, each behind its own proxy, share a host ID.)
+Each process, at each occurrence, tries the lock: the one that gets it writes the
 occurrence's due time in the file, invokes the function, and lets go; one that finds the lock held (an
 invocation is still running) or the occurrence already written skips it. A process that dies loses its
 lock at once with its file descriptor, as an expired blob lease is taken over. (The real host's timer
@@ -42,8 +44,12 @@ _FUTURE_SLACK_SECONDS = 1.0  # a recorded occurrence further ahead than this is 
 
 
 def store_scope(settings: dict[str, str], functions: Iterable[Function]) -> list[str]:
-    """What the app's host processes share, as the lock's scope: storage, host ID, the Cosmos DB lease stores."""
+    """What the app's host processes share, as the lock's scope: storage and the host ID, Azure's scope; with
+    no host ID set, storage and the Cosmos DB lease stores (so that two stacks on one machine, each with
+    its own database, keep apart)."""
     scope = [settings.get("AzureWebJobsStorage", ""), settings.get("AzureFunctionsWebHost__hostid", "")]
+    if scope[1]:
+        return scope
     for function in functions:
         if function.trigger_type != "cosmosDBTrigger":
             continue
