@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.domain.documents import OutboxEntry, OutboxStatus
-from shared.errors import BatchFailed, ConsumerError, NotFound, PreconditionFailed, UnreadableDocument
+from shared.errors import BatchFailed, ConsumerError, NotFound, PreconditionFailed, StoreError, UnreadableDocument
 from shared.ports.sender import MessageSender, OutgoingMessage
 from shared.ports.store import DocumentStore, Patch
 
@@ -94,6 +94,8 @@ class OutboxPublisher:
         return await self.publish(stuck)
 
     async def _publish_one(self, entry: OutboxEntry) -> None:
+        if entry.etag is None:  # a mark without one would be unconditional; the sweep reads it with its etag
+            raise StoreError(f"outbox {entry.id} was not read from the store; no etag to mark it dispatched on")
         await self._sender.send(entry.destination, [outgoing_message(entry)])
         _, mark = entry.with_changes(status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(), ttl=self._ttl)
         try:
