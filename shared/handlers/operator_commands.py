@@ -6,11 +6,11 @@ one aside for good. Neither deletes what it cannot account for: a dropped event 
 
 from __future__ import annotations
 
-from shared.domain.aggregate import Release
+from shared.domain.aggregate import Order, Release
 from shared.domain.documents import ParkedEvent, ParkedStatus
 from shared.domain.outcomes import Outcome
 from shared.errors import NotFound, StoreError
-from shared.handlers.writes import MAX_PARKED_READ, read_order, released_by_hand, set_aside, waiting
+from shared.handlers.writes import MAX_PARKED_READ, Stored, read_order, released_by_hand, set_aside, waiting
 from shared.ports.store import DocumentStore
 
 
@@ -48,6 +48,8 @@ async def force_release(store: DocumentStore, consumer: str, order_id: str, even
 
 
 async def drop(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> ParkedEvent:
-    """Set a parked event aside for good (an operator's decision): kept, marked dropped, no longer counted."""
+    """Set a parked event aside for good (an operator's decision): kept, marked dropped, no longer counted.
+    An event parked uncounted is dropped without reading its order, which may still not decode here."""
     parked = await _one_parked(store, consumer, order_id, event_id)
-    return await set_aside(store, await read_order(store, order_id), parked, "dropped by an operator")
+    stored = await read_order(store, order_id) if parked.counted else Stored(Order(order_id))
+    return await set_aside(store, stored, parked, "dropped by an operator")

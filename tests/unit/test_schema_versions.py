@@ -247,6 +247,18 @@ def test_an_operators_drop_of_an_event_parked_uncounted_leaves_the_orders_count_
     assert run(store.read("ord-1", "ord-1"))["parked"] == 1  # still counts version 4, which still waits
 
 
+def test_an_operator_drops_an_event_parked_uncounted_while_its_order_still_does_not_decode(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    before = rewrite(store, "order", **BROKEN_ORDER)
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # parked uncounted: the order was not read
+    dropped = run(drop(store, SETTINGS.consumer_name, "ord-1", "e-3"))  # nor does the drop need it
+    assert dropped.status == "dropped"
+    assert [d["status"] for d in of_type(store, "parked-event")] == ["dropped"]
+    assert run(store.read("ord-1", "ord-1"))["_etag"] == before["_etag"]
+
+
 def test_a_copy_whose_reservation_record_does_not_decode_is_completed_and_leaves_the_record_alone(
     app: bootstrap.App, store: InMemoryStore
 ) -> None:
