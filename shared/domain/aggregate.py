@@ -81,6 +81,8 @@ class Order:
 
         A parked event at or below the order's version (another event took its version) is stale; one
         the order's state forbids is rejected with the reason, and what waits behind it stays parked.
+        The order then counts what still waits and was counted when it was parked: one parked uncounted
+        (its order did not decode then) stays uncounted, so that its drop leaves the count right.
         """
         order, done = self, Release(self)
         remaining = 0
@@ -90,7 +92,7 @@ class Order:
                 done.stale.append(parked)
                 done.notes.append(f"parked version {parked.sequence} was stale and is removed")
             elif turn is Outcome.PARKED or len(done.applied) == MAX_RELEASED_PER_BATCH:
-                remaining += 1
+                remaining += parked.counted
             elif order.decide(event := parked.cloud_event()) is Outcome.APPLIED:
                 order = order.apply(event)
                 done.applied.append((parked, event))

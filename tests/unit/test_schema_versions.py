@@ -16,7 +16,7 @@ from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.delivery import Action, Settlement
 from shared.domain.documents import SCHEMA_VERSION
-from shared.domain.lifecycle import ORDER_SHIPPED, PAYMENT_CAPTURED
+from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.handlers.operator_commands import drop
@@ -257,6 +257,21 @@ def test_an_operator_drops_an_event_parked_uncounted_while_its_order_still_does_
     assert dropped.status == "dropped"
     assert [d["status"] for d in of_type(store, "parked-event")] == ["dropped"]
     assert run(store.read("ord-1", "ord-1"))["_etag"] == before["_etag"]
+
+
+def test_a_release_that_leaves_an_event_parked_uncounted_does_not_count_it_so_its_drop_leaves_the_count_right(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    document = rewrite(store, "order", **BROKEN_ORDER)
+    assert event(app, 5, ORDER_CANCELLED) == COMPLETE  # parked uncounted
+    run(store.execute_batch("ord-1", [Replace({**document, "schemaVersion": 2, "version": 1})]))  # readable again
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # parked, counted
+    assert event(app, 2) == COMPLETE  # applied; releases version 3, and version 5 still waits for 4
+    order = run(store.read("ord-1", "ord-1"))
+    assert (order["version"], order["parked"]) == (3, 0)  # as many as still wait counted: none
+    run(drop(store, SETTINGS.consumer_name, "ord-1", "e-5"))
+    assert run(store.read("ord-1", "ord-1"))["parked"] == 0
 
 
 def test_a_copy_whose_reservation_record_does_not_decode_is_completed_and_leaves_the_record_alone(
