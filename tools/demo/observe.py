@@ -155,11 +155,17 @@ def observed(stack: Stack, watch: Watch, client: ServiceBusClient, sent_at: dict
         documents=watch.documents(),
         dead_letters=[*peek_count(client, "orders", ServiceBusSubQueue.DEAD_LETTER),
                       *peek_count(client, "order-events", ServiceBusSubQueue.DEAD_LETTER)],  # no sessions
-        accepted=[json.loads(b"".join(m.body)) for m in received(client, "order-accepted")],
+        accepted=[_accepted(m) for m in received(client, "order-accepted")],
         broker_accepted=accepted_by_broker(client, ("orders", "order-events")),
         reservations=stack.fulfilment.reservations(), logs=stack.logs(), sent_at=sent_at, elapsed=elapsed,
         queues_left=left(stack, client),
     )
+
+
+def _accepted(message: Any) -> dict[str, Any]:
+    """An OrderAccepted body, with its MessageId and when the broker enqueued it beside it."""
+    enqueued = message.enqueued_time_utc.timestamp() if message.enqueued_time_utc else None
+    return {**json.loads(b"".join(message.body)), report.ACCEPTED_AS: [str(message.message_id), enqueued]}
 
 
 def start_senders(client: ServiceBusClient, scenario: Scenario, sent_at: dict[str, float],

@@ -7,6 +7,7 @@ and in order, every message applied, absorbed or dead-lettered as planned, nothi
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import statistics
@@ -22,6 +23,7 @@ from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from simulation.invariants import left_undone
 
+ACCEPTED_AS = "_received"  # beside each OrderAccepted body read: its MessageId and when the broker enqueued it
 _DELIVERY = re.compile(r"delivery (?P<function>\w+) messageId=(?P<id>\S+) outcome=(?P<outcome>\w+)")
 _SETTLED = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) devservers\.host (?P<function>process_\w+) "
                       r"messageId=(?P<id>\S+) outcome=\w+ settlement=(?P<settlement>\w+)", re.MULTILINE)
@@ -115,7 +117,7 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
         if reserved[order_id] != 1:
             found.append(f"order {order_id}: {reserved[order_id]} reservations")
         if accepted[order_id] != 1:
-            found.append(f"order {order_id}: {accepted[order_id]} OrderAccepted messages")
+            found.append(f"order {order_id}: {accepted[order_id]} OrderAccepted messages{_copies(seen, order_id)}")
     records = Counter((d["orderId"], d["sequence"]) for k in KINDS.values() for d in by_type[k.record_type])
     if any(count != 1 for count in records.values()):
         found.append("an event was recorded more than once")
@@ -126,6 +128,18 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
         found.append(f"{len(in_flight)} documents and {seen.queues_left} messages still in flight"
                      + "".join(f"; {undone}" for undone in in_flight[:3]))
     return found
+
+
+def _copies(seen: Observed, order_id: str) -> str:
+    """For an order with more than one OrderAccepted: under how many MessageIds, and how far apart the
+    broker enqueued them (a resend past the destination's detection window keeps its MessageId)."""
+    copies = sorted((m.get(ACCEPTED_AS) or ["?", None] for m in seen.accepted if m.get("orderId") == order_id),
+                    key=lambda copy: copy[1] or 0.0)
+    if len(copies) < 2:
+        return ""
+    ids = len({message_id for message_id, _ in copies})
+    apart = ", ".join(f"{round(b[1] - a[1])} s" for a, b in itertools.pairwise(copies) if a[1] and b[1])
+    return f" ({'one MessageId' if ids == 1 else f'{ids} MessageIds'}, enqueued {apart} apart)"
 
 
 def _timeline(seen: Observed) -> dict[str, list[float]]:
