@@ -11,13 +11,15 @@ merge into the stored document, so fields this version does not model are kept.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared.domain.documents import ParkedEvent
+from shared.domain.documents import ParkedEvent, UnreadableParked
 from shared.domain.lifecycle import CloudEvent
 from shared.domain.outcomes import Outcome
+from shared.errors import UnreadableDocument
 
 # The state machine allows chains of a few events only; a safety net for one batch (each released
 # event costs two operations: with the order's own write and a marker, 40 stay inside 100).
@@ -76,35 +78,62 @@ class Order:
         """The order with ``parked`` events waiting for it."""
         return self._with(parked=max(0, parked))
 
-    def release(self, waiting: list[ParkedEvent]) -> Release:
+    def release(self, waiting: Sequence[ParkedEvent | UnreadableParked]) -> Release:
         """Apply the parked events that are in sequence after the order, in one pass by sequence.
 
         A parked event at or below the order's version (another event took its version) is stale; one
         the order's state forbids is rejected with the reason, and what waits behind it stays parked.
-        The order then counts what still waits and was counted when it was parked: one parked uncounted
-        (its order did not decode then) stays uncounted, so that its drop leaves the count right.
+        One that does not decode here (``UnreadableParked``, or an event ``cloud_event`` cannot read)
+        stops the release when it is in turn, or its sequence does not read: it stays parked, and so does
+        every event at or after its sequence. Stale or out of turn, it stays and stops nothing. The order
+        then counts what still waits and was counted when it was parked: one parked uncounted (its order
+        did not decode then) stays uncounted, so that its drop leaves the count right.
         """
-        order, done = self, Release(self)
-        remaining = 0
-        for parked in sorted(waiting, key=lambda p: (p.sequence, p.parked_at)):
-            turn = order._turn(parked.sequence)  # decided on the sequence: only an event in turn is decoded
-            if turn is Outcome.STALE:
+        order, done, held = self, Release(self), False
+        kept: list[ParkedEvent | UnreadableParked] = []
+        for parked in sorted(waiting, key=_in_sequence):
+            if held:
+                kept.append(parked)
+            elif isinstance(parked, UnreadableParked):
+                kept.append(parked)
+                if held := parked.sequence is None or order._turn(parked.sequence) is Outcome.APPLIED:
+                    done.notes.append(f"{parked.reason}; it stays parked, with what follows it")
+            elif (turn := order._turn(parked.sequence)) is Outcome.STALE:  # only an event in turn is decoded
                 done.stale.append(parked)
                 done.notes.append(f"parked version {parked.sequence} was stale and is removed")
             elif turn is Outcome.PARKED or len(done.applied) == MAX_RELEASED_PER_BATCH:
-                remaining += parked.counted
-            elif order.decide(event := parked.cloud_event()) is Outcome.APPLIED:
+                kept.append(parked)
+            elif isinstance(event := _event_of(parked), UnreadableDocument):
+                kept.append(parked)
+                held = True
+                done.notes.append(f"{event}; it stays parked, with what follows it")
+            elif order.decide(event) is Outcome.APPLIED:
                 order = order.apply(event)
                 done.applied.append((parked, event))
             else:
                 done.rejected.append((parked, reason := f"order {order.refusal(event)}"))
                 done.notes.append(f"parked version {parked.sequence} rejected: {reason}")
-        done.order = order.count_parked(remaining)
+        done.order = order.count_parked(sum(parked.counted for parked in kept))
         return done
 
     def _with(self, **changes: Any) -> Order:
         state = {k: changes[k] for k in ("status", "version", "parked") if k in changes}
         return replace(self, **state, changes={**self.changes, **changes})
+
+
+def _in_sequence(parked: ParkedEvent | UnreadableParked) -> tuple[float, bool, float]:
+    """By sequence, and by when parked; an unreadable event first at its sequence (it holds back the
+    rest), and first of all when its sequence does not read (it holds back every one)."""
+    if isinstance(parked, UnreadableParked):
+        return -math.inf if parked.sequence is None else parked.sequence, False, 0.0
+    return parked.sequence, True, parked.parked_at
+
+
+def _event_of(parked: ParkedEvent) -> CloudEvent | UnreadableDocument:
+    try:
+        return parked.cloud_event()
+    except UnreadableDocument as exc:
+        return exc
 
 
 @dataclass

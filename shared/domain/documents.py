@@ -305,6 +305,14 @@ class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
         except msgspec.ValidationError as exc:
             raise unreadable(msgspec.to_builtins(self), f"its event: {exc}") from exc
 
+    @classmethod
+    def read_leniently(cls, document: Mapping[str, Any]) -> ParkedEvent | UnreadableParked:
+        """Read a stored parked event; one that does not decode here as the fields of it that still read."""
+        try:
+            return cls.from_document(document)
+        except UnreadableDocument as exc:
+            return UnreadableParked.of(document, exc)
+
     @staticmethod
     def waiting(consumer: str) -> dict[str, Any]:
         """Query conditions for the events one consumer has parked and still waits to apply."""
@@ -314,6 +322,25 @@ class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
     def of_consumer(consumer: str) -> dict[str, Any]:
         """Query conditions for every event one consumer parked, set aside or not."""
         return {TYPE_FIELD: "parked-event", "consumer": consumer}
+
+
+class UnreadableParked(msgspec.Struct, frozen=True, kw_only=True):
+    """A parked event that does not decode here (a newer version's), by the fields of it that still read:
+    a release stops at it, and leaves it parked and counted as it was."""
+
+    id: str
+    sequence: int | None  # None when that does not read either: it then holds back every parked event
+    counted: bool
+    reason: str  # the UnreadableDocument's: the document, both versions and the rule
+
+    @classmethod
+    def of(cls, document: Mapping[str, Any], error: UnreadableDocument) -> UnreadableParked:
+        """What still reads of a parked event that does not decode. Counted unless it says otherwise, as
+        the model's default is: a count too high only sends the next event through a read."""
+        sequence, counted = document.get("sequence"), document.get("counted", True)
+        readable = isinstance(sequence, int) and not isinstance(sequence, bool)
+        return cls(id=error.doc_id, sequence=sequence if readable else None,
+                   counted=counted if isinstance(counted, bool) else True, reason=str(error))
 
 
 class EventRecord(StoredDocument, kw_only=True):

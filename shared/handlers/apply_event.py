@@ -4,9 +4,10 @@ The happy path is one batch, unread (``EventWrites.apply``): the inbox marker, t
 its version and state (and on nothing parked against it), and the event's record. When the patch does
 not hold, the order is read and its aggregate decides (``Order.decide``): stale, an invalid
 transition, applied with the parked events it releases, or parked until its predecessor comes. When
-what the decision reads does not decode here (a newer version broke the additive rule; docs/design.md,
-"Schema versions"), or is a document type this version does not know, the event is parked with the
-reason, uncounted, and its message completed: retrying would meet the same document again.
+the order (or pending order) does not decode here (a newer version broke the additive rule;
+docs/design.md, "Schema versions"), or is a document type this version does not know, the event is
+parked with the reason, uncounted, and its message completed: retrying would meet the same document
+again. A parked event that does not decode does not stop the event: the release stops at it.
 """
 
 from __future__ import annotations

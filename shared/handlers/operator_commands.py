@@ -39,7 +39,7 @@ async def force_release(store: DocumentStore, consumer: str, order_id: str, even
     if skipped.decide(event) is not Outcome.APPLIED:
         raise StoreError(f"order {order_id} is {stored.order.status}; {event.type} may not follow")
     others = [p for p in await waiting(store, consumer, order_id) if p.id != parked.id]
-    if earlier := [p.sequence for p in others if p.sequence < parked.sequence]:
+    if earlier := [p.sequence for p in others if p.sequence is None or p.sequence < parked.sequence]:
         raise StoreError(f"versions {earlier} of order {order_id} are parked before it; release those first")
     done = skipped.apply(event).release(others)
     done.applied.insert(0, (parked, event))

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from shared.domain.aggregate import Order, Release
+from shared.domain.aggregate import Order
 from shared.domain.documents import OrderDocument, OutboxEntry, SideEffectRecord
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
@@ -104,18 +104,9 @@ async def _write(
         adopting = None
         if stored.document is not None:  # a pending order: the order takes its place and releases what waits
             placed = Order(order_id, intake.order.status, intake.order.version, stored.order.parked)
-            adopting = stored, await _released(store, placed, intake.claim.consumer)
+            adopting = stored, placed.release(await waiting(store, intake.claim.consumer, order_id))
         intake = replace(intake, adopting=adopting)
     return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)
-
-
-async def _released(store: DocumentStore, placed: Order, consumer: str) -> Release:
-    """What the order releases as it takes the pending order's place. If what waits does not decode here,
-    nothing: the events stay parked and counted, for a version that reads them or an operator."""
-    try:
-        return placed.release(await waiting(store, consumer, placed.order_id))
-    except UnreadableDocument:
-        return Release(placed.count_parked(placed.parked))
 
 
 def _unreadable(order_id: str, exc: UnreadableDocument, hash_: str) -> Result:

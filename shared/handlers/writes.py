@@ -28,6 +28,7 @@ from shared.domain.documents import (
     ParkedStatus,
     PendingOrder,
     SideEffectRecord,
+    UnreadableParked,
     merged,
 )
 from shared.domain.lifecycle import CloudEvent
@@ -74,10 +75,11 @@ async def read_order(store: DocumentStore, order_id: str) -> Stored:
     return Stored(Order(order_id), document, foreign=True)
 
 
-async def waiting(store: DocumentStore, consumer: str, order_id: str) -> list[ParkedEvent]:
-    """The events this consumer has parked against the order, in sequence order."""
+async def waiting(store: DocumentStore, consumer: str, order_id: str) -> list[ParkedEvent | UnreadableParked]:
+    """The events this consumer has parked against the order (``Order.release`` puts them in sequence
+    order); one that does not decode here as what still reads of it, for a release to stop at."""
     found = await store.query(ParkedEvent.waiting(consumer), partition_key=order_id, limit=MAX_PARKED_READ)
-    return sorted((ParkedEvent.from_document(d) for d in found), key=lambda p: p.sequence)
+    return [ParkedEvent.read_leniently(d) for d in found]
 
 
 def order_write(stored: Stored, order: Order) -> BatchOperation:

@@ -222,17 +222,75 @@ def test_an_event_finding_a_document_type_this_version_does_not_know_at_its_orde
     assert "order-archived ord-1 is of a type this version does not know" in parked["reason"]
 
 
-def test_an_event_that_would_release_a_parked_event_it_cannot_decode_is_parked_beside_it(
+# A parked event this version cannot decode: its event of a newer shape, the document itself, or even its sequence.
+BROKEN_EVENT = {"schemaVersion": 2, "event": {"shipment": "a newer shape"}}
+BROKEN_PARKED = {"schemaVersion": 2, "messageId": {"broker": "sb-2", "id": "m-5"}}
+BROKEN_SEQUENCE = {"schemaVersion": 2, "sequence": "three"}
+
+
+def rewrite_parked(store: InMemoryStore, event_id: str, fields: dict[str, Any]) -> None:
+    [document] = [d for d in of_type(store, "parked-event") if d["eventId"] == event_id]
+    run(store.execute_batch("ord-1", [Replace({**document, **fields})]))
+
+
+def parked_events(store: InMemoryStore) -> list[tuple[str, str, bool]]:
+    return sorted((d["eventId"], d["status"], d["counted"]) for d in of_type(store, "parked-event"))
+
+
+def order_state(store: InMemoryStore) -> tuple[int, int]:
+    order = run(store.read("ord-1", "ord-1"))
+    return order["version"], order["parked"]
+
+
+def test_an_event_in_turn_applies_though_a_later_parked_event_does_not_decode_and_releases_what_comes_before_it(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    assert event(app, 5, ORDER_CANCELLED) == COMPLETE
+    rewrite_parked(store, "e-5", BROKEN_PARKED)
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE
+    assert event(app, 2) == COMPLETE  # used to be parked uncounted beside it: the order stalled with two stuck
+    assert order_state(store) == (3, 1)  # 2 applied and 3 released; 5 waits, counted as it was
+    assert parked_events(store) == [("e-5", "parked", True)]
+
+
+@pytest.mark.parametrize("broken", [BROKEN_EVENT, BROKEN_PARKED], ids=["its event", "the document"])
+def test_a_parked_event_in_turn_that_does_not_decode_stays_parked_and_holds_back_what_follows_it(
+    app: bootstrap.App, store: InMemoryStore, broken: dict[str, Any]
+) -> None:
+    place(app)
+    assert event(app, 3, ORDER_SHIPPED) == COMPLETE
+    assert event(app, 4, ORDER_CANCELLED) == COMPLETE
+    rewrite_parked(store, "e-3", broken)
+    result = run(app.handle_event(InboundMessage(message_id="e-2", session_id="ord-1", body=encode_event(
+        event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2")))))
+    assert result.outcome is Outcome.APPLIED
+    assert "does not decode under schema version 1" in result.description
+    assert order_state(store) == (2, 2)  # 2 applied; 3 and 4 wait, counted
+    assert parked_events(store) == [("e-3", "parked", True), ("e-4", "parked", True)]
+
+
+def test_a_parked_event_whose_sequence_does_not_decode_holds_back_every_parked_event(
     app: bootstrap.App, store: InMemoryStore
 ) -> None:
     place(app)
     assert event(app, 3, ORDER_SHIPPED) == COMPLETE
-    rewrite(store, "parked-event", schemaVersion=2, event={"shipment": "a newer shape"})
+    assert event(app, 4, ORDER_CANCELLED) == COMPLETE
+    rewrite_parked(store, "e-4", BROKEN_SEQUENCE)
     assert event(app, 2) == COMPLETE
-    waiting = sorted(of_type(store, "parked-event"), key=lambda d: d["sequence"])
-    assert [(d["sequence"], d["status"], d["counted"]) for d in waiting] == [(2, "parked", False), (3, "parked", True)]
-    assert "parked-event" in waiting[0]["reason"] and "its event:" in waiting[0]["reason"]
-    assert run(store.read("ord-1", "ord-1"))["version"] == 1
+    assert order_state(store) == (2, 2)  # where "three" belongs is unknown: nothing is released past it
+    assert parked_events(store) == [("e-3", "parked", True), ("e-4", "parked", True)]
+
+
+def test_an_order_after_its_events_releases_those_before_one_it_cannot_decode(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    assert event(app, 2) == COMPLETE
+    assert event(app, 4, ORDER_SHIPPED) == COMPLETE
+    rewrite_parked(store, "e-4", BROKEN_PARKED)
+    assert place(app) == COMPLETE
+    assert order_state(store) == (2, 1)  # takes the pending order's place and releases 2; 4 waits
+    assert parked_events(store) == [("e-4", "parked", True)]
 
 
 def test_an_operators_drop_of_an_event_parked_uncounted_leaves_the_orders_count_alone(
