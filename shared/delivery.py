@@ -45,6 +45,7 @@ SETTLEMENTS: dict[Outcome, Settlement] = {
     Outcome.DUPLICATE: Settlement(Action.COMPLETE),
     Outcome.STALE: Settlement(Action.COMPLETE),
     Outcome.PAYLOAD_MISMATCH: Settlement(Action.DEADLETTER, "PayloadMismatch"),
+    Outcome.UNREADABLE: Settlement(Action.DEADLETTER, "UnreadableDocument"),
     Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
     Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
     Outcome.PARKED: Settlement(Action.COMPLETE),

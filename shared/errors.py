@@ -16,7 +16,8 @@
         ├── BatchTooLarge         a transactional batch would break Cosmos DB's limits; never sent
         └── WriteConflict         a named write found its partition other than it assumed; nothing written
             ├── OrderIdTaken      a document already holds the order's id
-            ├── AlreadySeen       this consumer's marker for the event exists (``stored_hash``: its first content's)
+            ├── AlreadySeen       this consumer's marker for the event exists (``stored_hash``: its first content's,
+            │                     None when that does not read here)
             └── OrderChanged      the order, or a document the write relied on, changed since it was read
 
 The named writes (``shared.handlers.writes``) raise the conflicts, so that no handler reads a batch's
@@ -114,9 +115,10 @@ class OrderIdTaken(WriteConflict):
 
 
 class AlreadySeen(WriteConflict):
-    """This consumer already wrote its marker for the event; ``stored_hash`` is the first content's requestHash."""
+    """This consumer already wrote its marker for the event; ``stored_hash`` is the first content's requestHash,
+    None when the marker (or parked copy) does not decode here and that field does not read either."""
 
-    def __init__(self, message: str, stored_hash: str) -> None:
+    def __init__(self, message: str, stored_hash: str | None) -> None:
         super().__init__(message, status=409)
         self.stored_hash = stored_hash
 

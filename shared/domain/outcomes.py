@@ -33,6 +33,7 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"
     STALE = "stale"
     PAYLOAD_MISMATCH = "payload_mismatch"
+    UNREADABLE = "unreadable"
     INVALID = "invalid"
     INVALID_TRANSITION = "invalid_transition"
     PARKED = "parked"

@@ -20,7 +20,7 @@ from shared.domain.lifecycle import parse_event
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import AlreadySeen, InvalidMessage, OrderChanged, TransientStoreError, UnreadableDocument
-from shared.handlers.writes import EventWrites, Stored, read_order, waiting
+from shared.handlers.writes import EventWrites, Stored, read_known, waiting
 from shared.ports.store import MAX_RACES, DocumentStore
 from shared.settings import Settings
 
@@ -40,6 +40,11 @@ async def apply_order_event(
     except AlreadySeen as seen:
         if seen.stored_hash == hash_:
             return Result(Outcome.DUPLICATE, "", hash_)
+        if seen.stored_hash is None:
+            return Result(Outcome.UNREADABLE, f"event {event.source} {event.id} (messageId {message.message_id})"
+                                              f" already seen by {consumer}: {seen}; no requestHash reads there to"
+                                              f" compare with this delivery's {hash_}; resubmit it once every"
+                                              " consumer reads that version", hash_)
         return Result(Outcome.PAYLOAD_MISMATCH, f"event {event.source} {event.id} (messageId {message.message_id})"
                                                 f" already seen by {consumer} with requestHash {seen.stored_hash};"
                                                 f" this delivery has {hash_}", hash_)
@@ -57,11 +62,7 @@ async def _apply(writes: EventWrites, message: InboundMessage, clock: Callable[[
         pass  # not at the version before it, or something is parked against it: read the order and decide
     for _ in range(MAX_RACES):
         try:
-            stored = await read_order(store, event.order_id)
-            if stored.foreign and stored.document is not None:
-                raise UnreadableDocument(f"{stored.document.get('type')} {event.order_id} is of a type this version"
-                                         " does not know", doc_id=event.order_id, schema_version=None)
-            return await _decide(writes, message, clock, stored)
+            return await _decide(writes, message, clock, await read_known(store, event.order_id))
         except UnreadableDocument as exc:
             reason = f"{exc}; parked uncounted, for a version that reads it or an operator"
             await writes.park(None, _parked(writes, message, clock, reason))

@@ -7,7 +7,8 @@ decides between duplicate and payload mismatch, and a duplicate finishes a reser
 yet confirmed. There is no read before the write: a read-then-write would let two concurrent copies
 both see "absent". A copy that meets documents at the order's id this version cannot decode (a newer
 version broke the additive rule; docs/design.md, "Schema versions") decides by the requestHash they
-still hold and leaves the reservation to the version that wrote them.
+still hold and leaves the reservation to the version that wrote them; where no requestHash reads, and
+the order does not decide it either, it is dead-lettered UnreadableDocument, never called a mismatch.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from shared.domain.orders import parse_order
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import InvalidMessage, OrderChanged, OrderIdTaken, TransientStoreError, UnreadableDocument
 from shared.handlers.side_effects import SideEffect
-from shared.handlers.writes import OrderIntake, read_order, waiting
+from shared.handlers.writes import OrderIntake, read_known, waiting
 from shared.ports.fulfilment import FulfilmentService, reservation_request
 from shared.ports.store import MAX_RACES, DocumentStore
 from shared.settings import Settings
@@ -74,7 +75,7 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
     except UnreadableDocument as exc:  # rewritten, under the call, by a version whose record this one cannot read
-        return _unreadable(order.order_id, exc, hash_)
+        return _left_to_writer(order.order_id, exc, hash_)  # the order is this content's: it was created, or compared
 
 
 async def _write(
@@ -90,16 +91,24 @@ async def _write(
     """
     order_id, hash_ = intake.order.order_id, intake.order.request_hash
     for _ in range(MAX_RACES):
+        unread: UnreadableDocument | None = None  # the claim, not decoding and naming no hash: the order decides
         try:
             return Outcome.CREATED, await intake.write(store)
         except OrderIdTaken:
-            found = await effect.find(intake.claim)
+            try:
+                found = await effect.find(intake.claim)
+            except UnreadableDocument as exc:
+                if exc.request_hash is not None:
+                    return _unreadable(order_id, exc, hash_)
+                found, unread = None, exc
             if found is not None and found.request_hash is not None:
                 return _seen(order_id, found.request_hash, hash_, found)
         except OrderChanged:
             pass  # the pending order, or an event parked against it, moved: read again
-        stored = await read_order(store, order_id)
-        if stored.order.status is not None or stored.foreign:
+        stored = await read_known(store, order_id)
+        if stored.order.status is not None:
+            if unread is not None and stored.request_hash == hash_:
+                return _left_to_writer(order_id, unread, hash_)
             return _seen(order_id, stored.request_hash, hash_, None)
         adopting = None
         if stored.document is not None:  # a pending order: the order takes its place and releases what waits
@@ -110,13 +119,24 @@ async def _write(
 
 
 def _unreadable(order_id: str, exc: UnreadableDocument, hash_: str) -> Result:
-    """A copy whose documents at the order's id do not decode here: the same requestHash is the order
-    stored, its reservation left to the version that wrote them; another (or none readable), a mismatch."""
+    """A delivery meeting a document at the order's id that does not decode here, decided by the requestHash
+    it still holds: the same is the order stored, another a mismatch. With none that reads, nothing here
+    can tell: dead-lettered UnreadableDocument, for an operator to resubmit once every consumer reads it."""
     if exc.request_hash == hash_:
-        return Result(Outcome.IN_PROGRESS, f"order {order_id} is stored; {exc}; its reservation is left to the"
-                                           " version that wrote it", hash_)
+        return _left_to_writer(order_id, exc, hash_)
+    if exc.request_hash is None:
+        return Result(Outcome.UNREADABLE, f"messageId {order_id}: {exc}; no requestHash reads there to compare"
+                                          f" with this delivery's {hash_}; resubmit it once every consumer reads"
+                                          " that version", hash_)
     return Result(Outcome.PAYLOAD_MISMATCH, f"messageId {order_id} already stored with requestHash"
                                             f" {exc.request_hash}; this delivery has {hash_} ({exc})", hash_)
+
+
+def _left_to_writer(order_id: str, exc: UnreadableDocument, hash_: str) -> Result:
+    """The order stored is this delivery's, and its reservation record does not decode here: left to the
+    version that wrote it, whose redeliveries finish it."""
+    return Result(Outcome.IN_PROGRESS, f"order {order_id} is stored; {exc}; its reservation is left to the"
+                                       " version that wrote it", hash_)
 
 
 def _seen(order_id: str, stored_hash: str | None, hash_: str,

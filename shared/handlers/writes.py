@@ -30,6 +30,7 @@ from shared.domain.documents import (
     SideEffectRecord,
     UnreadableParked,
     merged,
+    schema_version,
 )
 from shared.domain.lifecycle import CloudEvent
 from shared.errors import (
@@ -73,6 +74,16 @@ async def read_order(store: DocumentStore, order_id: str) -> Stored:
     if PendingOrder.is_kind(document):
         return Stored(Order(order_id, parked=PendingOrder.from_document(document).parked), document)
     return Stored(Order(order_id), document, foreign=True)
+
+
+async def read_known(store: DocumentStore, order_id: str) -> Stored:
+    """What stands at the order's id, which a handler's decision reads: UnreadableDocument if it does not
+    decode here, or is a document type this version does not know."""
+    stored = await read_order(store, order_id)
+    if stored.foreign and stored.document is not None:
+        raise UnreadableDocument(f"{stored.document.get('type')} {order_id} is of a type this version does not"
+                                 " know", doc_id=order_id, schema_version=schema_version(stored.document))
+    return stored
 
 
 async def waiting(store: DocumentStore, consumer: str, order_id: str) -> list[ParkedEvent | UnreadableParked]:
@@ -174,7 +185,7 @@ class EventWrites:
             await write_once(self.store, self.marker, parts, taken=("parked",))
         except _Taken:
             kept = await self.store.read(parked.id, parked.order_id)
-            raise AlreadySeen(f"parked event {parked.id} exists", _first_hash(ParkedEvent, kept)) from None
+            raise _seen_before(ParkedEvent, kept, f"parked event {parked.id} exists") from None
 
 
 async def released_by_hand(store: DocumentStore, stored: Stored, done: Release) -> None:
@@ -212,16 +223,17 @@ async def write_once(store: DocumentStore, marker: InboxMarker, parts: Parts,
     except NotFound as exc:
         # The marker expired between the conflict and the read; a redelivery will decide.
         raise TransientStoreError(f"marker {marker.id} vanished after a conflict") from exc
-    raise AlreadySeen(f"marker {marker.id} exists", _first_hash(InboxMarker, stored))
+    raise _seen_before(InboxMarker, stored, f"marker {marker.id} exists")
 
 
-def _first_hash(kind: type[InboxMarker] | type[ParkedEvent], document: Document) -> str:
-    """The requestHash of the content first seen, from its marker or parked copy; from that one field
-    when the rest does not decode here (a newer version's), or a text no hash equals when it does not."""
+def _seen_before(kind: type[InboxMarker] | type[ParkedEvent], document: Document, found: str) -> AlreadySeen:
+    """AlreadySeen with the requestHash of the content first seen, from its marker or parked copy; from
+    that one field when the rest does not decode here (a newer version's), and None when it does not
+    read either, with the reason."""
     try:
-        return kind.from_document(document).request_hash
+        return AlreadySeen(found, kind.from_document(document).request_hash)
     except UnreadableDocument as exc:
-        return exc.request_hash or f"unreadable ({exc})"
+        return AlreadySeen(f"{found}; {exc}", exc.request_hash)
 
 
 class _Taken(WriteConflict):

@@ -147,10 +147,12 @@ def test_unexpected_store_error_propagates_to_the_caller() -> None:
         place_order(inbound(order_body("ord-1")), store)
 
 
-def test_document_without_request_hash_under_same_id_is_a_mismatch() -> None:
+def test_a_document_of_a_type_it_does_not_know_under_the_same_id_is_unreadable_not_a_mismatch() -> None:
     store = InMemoryStore()
     run(store.create({"id": "ord-1", "orderId": "ord-1", "type": "something-else"}))
-    assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.PAYLOAD_MISMATCH
+    result = place_order(inbound(order_body("ord-1")), store)
+    assert result.outcome is Outcome.UNREADABLE  # no requestHash there says it is other content
+    assert "something-else ord-1 is of a type this version does not know" in result.description
 
 
 def test_a_delivery_whose_lock_ran_out_does_not_take_a_claim_over() -> None:

@@ -2,12 +2,13 @@
 version wrote (schemaVersion 2, with fields this version does not know) is processed normally: the
 message is completed, nothing is corrupted, and the newer fields and version are kept. A document that
 does not decode here (a newer version broke the additive rule) neither spins its delivery nor
-dead-letters a valid message: an event is parked with the reason, a copy of an order is completed."""
+dead-letters a valid message under a false reason: an event is parked with the reason, a copy of an order
+is completed, and a delivery no readable field decides is dead-lettered UnreadableDocument."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPT
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.handlers.operator_commands import drop
+from shared.ports.fulfilment import Reply
 from shared.ports.store import Replace
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
@@ -352,6 +354,65 @@ def test_a_copy_whose_record_does_not_decode_says_why_in_its_outcome(app: bootst
     assert result.outcome is Outcome.IN_PROGRESS
     assert "(schemaVersion 2) does not decode under schema version 1" in result.description
     assert "left to the version that wrote it" in result.description
+
+
+UNREADABLE = Settlement(Action.DEADLETTER, "UnreadableDocument")
+UNHASHED_RECORD = {**BROKEN_RECORD, "requestHash": None}  # nor does the one field a copy would decide by
+
+
+def test_a_copy_whose_record_does_not_decode_and_holds_no_hash_is_decided_by_its_order(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    rewrite(store, "side-effect", **UNHASHED_RECORD)
+    assert place(app, sequence=2) == COMPLETE  # the order's requestHash is this delivery's: in progress
+    other = inbound(order_body("ord-1", items=[{"sku": "SKU-9", "quantity": 1, "unitPrice": "44.98"}]))
+    result = run(app.handle_order(other))
+    assert result.outcome is Outcome.PAYLOAD_MISMATCH
+    assert f"requestHash {run(store.read('ord-1', 'ord-1'))['requestHash']}" in result.description
+
+
+def test_an_order_meeting_a_pending_order_it_cannot_decode_is_dead_lettered_unreadable_not_a_mismatch(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    assert event(app, 2) == COMPLETE
+    rewrite(store, "order-pending", schemaVersion=2, parked={"counted": 1, "uncounted": 0})
+    result = run(app.handle_order(inbound(order_body("ord-1"))))
+    assert result.outcome is Outcome.UNREADABLE
+    assert "order-pending ord-1 (schemaVersion 2) does not decode under schema version 1" in result.description
+    assert place(app) == UNREADABLE  # for an operator to resubmit once every consumer reads it
+    assert of_type(store, "order") == [] and of_type(store, "side-effect") == []
+
+
+def test_an_order_whose_record_is_rewritten_unreadably_under_its_call_is_left_to_that_version(
+    store: InMemoryStore
+) -> None:
+    class RewritingFulfilment(InMemoryFulfilment):
+        """Answers the call after a newer version rewrote the record, as one whose lease ran out would."""
+
+        async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+            [record] = of_type(store, "side-effect")
+            await store.execute_batch("ord-1", [Replace({**record, **UNHASHED_RECORD})])
+            return await super().reserve(idempotency_key, request)
+
+    app = bootstrap.build(SETTINGS, store=store, fulfilment=RewritingFulfilment(), sender=RecordingSender())
+    result = run(app.handle_order(inbound(order_body("ord-1"))))
+    assert result.outcome is Outcome.IN_PROGRESS  # its own new order: never a mismatch
+    assert "left to the version that wrote it" in result.description
+
+
+def test_an_event_whose_marker_does_not_decode_and_holds_no_hash_is_dead_lettered_unreadable_not_a_mismatch(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    place(app)
+    assert event(app, 2) == COMPLETE
+    rewrite(store, "inbox", schemaVersion=2, requestHash={"sha256": "…", "sha3": "…"})
+    body = event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2")
+    result = run(app.handle_event(InboundMessage(message_id="e-2", body=encode_event(body), session_id="ord-1")))
+    assert result.outcome is Outcome.UNREADABLE
+    assert "inbox" in result.description and "(schemaVersion 2) does not decode under schema version 1" in (
+        result.description)
+    assert event(app, 2) == UNREADABLE
 
 
 def test_an_order_after_events_it_cannot_decode_takes_the_pending_orders_place_and_leaves_them_parked(

@@ -22,6 +22,7 @@ def test_outcomes_map_to_the_documented_settlements() -> None:
         Outcome.DUPLICATE: Settlement(Action.COMPLETE),
         Outcome.STALE: Settlement(Action.COMPLETE),
         Outcome.PAYLOAD_MISMATCH: Settlement(Action.DEADLETTER, "PayloadMismatch"),
+        Outcome.UNREADABLE: Settlement(Action.DEADLETTER, "UnreadableDocument"),
         Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
         Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
         Outcome.PARKED: Settlement(Action.COMPLETE),
