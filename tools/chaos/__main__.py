@@ -10,9 +10,9 @@ old ones still run: chaos/versions.py); stops killing once everything is sent,
 waits until the queues and the outbox have drained, then checks the invariants from outside: at the
 fulfilment service, at order-accepted, in Cosmos DB, in the queues and their dead-letter queues, and
 that nothing either version wrote was lost. A probe measures the local Cosmos server's latency all
-along. Prints the table and keeps it as chaos.json and chaos.md; exit 1, with the seed and the replay
-command, when an invariant is broken or when the stack could not be observed (what could not be
-checked is said instead of the table).
+along. Prints the table and keeps it as chaos.json and chaos.md, with the hosts' logs as hosts.log; exit
+1, with the seed and the replay command, when an invariant is broken or when the stack could not be
+observed (what could not be checked is said instead of the table).
 
     python -m chaos [--orders 3500] [--hosts 4] [--seed 1] [--rate 24] [--results results/chaos] [--plant NAME]
                     [--no-upgrade]
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import sys
 import tempfile
 import threading
@@ -80,7 +81,7 @@ def run(options: Options) -> int:
     phase = "the start of the stack"
     try:
         stack = Stack.start(lock_seconds=LOCK_SECONDS)
-        opened.append(stack.stop)
+        opened += [functools.partial(_keep_logs, stack, results), stack.stop]
         chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant))
         opened.append(chaos.close)
         probe = LatencyProbe(stack.cosmos.endpoint, stack.cosmos.key)
@@ -127,6 +128,16 @@ def run(options: Options) -> int:
             with contextlib.suppress(Exception):
                 stop()
     return _verdict(result, results, seed, replay)
+
+
+def _keep_logs(stack: Stack, results: Path) -> None:
+    """Every host's log (ids, hashes and outcomes; no payloads) as hosts.log beside the table, to trace a
+    violation's document through the hosts that touched it."""
+    results.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        (results / "hosts.log").write_text("".join(
+            f"===== host {n} (pid {host.process.pid})\n{host.text()}\n" for n, host in
+            enumerate((*stack.retired, *stack.hosts), 1)))
 
 
 def _verdict(result: Any, results: Path, seed: int, replay: str) -> int:
