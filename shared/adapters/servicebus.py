@@ -13,7 +13,7 @@ from typing import Any
 from azure.core.exceptions import AzureError
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
-from azure.servicebus.exceptions import ServiceBusError
+from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
 from shared.errors import ConfigurationError, PublishError
 from shared.ports.sender import OutgoingMessage
@@ -72,7 +72,11 @@ class ServiceBusSender:
         self._lock = asyncio.Lock()  # one send at a time per process: a link is opened once, then reused
 
     async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
-        """Send the messages as one batch call; SDK errors become PublishError."""
+        """Send the messages in as few batch calls as fit the link's batch size; SDK errors become PublishError.
+
+        Each batch is one request on the wire. A failure after the first batch leaves the earlier ones sent,
+        which the port allows: resends carry the same MessageIds.
+        """
         if not messages:
             return
         async with self._lock:
@@ -81,7 +85,8 @@ class ServiceBusSender:
                 if sender is None:
                     sender = self._client.get_queue_sender(queue_name=destination)
                     self._senders[destination] = sender
-                await sender.send_messages([to_sdk(m) for m in messages])
+                for batch in await _batches(sender, messages):
+                    await sender.send_messages(batch)
             except (ServiceBusError, AzureError) as exc:
                 if (failed := self._senders.pop(destination, None)) is not None:
                     await _close_quietly(failed)
@@ -97,6 +102,21 @@ class ServiceBusSender:
         credential, self._credential = self._credential, None
         if credential is not None:
             await credential.close()
+
+
+async def _batches(sender: Any, messages: Sequence[OutgoingMessage]) -> list[Any]:
+    """The messages in ServiceBusMessageBatch objects, each filled up to the link's maximum batch size."""
+    batches = [await sender.create_message_batch()]
+    for message in messages:
+        sdk_message = to_sdk(message)
+        try:
+            batches[-1].add_message(sdk_message)
+        except MessageSizeExceededError:
+            if len(batches[-1]) == 0:
+                raise  # one message larger than a batch: the send fails, and the caller leaves it pending
+            batches.append(await sender.create_message_batch())
+            batches[-1].add_message(sdk_message)
+    return batches
 
 
 async def _close_quietly(sender: Any) -> None:

@@ -2,8 +2,8 @@
 
 The outbox entry (``OutboxEntry``) is created in the same transactional batch as the order, in its
 partition, so the order never exists without its message nor the message without its order. The
-publisher sends pending entries (from the change feed, and from the sweep for anything the feed missed) and then
-marks them dispatched with a ttl: a patch of those three fields on the entry's etag as read, so the
+publisher sends pending entries (from the change feed, and from the sweep for anything the feed missed), one send
+per hundred entries of a destination, and then marks them dispatched with a ttl: a patch of those three fields on the entry's etag as read, so the
 fields this version does not model are kept. A crash between send and mark resends the same MessageId, which the
 destination's duplicate detection and its consumers' idempotency absorb.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,10 @@ from shared.ports.sender import MessageSender, OutgoingMessage
 from shared.ports.store import DocumentStore, Patch
 
 logger = logging.getLogger("idempotent_consumer.outbox")
+#: Entries per send: the sender splits a send that does not fit one batch, this keeps a send's marks close.
+SEND_CHUNK = 100
+#: Stuck entries one sweep reads: far more than a sweep period gathers (see ``OutboxPublisher.sweep``).
+SWEEP_LIMIT = 1000
 
 
 def outgoing_message(entry: OutboxEntry) -> OutgoingMessage:
@@ -60,9 +64,13 @@ class OutboxPublisher:
     async def publish(self, documents: Iterable[Mapping[str, Any]]) -> PublishReport:
         """Publish the pending outbox entries among ``documents`` (a change-feed batch holds others too).
 
-        An entry that fails is logged and left pending for the next change or the sweep.
+        The entries go out in sends of at most ``SEND_CHUNK`` per destination, each followed by the marks of
+        its entries, so that a backlog costs one send per chunk rather than one per entry. An entry that
+        fails is logged and left pending for the next change or the sweep; a failed send fails its chunk.
         """
-        dispatched, failed, skipped = [], [], 0
+        pending: list[OutboxEntry] = []
+        failed: list[str] = []
+        skipped = 0
         for document in documents:
             if not OutboxEntry.is_kind(document):
                 skipped += 1
@@ -75,28 +83,45 @@ class OutboxPublisher:
                 continue
             if entry.status is not OutboxStatus.PENDING:
                 skipped += 1
-                continue
-            try:
-                await self._publish_one(entry)
-                dispatched.append(entry.id)
-            except ConsumerError as exc:
-                logger.warning("outbox %s not published: %s; left pending", entry.id, exc,
-                               extra={"outboxId": entry.id, "orderId": entry.order_id})
+            elif entry.etag is None:  # a mark without one would be unconditional; the sweep reads it with its etag
+                _not_published(entry, StoreError(f"outbox {entry.id} was not read from the store; no etag to mark"
+                                                 " it dispatched on"))
                 failed.append(entry.id)
+            else:
+                pending.append(entry)
+        dispatched: list[str] = []
+        for chunk in _chunks(pending):
+            try:
+                await self._sender.send(chunk[0].destination, [outgoing_message(entry) for entry in chunk])
+            except ConsumerError as exc:
+                for entry in chunk:
+                    _not_published(entry, exc)
+                failed.extend(entry.id for entry in chunk)
+                continue
+            for entry in chunk:
+                try:
+                    await self._mark(entry)
+                    dispatched.append(entry.id)
+                except ConsumerError as exc:
+                    _not_published(entry, exc)
+                    failed.append(entry.id)
         return PublishReport(tuple(dispatched), tuple(failed), skipped)
 
-    async def sweep(self, *, stuck_after_seconds: int, limit: int = 100) -> PublishReport:
-        """Find pending outbox entries older than the threshold and publish them."""
+    async def sweep(self, *, stuck_after_seconds: int, limit: int = SWEEP_LIMIT) -> PublishReport:
+        """Find pending outbox entries older than the threshold (at most ``limit``) and publish them.
+
+        The limit is well above what one sweep period gathers, so that an entry whose mark failed after its
+        send is resent by the next sweep, inside the destination's duplicate-detection window, rather than
+        waiting behind a backlog of older entries for later sweeps.
+        """
         conditions, before = OutboxEntry.pending_before(self._clock() - stuck_after_seconds)
         stuck = await self._store.query(conditions, before=before, limit=limit)
         if stuck:
             logger.warning("sweep found %d stuck outbox documents", len(stuck), extra={"stuck": len(stuck)})
         return await self.publish(stuck)
 
-    async def _publish_one(self, entry: OutboxEntry) -> None:
-        if entry.etag is None:  # a mark without one would be unconditional; the sweep reads it with its etag
-            raise StoreError(f"outbox {entry.id} was not read from the store; no etag to mark it dispatched on")
-        await self._sender.send(entry.destination, [outgoing_message(entry)])
+    async def _mark(self, entry: OutboxEntry) -> None:
+        """Mark a sent entry dispatched, on the etag it was read with."""
         _, mark = entry.with_changes(status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(), ttl=self._ttl)
         try:
             await self._store.execute_batch(entry.order_id, [Patch(entry.id, mark, if_match=entry.etag)])
@@ -107,3 +132,18 @@ class OutboxPublisher:
             # have run out since). Resending was harmless.
         logger.info("outbox %s dispatched messageId=%s", entry.id, entry.message_id,
                     extra={"outboxId": entry.id, "messageId": entry.message_id})
+
+
+def _chunks(entries: list[OutboxEntry]) -> Iterator[list[OutboxEntry]]:
+    """The entries by destination, in their order, in lists of at most SEND_CHUNK."""
+    by_destination: dict[str, list[OutboxEntry]] = {}
+    for entry in entries:
+        by_destination.setdefault(entry.destination, []).append(entry)
+    for group in by_destination.values():
+        for start in range(0, len(group), SEND_CHUNK):
+            yield group[start:start + SEND_CHUNK]
+
+
+def _not_published(entry: OutboxEntry, error: Exception) -> None:
+    logger.warning("outbox %s not published: %s; left pending", entry.id, error,
+                   extra={"outboxId": entry.id, "orderId": entry.order_id})

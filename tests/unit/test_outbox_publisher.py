@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
 
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.errors import PublishError
+from shared.ports.sender import OutgoingMessage
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body
 
@@ -23,3 +27,60 @@ def test_an_entry_without_an_etag_is_not_sent_and_left_pending_not_marked_uncond
     assert (report.dispatched, report.failed) == ((), (entry["id"],))
     assert sender.sent == []
     assert [d["status"] for d in store.documents() if d["type"] == "outbox"] == ["pending"]
+
+
+class CountingSender(RecordingSender):
+    """Records each send call's size; fails the calls whose number (from 1) is in ``failing``."""
+
+    def __init__(self, failing: frozenset[int] = frozenset()) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+        self._failing = failing
+
+    async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+        self.calls.append(len(messages))
+        if len(self.calls) in self._failing:
+            raise PublishError(f"send to {destination} failed: injected")
+        await super().send(destination, messages)
+
+
+def _backlog(orders: int, sender: RecordingSender) -> tuple[bootstrap.App, InMemoryStore]:
+    """``orders`` orders placed an hour ago whose OrderAccepted was never published: the sweep's backlog."""
+    now = [time.time() - 3600]
+    store = InMemoryStore(default_ttl=-1)
+    app = bootstrap.build(SETTINGS, store=store, fulfilment=InMemoryFulfilment(), sender=sender, clock=lambda: now[0])
+    for n in range(orders):
+        run(app.handle_order(inbound(order_body(f"ord-{n}"))))
+    now[0] = time.time()
+    return app, store
+
+
+def _pending(store: InMemoryStore) -> int:
+    return sum(1 for d in store.documents() if d["type"] == "outbox" and d["status"] == "pending")
+
+
+def test_one_sweep_publishes_a_backlog_of_250_in_sends_of_100_each_followed_by_its_marks() -> None:
+    sender = CountingSender()
+    app, store = _backlog(250, sender)
+    report = run(app.publisher().sweep(stuck_after_seconds=300))
+    assert (len(report.dispatched), report.failed, sender.calls) == (250, (), [100, 100, 50])
+    assert _pending(store) == 0
+    assert len({m.message_id for _, m in sender.delivered}) == 250
+
+
+def test_a_failed_send_leaves_its_chunk_pending_and_the_next_sweep_sends_it() -> None:
+    sender = CountingSender(failing=frozenset({2}))
+    app, store = _backlog(250, sender)
+    report = run(app.publisher().sweep(stuck_after_seconds=300))
+    assert (len(report.dispatched), len(report.failed), sender.calls) == (150, 100, [100, 100, 50])
+    assert _pending(store) == 100
+    again = run(app.publisher().sweep(stuck_after_seconds=300))
+    assert (len(again.dispatched), again.failed, _pending(store)) == (100, (), 0)
+
+
+def test_the_sweep_reads_up_to_its_limit_and_leaves_the_rest_for_the_next() -> None:
+    sender = CountingSender()
+    app, store = _backlog(30, sender)
+    report = run(app.publisher().sweep(stuck_after_seconds=300, limit=20))
+    assert (len(report.dispatched), _pending(store)) == (20, 10)
+
