@@ -2,10 +2,11 @@
 
 The outbox entry (``OutboxEntry``) is created in the same transactional batch as the order, in its
 partition, so the order never exists without its message nor the message without its order. The
-publisher sends pending entries (from the change feed, and from the sweep for anything the feed missed), one send
-per hundred entries of a destination, and then marks them dispatched with a ttl: a patch of those three fields on the entry's etag as read, so the
-fields this version does not model are kept. A crash between send and mark resends the same MessageId, which the
-destination's duplicate detection and its consumers' idempotency absorb.
+publisher sends pending entries (from the change feed, and from the sweep for anything the feed
+missed), one send per hundred entries of a destination, and then marks them dispatched with a ttl: a
+patch of those three fields on the entry's etag as read, so the fields this version does not model are
+kept. A crash between send and mark resends the same MessageId, which the destination's duplicate
+detection and its consumers' idempotency absorb.
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def app_settings(broker: Broker, store: Store, fulfilment: FulfilmentServer, **e
 
 @pytest.fixture
 def start_host() -> Iterator[Callable[..., HostProcess]]:
-    """Start hosts; every one still running at the end is killed."""
+    """Start hosts; every one still running at the end is stopped (SIGTERM; SIGKILL after 30 s)."""
     started: list[HostProcess] = []
 
     def start(app_dir: Path, values: dict[str, str]) -> HostProcess:
@@ -138,8 +138,11 @@ def start_host() -> Iterator[Callable[..., HostProcess]]:
         return host
 
     yield start
-    for host in started:
-        host.kill()
+    for host in started:  # stopped as the platform stops an instance, so that it lets its feed lease go
+        try:
+            host.terminate(timeout=30)
+        except subprocess.TimeoutExpired:
+            host.kill()
         host.log.close()
 
 

@@ -80,9 +80,13 @@ def test_a_session_of_events_is_applied_in_order(
 
 
 def feed_started(store: Store) -> None:
-    """Wait until the host's change feed holds its lease: as in Azure, a feed without a lease starts from
-    its first poll, so a change made before it is left to the sweep (which these tests switch off)."""
-    eventually(lambda: list(store.leases.read_all_items()), what="the change feed's lease")
+    """Wait until a host's change feed holds its lease and has polled once: as in Azure, a feed without a
+    lease starts from its first poll, so a change made before it is left to the sweep (which these tests
+    switch off). An earlier test's host let the lease go when it stopped; one killed would hold it for
+    the 60 s of leaseExpirationInterval."""
+    eventually(lambda: [lease for lease in store.leases.read_all_items()
+                        if float(lease.get("leaseUntil") or 0) > time.time() and lease.get("continuation")],
+               what="the change feed's lease")
 
 
 def test_publish_outbox_delivers_order_accepted_through_the_change_feed(

@@ -8,10 +8,20 @@ whether the function succeeded or not, as the host's trigger does without a retr
 restarted host resumes after the last batch it handed over, and a failed batch is not retried (the
 app's sweep covers what a failed batch left). A trigger without a lease starts from its first poll
 ("now"), or from the beginning with ``startFromBeginning``.
+
+The timings are the Functions host's, from the trigger's binding or, when unset, its defaults
+(CosmosDBv4TriggerOptions, https://learn.microsoft.com/javascript/api/@azure/functions/cosmosdbv4triggeroptions):
+``feedPollDelay`` "the delay between polling a partition for new changes on the feed, after all current
+changes are drained", 5,000 ms, so a feed with changes left is read again at once; ``leaseExpirationInterval``
+60,000 ms, after which a lease not renewed passes to another instance; ``leaseRenewInterval`` 17,000 ms,
+on which the holder renews, alongside its invocations; ``leaseAcquireInterval`` 13,000 ms, on which an
+instance without the lease looks again; and ``maxItemsPerInvocation``, unset, which leaves the page
+size to the service (100 items, the REST API's default ``x-ms-max-item-count``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -31,8 +41,10 @@ from devservers.host.process import Function, HostError
 from devservers.host.protos import protos
 
 logger = logging.getLogger("devservers.host")
-POLL_SECONDS = 1.0
-LEASE_SECONDS = 15.0
+FEED_POLL_DELAY_MS = 5_000
+LEASE_EXPIRATION_MS = 60_000
+LEASE_RENEW_MS = 17_000
+LEASE_ACQUIRE_MS = 13_000
 MAX_BATCH = 100
 
 
@@ -65,8 +77,17 @@ class ChangeFeedListener:
         self._lease_id = lease_id
         self._invoke = invoke
         self.owner = f"host-{uuid.uuid4()}"
+        trigger = function.trigger
+        self._poll_delay = _seconds(trigger.get("feedPollDelay"), FEED_POLL_DELAY_MS)
+        self._expiration = _seconds(trigger.get("leaseExpirationInterval"), LEASE_EXPIRATION_MS)
+        self._renew_every = _seconds(trigger.get("leaseRenewInterval"), LEASE_RENEW_MS)
+        self._acquire_every = _seconds(trigger.get("leaseAcquireInterval"), LEASE_ACQUIRE_MS)
+        self._max_items = int(trigger.get("maxItemsPerInvocation") or MAX_BATCH)
+        self._held: dict[str, Any] | None = None  # the lease as last written by this host, while it holds it
+        self._lease_lock = threading.Lock()  # the renewer and the reader both write the lease
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{function.name}-feed", daemon=True)
+        self._renewer = threading.Thread(target=self._renew, name=f"{function.name}-lease", daemon=True)
 
     @classmethod
     def for_function(cls, function: Function, settings: dict[str, str],
@@ -82,36 +103,57 @@ class ChangeFeedListener:
         return cls(function, monitored, leases, lease_id, invoke)
 
     def start(self) -> None:
-        """Start polling."""
+        """Start polling, and renewing the lease while this host holds it."""
         self._thread.start()
+        self._renewer.start()
 
     def stop(self) -> None:
         """Stop polling; a batch being handled finishes first, and the lease is let go."""
         self._stopping.set()
-        self._thread.join()
-        try:
-            lease = self._leases.read_item(self._lease_id, partition_key=self._lease_id)
-            if lease.get("owner") == self.owner:
-                self._save(lease, leaseUntil=0)  # another host may take it at once
-        except AzureError:
-            pass  # it expires by itself
+        for thread in (self._thread, self._renewer):
+            if thread.ident is not None:  # started
+                thread.join()
+        with self._lease_lock, contextlib.suppress(AzureError):  # else it expires by itself
+            if self._held is not None:
+                self._write(self._held, leaseUntil=0)  # another host may take it at once
 
     def _run(self) -> None:
-        while not self._stopping.wait(POLL_SECONDS):
+        wait = 0.0
+        while not self._stopping.wait(wait):
             try:
-                if (lease := self._hold_lease()) is not None:
-                    self._read_batch(lease)
+                wait = self._step()
             except Exception as exc:
                 logger.warning("%s: change feed of %s failed (%s: %s); retrying", self.function.name,
                                self._monitored.id, type(exc).__name__, str(exc)[:300])
+                wait = self._poll_delay
 
-    def _hold_lease(self) -> dict[str, Any] | None:
-        """The lease document if this host holds it now (taking or renewing it), else None."""
+    def _step(self) -> float:
+        """One turn: take the lease if free, read a batch and hand it over; the seconds to wait before the next."""
+        with self._lease_lock:
+            if self._held is None or float(self._held.get("leaseUntil") or 0) <= time.time():
+                self._held = self._acquire()
+            lease = self._held
+        if lease is None:
+            return self._acquire_every
+        return 0.0 if self._read_batch(lease) else self._poll_delay
+
+    def _renew(self) -> None:
+        while not self._stopping.wait(self._renew_every):
+            with self._lease_lock:
+                if self._held is None:
+                    continue
+                try:
+                    self._held = self._write(self._held, leaseUntil=time.time() + self._expiration)
+                except AzureError as exc:
+                    logger.warning("%s: lease renewal failed (%s); retrying", self.function.name, type(exc).__name__)
+
+    def _acquire(self) -> dict[str, Any] | None:
+        """The lease document if this host can take it now (it is new, free, expired or already ours), else None."""
         now = time.time()
         try:
             lease = self._leases.read_item(self._lease_id, partition_key=self._lease_id)
         except CosmosResourceNotFoundError:
-            fresh = {"id": self._lease_id, "owner": self.owner, "leaseUntil": now + LEASE_SECONDS,
+            fresh = {"id": self._lease_id, "owner": self.owner, "leaseUntil": now + self._expiration,
                      "continuation": None}
             try:
                 return dict(self._leases.create_item(fresh))
@@ -119,34 +161,48 @@ class ChangeFeedListener:
                 return None  # another host created it first
         if lease.get("owner") != self.owner and float(lease.get("leaseUntil") or 0) > now:
             return None
-        return self._save(lease, owner=self.owner, leaseUntil=now + LEASE_SECONDS)
+        return self._write(lease, owner=self.owner, leaseUntil=now + self._expiration)
 
-    def _save(self, lease: dict[str, Any], **changes: Any) -> dict[str, Any] | None:
+    def _write(self, lease: dict[str, Any], **changes: Any) -> dict[str, Any] | None:
+        """The lease with ``changes``, replaced on its etag; None when another host took it meanwhile."""
         body = {k: v for k, v in lease.items() if not k.startswith("_")} | changes
         try:
             return dict(self._leases.replace_item(self._lease_id, body, etag=lease["_etag"],
                                                   match_condition=MatchConditions.IfNotModified))
         except CosmosAccessConditionFailedError:
-            return None  # another host took the lease meanwhile
+            return None
 
-    def _read_batch(self, lease: dict[str, Any]) -> None:
+    def _checkpoint(self, continuation: str | None) -> None:
+        with self._lease_lock:
+            if self._held is not None:
+                self._held = self._write(self._held, continuation=continuation,
+                                         leaseUntil=time.time() + self._expiration)
+
+    def _read_batch(self, lease: dict[str, Any]) -> bool:
+        """Read and hand over one batch; whether it held changes (then the feed is read again at once)."""
         # The partition-key-range form of the feed, whose continuation is the bare etag the server
         # answers with: it resumes exactly, and "now" is the etag of the first poll.
-        options: dict[str, Any] = {"partition_key_range_id": "0", "max_item_count": MAX_BATCH}
+        options: dict[str, Any] = {"partition_key_range_id": "0", "max_item_count": self._max_items}
         if lease.get("continuation"):
             options["continuation"] = lease["continuation"]
         else:
             options["is_start_from_beginning"] = bool(self.function.trigger.get("startFromBeginning"))
-        documents = list(islice(self._monitored.query_items_change_feed(**options), MAX_BATCH))
+        documents = list(islice(self._monitored.query_items_change_feed(**options), self._max_items))
         continuation = self._monitored.client_connection.last_response_headers.get("etag")
         if not documents:
             if continuation != lease.get("continuation"):
-                self._save(lease, continuation=continuation)  # the first poll fixes "now"
-            return
+                self._checkpoint(continuation)  # the first poll fixes "now"
+            return False
         started = time.perf_counter()
         response = self._invoke(self.function, {self.function.parameter: protos.TypedData(
             json=json.dumps(documents))}, {})
         succeeded = response is not None and response.result.status == protos.StatusResult.Success
         logger.info("%s documents=%d outcome=%s %.0f ms", self.function.name, len(documents),
                     "Succeeded" if succeeded else "Failed", (time.perf_counter() - started) * 1000)
-        self._save(lease, continuation=continuation, leaseUntil=time.time() + LEASE_SECONDS)
+        self._checkpoint(continuation)
+        return True
+
+
+def _seconds(milliseconds: object, default_ms: int) -> float:
+    """A binding's interval in milliseconds (a number or its text), as seconds; the default when unset."""
+    return (int(str(milliseconds)) if milliseconds not in (None, "") else default_ms) / 1000

@@ -1,0 +1,111 @@
+"""The local host's Cosmos DB trigger keeps the Functions host's timings: a backlog is read batch after
+batch with no wait, the feed waits feedPollDelay only once drained, a lease lasts leaseExpirationInterval
+and an instance without it looks again every leaseAcquireInterval (defaults, or the binding's values).
+
+Each turn of the listener (``_step``) runs here on the test's thread against the local Cosmos server, and
+returns the seconds it would wait before the next, so nothing is timed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from azure.cosmos import PartitionKey
+
+from devservers.host.changefeed import ChangeFeedListener
+from devservers.host.process import Function
+from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
+
+
+class Feed:
+    """A monitored container and its lease container, in a database of their own."""
+
+    def __init__(self, endpoint: CosmosEndpoint) -> None:
+        self._client = make_cosmos_client(endpoint)
+        self.database = self._client.create_database_if_not_exists(f"feed-{uuid.uuid4().hex[:8]}")
+        self.monitored = self.database.create_container_if_not_exists("orders", PartitionKey(path="/orderId"))
+        self.leases = self.database.create_container_if_not_exists("leases", PartitionKey(path="/id"))
+        self.batches: list[int] = []
+
+    def listener(self, **binding: Any) -> ChangeFeedListener:
+        trigger = {"type": "cosmosDBTrigger", "name": "documents", "databaseName": self.database.id,
+                   "containerName": "orders", **binding}
+
+        def invoke(function: Function, data: dict[str, Any], _: dict[str, Any]) -> None:
+            self.batches.append(data["documents"].json.count('"orderId"'))
+
+        function = Function(name="publish_outbox", function_id="id-publish", trigger=trigger)
+        return ChangeFeedListener(function, self.monitored, self.leases, f"{self.database.id}.orders.0", invoke)
+
+    def write(self, count: int) -> None:
+        for n in range(count):
+            self.monitored.create_item({"id": f"d-{uuid.uuid4()}", "orderId": f"o-{n}"})
+
+    def lease(self) -> dict[str, Any]:
+        [lease] = list(self.leases.read_all_items())
+        return dict(lease)
+
+    def drop(self) -> None:
+        self._client.delete_database(self.database.id)
+
+
+@pytest.fixture
+def feed(cosmos_endpoint: CosmosEndpoint) -> Iterator[Feed]:
+    made = Feed(cosmos_endpoint)
+    yield made
+    made.drop()
+
+
+def test_a_backlog_is_read_batch_after_batch_and_the_poll_delay_waited_only_once_drained(feed: Feed) -> None:
+    listener = feed.listener()
+    assert listener._step() == 5.0  # the first poll takes the lease and fixes "now": nothing yet
+    feed.write(250)
+    waits = [listener._step() for _ in range(4)]
+    assert (waits, feed.batches) == ([0.0, 0.0, 0.0, 5.0], [100, 100, 50])
+
+
+def test_the_bindings_intervals_replace_the_defaults(feed: Feed) -> None:
+    listener = feed.listener(feedPollDelay=2000, leaseExpirationInterval=30000, maxItemsPerInvocation=40)
+    before = time.time()
+    assert listener._step() == 2.0
+    assert before + 30 <= float(feed.lease()["leaseUntil"]) <= time.time() + 30
+    feed.write(50)
+    assert [listener._step() for _ in range(3)] == [0.0, 0.0, 2.0]
+    assert feed.batches == [40, 10]
+
+
+def test_a_lease_lasts_60_seconds_and_another_instance_looks_again_every_13(feed: Feed) -> None:
+    holder, other = feed.listener(), feed.listener()
+    before = time.time()
+    holder._step()
+    assert before + 60 <= float(feed.lease()["leaseUntil"]) <= time.time() + 60
+    feed.write(3)
+    assert other._step() == 13.0
+    assert feed.batches == []  # the other instance read nothing while the lease was held
+    assert holder._step() == 0.0 and feed.batches == [3]
+
+
+def test_a_stopped_instance_lets_its_lease_go_and_another_takes_it_at_once(feed: Feed) -> None:
+    holder, other = feed.listener(), feed.listener()
+    holder._step()
+    holder.stop()
+    feed.write(2)
+    assert other._step() == 0.0
+    assert feed.batches == [2] and feed.lease()["owner"] == other.owner
+
+
+def test_an_expired_lease_is_taken_over_where_its_holder_stopped(feed: Feed) -> None:
+    holder, other = feed.listener(), feed.listener()
+    holder._step()
+    feed.write(2)
+    holder._step()
+    lease = feed.lease()
+    feed.leases.replace_item(lease["id"], {**{k: v for k, v in lease.items() if not k.startswith("_")},
+                                           "leaseUntil": time.time() - 1})  # its holder died a minute ago
+    feed.write(1)
+    assert other._step() == 0.0
+    assert feed.batches == [2, 1] and feed.lease()["owner"] == other.owner
