@@ -111,9 +111,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                                             "messages (session-enabled destination).")
     outbox_dispatched_ttl_seconds: Seconds = setting("OUTBOX_DISPATCHED_TTL_SECONDS", 604800, "Lifetime of an "
                                                      "outbox document after it was dispatched.")
-    outbox_stuck_after_seconds: Seconds = setting("OUTBOX_STUCK_AFTER_SECONDS", 300, "Age at which `sweep_outbox` "
-                                                  "publishes a still-pending outbox document.")
-    outbox_sweep_schedule: Name = setting("OUTBOX_SWEEP_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of "
+    outbox_stuck_after_seconds: Seconds = setting("OUTBOX_STUCK_AFTER_SECONDS", 120, "Age at which `sweep_outbox` "
+                                                  "publishes a still-pending outbox document. With the sweep's "
+                                                  "period it bounds how late a resend follows a lost dispatched "
+                                                  "mark: keep the two well inside the destination's "
+                                                  "duplicate-detection window (PT10M in Bicep).")
+    outbox_sweep_schedule: Name = setting("OUTBOX_SWEEP_SCHEDULE", "0 */2 * * * *", "NCRONTAB schedule of "
                                           "`sweep_outbox`.")
     cosmos_leases_container: Name = setting("COSMOS_LEASES_CONTAINER", "leases", "Lease container of "
                                             "`publish_outbox`'s change-feed trigger.", in_azure=True)

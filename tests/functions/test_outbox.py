@@ -221,7 +221,7 @@ def test_sweep_publishes_only_documents_pending_past_the_threshold(
     sender: RecordingSender, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
     order_id = place(deliver_order)
-    app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))  # threshold 300 s: too young
+    app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))  # threshold 120 s: too young
     assert all(m.message_id != partition(app_on_cosmos, order_id, "outbox")[0]["messageId"] for _, m in sender.sent)
     outbox = partition(app_on_cosmos, order_id, "outbox")[0]
     app_on_cosmos.container.replace_item(outbox["id"], {**outbox, "createdAt": outbox["createdAt"] - 301})

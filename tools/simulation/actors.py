@@ -18,7 +18,7 @@ from simulation.world import World
 
 RESTART_SECONDS = (1.0, 10.0)  # how long a crashed process takes to come back
 FEED_LATENCY_SECONDS = (0.5, 5.0)  # from a write to its change-feed batch
-SWEEP_PERIOD_SECONDS = 300.0  # OUTBOX_SWEEP_SCHEDULE: every 5 minutes
+SWEEP_PERIOD_SECONDS = 120.0  # OUTBOX_SWEEP_SCHEDULE: every 2 minutes
 
 
 def start(world: World) -> None:
