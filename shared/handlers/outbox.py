@@ -66,8 +66,9 @@ class OutboxPublisher:
         """Publish the pending outbox entries among ``documents`` (a change-feed batch holds others too).
 
         The entries go out in sends of at most ``SEND_CHUNK`` per destination, each followed by the marks of
-        its entries, so that a backlog costs one send per chunk rather than one per entry. An entry that
-        fails is logged and left pending for the next change or the sweep; a failed send fails its chunk.
+        its entries, so that a backlog costs one send per chunk rather than one per entry. A chunk whose send
+        fails is sent again one entry at a time. An entry that fails is logged and left pending for the
+        next change or the sweep.
         """
         pending: list[OutboxEntry] = []
         failed: list[str] = []
@@ -95,18 +96,37 @@ class OutboxPublisher:
             try:
                 await self._sender.send(chunk[0].destination, [outgoing_message(entry) for entry in chunk])
             except ConsumerError as exc:
+                if len(chunk) == 1:
+                    _not_published(chunk[0], exc)
+                    failed.append(chunk[0].id)
+                    continue
+                # One entry that cannot be sent (too large, refused) must not hold back the others, and a
+                # destination that takes no batches (a partitioned entity whose messages differ in
+                # partition key) still gets every entry: the chunk again, one entry per send.
+                logger.warning("a send of %d outbox entries failed: %s; sending them one by one", len(chunk), exc)
                 for entry in chunk:
-                    _not_published(entry, exc)
-                failed.extend(entry.id for entry in chunk)
+                    await self._publish_alone(entry, dispatched, failed)
                 continue
             for entry in chunk:
-                try:
-                    await self._mark(entry)
-                    dispatched.append(entry.id)
-                except ConsumerError as exc:
-                    _not_published(entry, exc)
-                    failed.append(entry.id)
+                await self._mark_sent(entry, dispatched, failed)
         return PublishReport(tuple(dispatched), tuple(failed), skipped)
+
+    async def _publish_alone(self, entry: OutboxEntry, dispatched: list[str], failed: list[str]) -> None:
+        try:
+            await self._sender.send(entry.destination, [outgoing_message(entry)])
+        except ConsumerError as exc:
+            _not_published(entry, exc)
+            failed.append(entry.id)
+            return
+        await self._mark_sent(entry, dispatched, failed)
+
+    async def _mark_sent(self, entry: OutboxEntry, dispatched: list[str], failed: list[str]) -> None:
+        try:
+            await self._mark(entry)
+            dispatched.append(entry.id)
+        except ConsumerError as exc:
+            _not_published(entry, exc)
+            failed.append(entry.id)
 
     async def sweep(self, *, stuck_after_seconds: int, limit: int = SWEEP_LIMIT) -> PublishReport:
         """Find pending outbox entries older than the threshold (at most ``limit``) and publish them.

@@ -109,3 +109,46 @@ def test_an_expired_lease_is_taken_over_where_its_holder_stopped(feed: Feed) -> 
     feed.write(1)
     assert other._step() == 0.0
     assert feed.batches == [2, 1] and feed.lease()["owner"] == other.owner
+
+
+
+class LeaseWriteAfterEachPage:
+    """The monitored container, as the reader sees it while the lease renewer writes on the same client
+    between the feed's answer and the reader's look at it: after each page, a lease request."""
+
+    def __init__(self, feed: Feed) -> None:
+        self._feed = feed
+        self.id = feed.monitored.id
+        self.client_connection = feed.monitored.client_connection
+
+    def query_items_change_feed(self, **options: Any) -> Any:
+        feed = self._feed
+
+        class Pages:
+            def __init__(self, inner: Any) -> None:
+                self._inner = inner
+
+            def __iter__(self) -> Iterator[Any]:
+                yield from self._inner
+                list(feed.leases.read_all_items())
+
+            def by_page(self) -> Iterator[Any]:
+                for page in self._inner.by_page():
+                    items = list(page)
+                    list(feed.leases.read_all_items())
+                    yield iter(items)
+
+        return Pages(feed.monitored.query_items_change_feed(**options))
+
+
+def test_the_position_saved_is_the_feed_pages_own_even_when_the_lease_was_written_since(feed: Feed) -> None:
+    listener = feed.listener()
+    listener._monitored = LeaseWriteAfterEachPage(feed)  # type: ignore[assignment]  # a stand-in with its methods
+    listener._step()
+    feed.write(3)
+    assert [listener._step(), listener._step()] == [0.0, 5.0]
+    assert feed.batches == [3]
+    assert feed.lease()["continuation"].strip('"').isdigit()
+    feed.write(2)
+    listener._step()
+    assert feed.batches == [3, 2]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.errors import PublishError
 from shared.ports.sender import OutgoingMessage
+from shared.ports.store import Patch
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body
 
@@ -30,16 +32,20 @@ def test_an_entry_without_an_etag_is_not_sent_and_left_pending_not_marked_uncond
 
 
 class CountingSender(RecordingSender):
-    """Records each send call's size; fails the calls whose number (from 1) is in ``failing``."""
+    """Records each send call's destination and size; fails the calls whose number (from 1) is in
+    ``failing``, and every call that holds the MessageId ``poison``."""
 
-    def __init__(self, failing: frozenset[int] = frozenset()) -> None:
+    def __init__(self, failing: frozenset[int] = frozenset(), poison: str | None = None) -> None:
         super().__init__()
         self.calls: list[int] = []
+        self.destinations: list[str] = []
         self._failing = failing
+        self._poison = poison
 
     async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
         self.calls.append(len(messages))
-        if len(self.calls) in self._failing:
+        self.destinations.append(destination)
+        if len(self.calls) in self._failing or any(m.message_id == self._poison for m in messages):
             raise PublishError(f"send to {destination} failed: injected")
         await super().send(destination, messages)
 
@@ -55,8 +61,12 @@ def _backlog(orders: int, sender: RecordingSender) -> tuple[bootstrap.App, InMem
     return app, store
 
 
+def _outbox(store: InMemoryStore) -> list[dict[str, Any]]:
+    return [d for d in store.documents() if d["type"] == "outbox"]
+
+
 def _pending(store: InMemoryStore) -> int:
-    return sum(1 for d in store.documents() if d["type"] == "outbox" and d["status"] == "pending")
+    return sum(1 for d in _outbox(store) if d["status"] == "pending")
 
 
 def test_one_sweep_publishes_a_backlog_of_250_in_sends_of_100_each_followed_by_its_marks() -> None:
@@ -68,14 +78,34 @@ def test_one_sweep_publishes_a_backlog_of_250_in_sends_of_100_each_followed_by_i
     assert len({m.message_id for _, m in sender.delivered}) == 250
 
 
-def test_a_failed_send_leaves_its_chunk_pending_and_the_next_sweep_sends_it() -> None:
+def test_a_chunk_whose_send_failed_is_sent_again_one_entry_at_a_time() -> None:
     sender = CountingSender(failing=frozenset({2}))
     app, store = _backlog(250, sender)
     report = run(app.publisher().sweep(stuck_after_seconds=300))
-    assert (len(report.dispatched), len(report.failed), sender.calls) == (150, 100, [100, 100, 50])
-    assert _pending(store) == 100
-    again = run(app.publisher().sweep(stuck_after_seconds=300))
-    assert (len(again.dispatched), again.failed, _pending(store)) == (100, (), 0)
+    assert (len(report.dispatched), report.failed, _pending(store)) == (250, (), 0)
+    assert sender.calls == [100, 100, *[1] * 100, 50]
+
+
+def test_an_entry_that_cannot_be_sent_holds_back_no_other_and_stays_pending() -> None:
+    sender = CountingSender()
+    app, store = _backlog(150, sender)
+    poisoned = _outbox(store)[42]
+    sender._poison = poisoned["messageId"]
+    report = run(app.publisher().sweep(stuck_after_seconds=300))
+    assert (len(report.dispatched), report.failed) == (149, (poisoned["id"],))
+    assert [d["id"] for d in _outbox(store) if d["status"] == "pending"] == [poisoned["id"]]
+
+
+def test_entries_for_two_destinations_go_in_sends_of_their_own() -> None:
+    sender = CountingSender()
+    app, store = _backlog(5, sender)
+    other = _outbox(store)[1]
+    # as written by an app configured for another queue
+    run(store.execute_batch(other["orderId"], [Patch(other["id"], {"destination": "order-accepted-eu"})]))
+    report = run(app.publisher().sweep(stuck_after_seconds=300))
+    assert len(report.dispatched) == 5
+    assert sorted(zip(sender.destinations, sender.calls, strict=True)) == [("order-accepted", 4),
+                                                                           ("order-accepted-eu", 1)]
 
 
 def test_the_sweep_reads_up_to_its_limit_and_leaves_the_rest_for_the_next() -> None:
@@ -83,4 +113,3 @@ def test_the_sweep_reads_up_to_its_limit_and_leaves_the_rest_for_the_next() -> N
     app, store = _backlog(30, sender)
     report = run(app.publisher().sweep(stuck_after_seconds=300, limit=20))
     assert (len(report.dispatched), _pending(store)) == (20, 10)
-

@@ -29,7 +29,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from itertools import islice
 from typing import Any
 
 from azure.core import MatchConditions
@@ -144,7 +143,7 @@ class ChangeFeedListener:
                     continue
                 try:
                     self._held = self._write(self._held, leaseUntil=time.time() + self._expiration)
-                except AzureError as exc:
+                except Exception as exc:  # the thread must go on renewing
                     logger.warning("%s: lease renewal failed (%s); retrying", self.function.name, type(exc).__name__)
 
     def _acquire(self) -> dict[str, Any] | None:
@@ -187,8 +186,14 @@ class ChangeFeedListener:
             options["continuation"] = lease["continuation"]
         else:
             options["is_start_from_beginning"] = bool(self.function.trigger.get("startFromBeginning"))
-        documents = list(islice(self._monitored.query_items_change_feed(**options), self._max_items))
-        continuation = self._monitored.client_connection.last_response_headers.get("etag")
+        # One page, one request: its etag, from its own response (the client's last headers may be the lease
+        # renewer's by now), is where the next read starts, so nothing past the page is skipped.
+        answered: list[str | None] = []
+        pages = self._monitored.query_items_change_feed(
+            **options, response_hook=lambda headers, _: answered.append(headers.get("etag"))).by_page()
+        page = next(pages, None)
+        documents = list(page) if page is not None else []
+        continuation = answered[-1] if answered else lease.get("continuation")
         if not documents:
             if continuation != lease.get("continuation"):
                 self._checkpoint(continuation)  # the first poll fixes "now"
