@@ -93,40 +93,32 @@ class OutboxPublisher:
                 pending.append(entry)
         dispatched: list[str] = []
         for chunk in _chunks(pending):
-            try:
-                await self._sender.send(chunk[0].destination, [outgoing_message(entry) for entry in chunk])
-            except ConsumerError as exc:
-                if len(chunk) == 1:
-                    _not_published(chunk[0], exc)
-                    failed.append(chunk[0].id)
-                    continue
-                # One entry that cannot be sent (too large, refused) must not hold back the others, and a
-                # destination that takes no batches (a partitioned entity whose messages differ in
-                # partition key) still gets every entry: the chunk again, one entry per send.
-                logger.warning("a send of %d outbox entries failed: %s; sending them one by one", len(chunk), exc)
-                for entry in chunk:
-                    await self._publish_alone(entry, dispatched, failed)
-                continue
-            for entry in chunk:
-                await self._mark_sent(entry, dispatched, failed)
+            await self._publish_chunk(chunk, dispatched, failed)
         return PublishReport(tuple(dispatched), tuple(failed), skipped)
 
-    async def _publish_alone(self, entry: OutboxEntry, dispatched: list[str], failed: list[str]) -> None:
+    async def _publish_chunk(self, chunk: list[OutboxEntry], dispatched: list[str], failed: list[str]) -> None:
+        """One send for the chunk, then each entry's mark; the ids go to ``dispatched`` or ``failed``."""
         try:
-            await self._sender.send(entry.destination, [outgoing_message(entry)])
+            await self._sender.send(chunk[0].destination, [outgoing_message(entry) for entry in chunk])
         except ConsumerError as exc:
-            _not_published(entry, exc)
-            failed.append(entry.id)
+            if len(chunk) == 1:
+                _not_published(chunk[0], exc)
+                failed.append(chunk[0].id)
+                return
+            # One entry that cannot be sent (too large, refused) must not hold back the others, and a
+            # destination that takes no batches (a partitioned entity whose messages differ in partition
+            # key) still gets every entry: the chunk again, one entry per send.
+            logger.warning("a send of %d outbox entries failed: %s; sending them one by one", len(chunk), exc)
+            for entry in chunk:
+                await self._publish_chunk([entry], dispatched, failed)
             return
-        await self._mark_sent(entry, dispatched, failed)
-
-    async def _mark_sent(self, entry: OutboxEntry, dispatched: list[str], failed: list[str]) -> None:
-        try:
-            await self._mark(entry)
-            dispatched.append(entry.id)
-        except ConsumerError as exc:
-            _not_published(entry, exc)
-            failed.append(entry.id)
+        for entry in chunk:
+            try:
+                await self._mark(entry)
+                dispatched.append(entry.id)
+            except ConsumerError as exc:
+                _not_published(entry, exc)
+                failed.append(entry.id)
 
     async def sweep(self, *, stuck_after_seconds: int, limit: int = SWEEP_LIMIT) -> PublishReport:
         """Find pending outbox entries older than the threshold (at most ``limit``) and publish them.

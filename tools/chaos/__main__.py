@@ -135,9 +135,7 @@ def _keep_logs(stack: Stack, results: Path) -> None:
     violation's document through the hosts that touched it."""
     results.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
-        (results / "hosts.log").write_text("".join(
-            f"===== host {n} (pid {host.process.pid})\n{host.text()}\n" for n, host in
-            enumerate((*stack.retired, *stack.hosts), 1)))
+        (results / "hosts.log").write_text(stack.logs())
 
 
 def _verdict(result: Any, results: Path, seed: int, replay: str) -> int:

@@ -135,8 +135,9 @@ class Stack:
         self.retired.append(host)
 
     def logs(self) -> str:
-        """Every host's log, the retired ones' included."""
-        return "\n".join(h.text() for h in (*self.retired, *self.hosts))
+        """Every host's log, the retired ones' included, each under a line naming it."""
+        return "".join(f"===== host {n} (pid {host.process.pid})\n{host.text()}\n"
+                       for n, host in enumerate((*self.retired, *self.hosts), 1))
 
     def stop_hosts(self) -> None:
         """Stop the hosts; each lets its in-flight invocations finish."""
