@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, ServiceRequestError, ServiceResponseError
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos.aio import ContainerProxy, CosmosClient
@@ -32,7 +33,16 @@ from shared.errors import (
     StoreError,
     TransientStoreError,
 )
-from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, check_batch, check_field
+from shared.ports.store import (
+    BatchOperation,
+    Create,
+    Delete,
+    Document,
+    Patch,
+    batch_result,
+    check_batch,
+    check_field,
+)
 from shared.settings import Settings
 
 # Retry budget, bounded so that a create plus the read after a 409 end well inside the default
@@ -100,15 +110,19 @@ def batch_operation(op: BatchOperation) -> tuple[Any, ...]:
     if isinstance(op, Create):
         return ("create", (op.document,))
     if isinstance(op, Patch):
-        patch = [{"op": "set", "path": f"/{name}", "value": value} for name, value in op.set_fields.items()]
         options = {"filter_predicate": filter_predicate(op.condition)} if op.condition else {}
         if op.if_match:
             options["if_match_etag"] = op.if_match
-        return ("patch", (op.doc_id, patch), options)
+        return ("patch", (op.doc_id, patch_operations(op)), options)
     options = {"if_match_etag": op.if_match} if op.if_match else {}
     if isinstance(op, Delete):
         return ("delete", (op.doc_id,), options)
     return ("replace", (op.document["id"], op.document), options)
+
+
+def patch_operations(op: Patch) -> list[dict[str, Any]]:
+    """The patch's fields as Cosmos DB patch operations, one ``set`` each."""
+    return [{"op": "set", "path": f"/{name}", "value": value} for name, value in op.set_fields.items()]
 
 
 def query_text(conditions: Mapping[str, Any], before: tuple[str, Any] | None) -> tuple[str, list[dict[str, Any]]]:
@@ -259,11 +273,36 @@ class CosmosStore:
         return found
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
-        """One transactional batch in one partition: all operations or none."""
+        """One transactional batch in one partition: all operations or none. An ``etag_only`` patch alone is
+        sent as a point patch without a body in its answer (``_patch_alone``)."""
         check_batch(operations)
         container = await self._ready()
+        if len(operations) == 1 and isinstance(op := operations[0], Patch) and op.etag_only:
+            return [await self._patch_alone(container, partition_key, op)]
         with translate_errors(f"batch of {len(operations)} in {partition_key}"):
             results = await container.execute_item_batch(
                 batch_operations=[batch_operation(op) for op in operations], partition_key=partition_key
             )
-        return [dict(r.get("resourceBody") or {}) for r in results]
+        return [batch_result(op, dict(r.get("resourceBody") or {})) for op, r in zip(operations, results, strict=True)]
+
+    async def _patch_alone(self, container: ContainerProxy, partition_key: str, op: Patch) -> Document:
+        """The patch as a point operation with ``no_response`` (``Prefer: return=minimal``): one request, as
+        the batch of it would be, and the new etag read from the answer's headers, with no document to
+        parse. It fails as the batch would: a verdict on the operation (412, 404, 400) is BatchFailed at
+        index 0, a transient failure is raised as it is."""
+        what = f"patch of {op.doc_id} in {partition_key}"
+        try:
+            with translate_errors(what):
+                answer = await container.patch_item(
+                    op.doc_id, partition_key, patch_operations(op),
+                    filter_predicate=filter_predicate(op.condition) if op.condition else None,
+                    etag=op.if_match, match_condition=MatchConditions.IfNotModified if op.if_match else None,
+                    no_response=True)
+        except TransientStoreError:
+            raise
+        except StoreError as exc:
+            raise BatchFailed(0, exc) from exc
+        etag = answer.get_response_headers().get("etag")
+        if not etag:
+            raise StoreError(f"{what}: the answer carried no etag")
+        return {"id": op.doc_id, "_etag": etag}

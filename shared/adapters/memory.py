@@ -17,7 +17,7 @@ from shared.adapters.reservations import ReservationLedger
 from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, PublishError, StoreError
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
-from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, check_batch, check_field
+from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, batch_result, check_batch, check_field
 
 _Key = tuple[str, str]
 
@@ -76,7 +76,7 @@ class InMemoryStore:
             results = []
             for index, op in enumerate(operations):
                 try:
-                    results.append(self._apply(working, partition_key, op))
+                    results.append(batch_result(op, self._apply(working, partition_key, op)))
                 except StoreError as exc:
                     raise BatchFailed(index, exc) from exc
             self._documents = working

@@ -137,7 +137,8 @@ class OutboxPublisher:
         """Mark a sent entry dispatched, on the etag it was read with."""
         _, mark = entry.with_changes(status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(), ttl=self._ttl)
         try:
-            await self._store.execute_batch(entry.order_id, [Patch(entry.id, mark, if_match=entry.etag)])
+            await self._store.execute_batch(entry.order_id,
+                                            [Patch(entry.id, mark, if_match=entry.etag, etag_only=True)])
         except BatchFailed as exc:
             if not isinstance(exc.error, PreconditionFailed | NotFound):
                 raise

@@ -185,15 +185,15 @@ class SideEffect:
             raise StoreError(f"{self.name} record {current.id} was not read from the store; no etag to write on")
         changed, fields = current.with_changes(**changes)
         try:
-            [written] = await self.store.execute_batch(current.order_id,
-                                                       [Patch(current.id, fields, if_match=current.etag)])
+            [written] = await self.store.execute_batch(
+                current.order_id, [Patch(current.id, fields, if_match=current.etag, etag_only=True)])
         except BatchFailed as exc:
             if isinstance(exc.error, PreconditionFailed | NotFound):
                 return None
             error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
             raise error(f"{self.name} record {current.id}: {exc.error}", status=exc.error.status) from exc
         # The patch set these fields on the record as read (the etag held), so this is the record now.
-        return msgspec.structs.replace(changed, etag=written.get("_etag"))
+        return msgspec.structs.replace(changed, etag=written["_etag"])
 
     def _lease_until(self, locked_until: datetime | None) -> float:
         cap = self.clock() + self.lease_seconds

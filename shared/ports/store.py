@@ -48,12 +48,18 @@ class Patch:
 
     A condition maps a field to the value it must equal, or to a tuple of values it must be one of.
     At most MAX_PATCH_FIELDS fields are set by one patch.
+
+    With ``etag_only``, the caller needs nothing back but the document's new etag: the batch returns
+    ``{"id", "_etag"}`` for this operation. A batch of this patch alone is then one point patch that asks
+    for no body (Cosmos DB's ``Prefer: return=minimal``): the same request on the wire, and no document
+    for the client to parse.
     """
 
     doc_id: str
     set_fields: Mapping[str, Any]
     condition: Mapping[str, Any] = field(default_factory=dict)
     if_match: str | None = None
+    etag_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,14 @@ def check_batch(operations: Sequence[BatchOperation]) -> None:
                                  f" {MAX_PATCH_FIELDS} in one patch", status=400)
             for name in (*op.set_fields, *op.condition):
                 check_field(name)
+
+
+def batch_result(op: BatchOperation, written: Document) -> Document:
+    """What a batch returns for ``op``: the document written, or its id and etag alone for an
+    ``etag_only`` patch."""
+    if isinstance(op, Patch) and op.etag_only:
+        return {"id": written["id"], "_etag": written["_etag"]}
+    return written
 
 
 def _payload(op: BatchOperation) -> Any:

@@ -191,7 +191,7 @@ def test_crash_before_the_mark_republishes_the_same_message_id(
     feed = change_feed(app_on_cosmos, order_id)
     with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
         app_on_cosmos.reconfigure(cosmos_endpoint=proxy.url)
-        proxy.fail("POST", r"/docs/?$", 503, count=None)  # the mark fails after the send
+        proxy.fail("PATCH", r"/docs/[^/]+/?$", 503, count=None)  # the mark (a point patch) fails after the send
         app_on_cosmos.run(registered_functions["publish_outbox"](feed))
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "pending"
     app_on_cosmos.reconfigure(cosmos_endpoint=app_on_cosmos.endpoint.url, outbox_stuck_after_seconds=1)

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench import throughput
 from shared import bootstrap
-from shared.ports.store import BatchOperation, Create, Document, Replace
+from shared.ports.store import BatchOperation, Create, Document, Patch, Replace
 from shared.settings import Settings
 
 WARM_UP = 500
@@ -30,8 +30,9 @@ class AnsweringStore:
     """A DocumentStore whose batches succeed at once; the happy path's only call."""
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
-        return [{**op.document, "_etag": '"1"', "_ts": 1} if isinstance(op, Create | Replace) else {}
-                for op in operations]
+        # A patch's answer is what an etag_only patch returns, all that the happy path reads of one.
+        return [{**op.document, "_etag": '"1"', "_ts": 1} if isinstance(op, Create | Replace)
+                else {"id": op.doc_id, "_etag": '"2"'} if isinstance(op, Patch) else {} for op in operations]
 
     async def create(self, document: Document) -> Document:
         raise NotImplementedError("the happy path creates in a batch")
