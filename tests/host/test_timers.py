@@ -69,14 +69,19 @@ def dues(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage().rsplit("due=", 1)[1] for r in caplog.records if " timer outcome=" in r.getMessage()]
 
 
+def start_two_of_one_app(running: list[TimerListener], calls: Calls, tmp_path: Path) -> None:
+    """Two hosts' listeners of one timer function on one store, as "a" and "b"."""
+    for who in ("a", "b"):
+        start(running, TimerListener(timer_function(EVERY_SECOND), calls.invoke_as(who),
+                                     OccurrenceLock("sweep", ["store-1"], tmp_path)))
+
+
 def test_two_listeners_of_one_app_and_store_fire_each_occurrence_once(
     tmp_path: Path, running: list[TimerListener], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level("INFO", logger="devservers.host")
     calls = Calls()
-    for who in ("a", "b"):
-        start(running, TimerListener(timer_function(EVERY_SECOND), calls.invoke_as(who),
-                                     OccurrenceLock("sweep", ["store-1"], tmp_path)))
+    start_two_of_one_app(running, calls, tmp_path)
     time.sleep(4.5)
     for listener in running:
         listener.stop()
@@ -100,9 +105,7 @@ def test_no_occurrence_fires_anywhere_while_an_invocation_still_runs(
     tmp_path: Path, running: list[TimerListener]
 ) -> None:
     calls = Calls(seconds=1.6)  # longer than the period: the next occurrence finds the lock held
-    for who in ("a", "b"):
-        start(running, TimerListener(timer_function(EVERY_SECOND), calls.invoke_as(who),
-                                     OccurrenceLock("sweep", ["store-1"], tmp_path)))
+    start_two_of_one_app(running, calls, tmp_path)
     time.sleep(5.0)
     for listener in running:
         listener.stop()

@@ -163,27 +163,21 @@ def test_a_copy_of_a_placed_order_keeps_every_foreign_field_of_its_order(app: bo
     assert_kept(store, "order", "outbox", "side-effect")
 
 
-def test_a_takeover_and_its_finish_keep_the_records_foreign_fields(
-    app: bootstrap.App, store: InMemoryStore, fulfilment: Fulfilment,
+@pytest.mark.parametrize(("answers", "outcome", "status"), [
+    ([503], Outcome.DUPLICATE, "completed"),  # the redelivery takes the claim over, calls and finishes
+    ([503, 503], Outcome.TRANSIENT, "in_progress"),  # taken over, called, the lease released again
+    ([503, 422], Outcome.DOWNSTREAM_REJECTED, "failed"),  # taken over, called, finished failed
+], ids=["finish", "release", "rejected"])
+def test_a_takeover_and_what_follows_it_keep_the_records_foreign_fields(
+    app: bootstrap.App, store: InMemoryStore, fulfilment: Fulfilment, answers: list[int], outcome: Outcome,
+    status: str,
 ) -> None:
-    fulfilment.answers = [503]
-    assert place(app).outcome is Outcome.TRANSIENT  # the lease released
+    fulfilment.answers = answers
+    assert place(app).outcome is Outcome.TRANSIENT  # the first call failed: the lease released
     add_foreign(store, "side-effect")
-    assert place(app).outcome is Outcome.DUPLICATE  # the redelivery takes the claim over, calls and finishes
+    assert place(app).outcome is outcome
     [record] = of_type(store, "side-effect")
-    assert (record["status"], record["attempt"]) == ("completed", 2)
-    assert_kept(store, "side-effect")
-
-
-def test_a_takeover_and_its_release_keep_the_records_foreign_fields(
-    app: bootstrap.App, store: InMemoryStore, fulfilment: Fulfilment,
-) -> None:
-    fulfilment.answers = [503, 503]
-    place(app)
-    add_foreign(store, "side-effect")
-    assert place(app).outcome is Outcome.TRANSIENT  # taken over, called, the lease released again
-    [record] = of_type(store, "side-effect")
-    assert (record["status"], record["attempt"]) == ("in_progress", 2)
+    assert (record["status"], record["attempt"]) == (status, 2)
     assert_kept(store, "side-effect")
 
 
@@ -198,17 +192,6 @@ def test_a_finish_after_a_write_under_the_call_keeps_what_that_write_added(
     app = bootstrap.build(SETTINGS, store=store, fulfilment=AddingDuringTheCall())
     assert place(app).outcome is Outcome.CREATED
     assert of_type(store, "side-effect")[0]["status"] == "completed"
-    assert_kept(store, "side-effect")
-
-
-def test_a_rejected_reservation_is_recorded_failed_and_keeps_the_records_foreign_fields(
-    app: bootstrap.App, store: InMemoryStore, fulfilment: Fulfilment,
-) -> None:
-    fulfilment.answers = [503, 422]
-    place(app)
-    add_foreign(store, "side-effect")
-    assert place(app).outcome is Outcome.DOWNSTREAM_REJECTED
-    assert of_type(store, "side-effect")[0]["status"] == "failed"
     assert_kept(store, "side-effect")
 
 
