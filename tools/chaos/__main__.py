@@ -31,13 +31,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from azure.servicebus import ServiceBusClient
 
 from chaos import planted, report, versions
 from chaos.faults import LOCK_SECONDS, Chaos
 from demo import observe
+from demo import report as demo_report
 from demo.probe import LatencyProbe
 from demo.scenario import plan
 from demo.stack import ROOT, Stack
@@ -138,7 +138,7 @@ def _keep_logs(stack: Stack, results: Path) -> None:
         (results / "hosts.log").write_text(stack.logs())
 
 
-def _verdict(result: Any, results: Path, seed: int, replay: str) -> int:
+def _verdict(result: demo_report.Report, results: Path, seed: int, replay: str) -> int:
     """Print and keep the table; 1 with the seed and the replay command when anything was violated."""
     print(report.table(result), flush=True)
     report.write(result, results)
