@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from shared.delivery import Action, Settlement
@@ -37,6 +38,9 @@ class MessageActions(Protocol):
     ) -> None:
         """Move the message to the dead-letter queue with a reason and description."""
 
+    def renew_session_lock(self, session_id: str) -> Any:
+        """Renew the session's lock; when it now ends (a protobuf Timestamp)."""
+
 
 class ActionsSettlement:
     """The settlement port of one delivery: its message and the binding's message actions."""
@@ -48,6 +52,16 @@ class ActionsSettlement:
     async def settle(self, settlement: Settlement, result: Result) -> None:
         """Make the one settlement call on a settlement thread; a failed call raises here, on the loop."""
         await asyncio.get_running_loop().run_in_executor(_settling, self._call, settlement, result)
+
+    async def renew_session_lock(self) -> datetime | None:
+        """Renew the lock of the message's session through the host; when it now ends."""
+        session_id = getattr(self.message, "session_id", None)
+        if not session_id:
+            return None
+        until = await asyncio.get_running_loop().run_in_executor(_settling, self.actions.renew_session_lock,
+                                                                 session_id)
+        moment: datetime = until.ToDatetime(tzinfo=UTC) if hasattr(until, "ToDatetime") else until
+        return moment
 
     def _call(self, settlement: Settlement, result: Result) -> None:
         if settlement.action is Action.COMPLETE:

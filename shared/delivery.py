@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
@@ -63,6 +64,10 @@ class SettlementPort(Protocol):
         """Complete, abandon or dead-letter the delivery as ``settlement`` says (a dead-letter carries
         ``result.description``); raise if the broker refused the call, a lost lock say."""
 
+    async def renew_session_lock(self) -> datetime | None:
+        """Renew the lock of the session the delivery came from; when it now ends (None when this side
+        cannot renew it); raise if the broker refused, a lost session lock say."""
+
 
 Handler = Callable[[InboundMessage], Awaitable[Result]]
 Recorder = Callable[[str, InboundMessage, Result, float], None]
@@ -104,7 +109,7 @@ async def run_delivery(
         logger.exception("recording delivery %s messageId=%s failed", function, inbound.message_id)
     settlement = SETTLEMENTS[result.outcome]
     if settlement.action is Action.ABANDON:
-        await sleep(abandon_wait(abandon_delay, inbound.locked_until_utc, clock()))
+        await sleep(await _wait_before_abandon(function, inbound, port, abandon_delay, clock))
     try:
         await port.settle(settlement, result)
     except Exception:
@@ -114,3 +119,25 @@ async def run_delivery(
                                                   "settlement": settlement.action.value})
         raise
     return settlement
+
+
+async def _wait_before_abandon(function: str, inbound: InboundMessage, port: SettlementPort, delay: float,
+                               clock: Clock) -> float:
+    """How long to wait inside the lock before abandoning.
+
+    A session's messages share the session's lock, and an abandoned one comes straight back to the same
+    receiver. So a wait that the lock cuts short would spin the message through MaxDeliveryCount in a
+    second. When the session lock cannot hold the whole wait, it is renewed first; if that is refused
+    (the lock is lost), the abandon fails too and the broker redelivers once the lock has run out.
+    """
+    wait = abandon_wait(delay, inbound.locked_until_utc, clock())
+    if wait >= delay or inbound.session_id is None:
+        return wait  # a plain queue's redelivery comes with a lock of its own
+    try:
+        locked_until = await port.renew_session_lock()
+    except Exception as exc:
+        logger.warning("%s messageId=%s: renewing the session lock before the abandon failed (%s)", function,
+                       inbound.message_id, type(exc).__name__,
+                       extra={"messageId": inbound.message_id, "function": function})
+        return wait
+    return wait if locked_until is None else abandon_wait(delay, locked_until, clock())

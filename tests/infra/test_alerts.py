@@ -143,6 +143,9 @@ def app_records(caplog: pytest.LogCaptureFixture) -> dict[str, list[logging.LogR
             async def settle(self, *_: object) -> None:
                 raise RuntimeError("lock lost")
 
+            async def renew_session_lock(self) -> None:
+                return None
+
         async def created(message: InboundMessage) -> Result:
             return Result(Outcome.CREATED, "")
 

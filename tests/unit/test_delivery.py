@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import types
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from consumers.settlement import MAX_DESCRIPTION_CHARS, ActionsSettlement
 from shared.delivery import Action, Settlement, run_delivery
@@ -23,21 +25,28 @@ NOW = 1_796_083_200.0
 class Port:
     """A settlement port that records each call; ``fail`` makes it raise, as a lost lock does."""
 
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(self, *, fail: bool = False, renewed_for: float | None = None, renew_fails: bool = False) -> None:
         self.calls: list[tuple[Settlement, Result]] = []
         self.fail = fail
+        self.renewed_for, self.renew_fails, self.renewals = renewed_for, renew_fails, 0
 
     async def settle(self, settlement: Settlement, result: Result) -> None:
         self.calls.append((settlement, result))
         if self.fail:
             raise RuntimeError("lock lost")
 
+    async def renew_session_lock(self) -> datetime | None:
+        self.renewals += 1
+        if self.renew_fails:
+            raise RuntimeError("session lock lost")
+        return None if self.renewed_for is None else datetime.fromtimestamp(NOW + self.renewed_for, UTC)
+
     def actions(self) -> list[Action]:
         return [settlement.action for settlement, _ in self.calls]
 
 
-def _message(locked_for: float = 60.0) -> InboundMessage:
-    return InboundMessage(message_id="m-1", body=b"{}",
+def _message(locked_for: float = 60.0, session_id: str | None = None) -> InboundMessage:
+    return InboundMessage(message_id="m-1", body=b"{}", session_id=session_id,
                           locked_until_utc=datetime.fromtimestamp(NOW + locked_for, UTC))
 
 
@@ -110,6 +119,48 @@ def test_the_wait_is_cut_short_before_the_lock_runs_out_by_the_policy_clock() ->
     assert waits == [7 - LOCK_MARGIN_SECONDS]
 
 
+def test_a_session_message_whose_lock_cannot_hold_the_wait_renews_the_session_lock_and_waits_it_all() -> None:
+    # The session's messages share its lock, and the abandoned one comes straight back to this receiver:
+    # abandoning at once would spend MaxDeliveryCount in a second.
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    port = Port(renewed_for=60)
+    _deliver(_answer(Outcome.TRANSIENT), port, read=lambda: _message(locked_for=3, session_id="ord-1"),
+             abandon_delay=10, sleep=sleep)
+    assert port.renewals == 1 and waits == [10] and port.actions() == [Action.ABANDON]
+
+
+@pytest.mark.parametrize(("session_id", "locked_for", "port"), [
+    (None, 3, Port(renewed_for=60)),  # a plain queue's redelivery comes with a lock of its own
+    ("ord-1", 60, Port(renewed_for=60)),  # the lock holds the whole wait already
+])
+def test_no_renewal_when_the_lock_is_the_delivery_s_own_or_holds_the_wait(session_id: str | None, locked_for: float,
+                                                                           port: Port) -> None:
+    async def sleep(seconds: float) -> None:
+        pass
+
+    _deliver(_answer(Outcome.TRANSIENT), port, read=lambda: _message(locked_for, session_id), abandon_delay=10,
+             sleep=sleep)
+    assert port.renewals == 0 and port.actions() == [Action.ABANDON]
+
+
+def test_a_refused_session_renewal_keeps_the_wait_inside_the_lock_and_still_abandons(
+        caplog: pytest.LogCaptureFixture) -> None:
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    port = Port(renew_fails=True)
+    _deliver(_answer(Outcome.TRANSIENT), port, read=lambda: _message(locked_for=7, session_id="ord-1"),
+             abandon_delay=10, sleep=sleep)
+    assert waits == [7 - LOCK_MARGIN_SECONDS] and port.actions() == [Action.ABANDON]
+    assert "renewing the session lock before the abandon failed (RuntimeError)" in caplog.text
+
+
 def test_a_completed_outcome_does_not_wait() -> None:
     async def sleep(seconds: float) -> None:
         raise AssertionError("only an abandon waits")
@@ -167,6 +218,12 @@ class Actions:
                    deadletter_error_description: str | None = None) -> None:
         self.calls.append(("deadletter", message, deadletter_reason, deadletter_error_description))
 
+    def renew_session_lock(self, session_id: str) -> Any:
+        self.calls.append(("renew_session_lock", session_id))
+        until = Timestamp()
+        until.FromDatetime(datetime.fromtimestamp(NOW + 60, UTC))
+        return until
+
 
 @pytest.mark.parametrize(("settlement", "call"), [
     (Settlement(Action.COMPLETE), ("complete", "msg")),
@@ -186,6 +243,15 @@ def test_the_adapter_caps_a_dead_letter_description_and_falls_back_to_the_reason
     asyncio.run(adapter.settle(deadletter, Result(Outcome.INVALID, "x" * 5000)))
     asyncio.run(adapter.settle(deadletter, Result(Outcome.INVALID, "")))
     assert [c[3] for c in actions.calls] == ["x" * MAX_DESCRIPTION_CHARS, "InvalidMessage"]
+
+
+def test_the_adapter_renews_the_message_s_session_lock_through_the_host_and_reads_the_timestamp() -> None:
+    actions = Actions()
+    session_message = types.SimpleNamespace(session_id="ord-1")
+    assert asyncio.run(ActionsSettlement(session_message, actions).renew_session_lock()) == datetime.fromtimestamp(
+        NOW + 60, UTC)
+    assert actions.calls == [("renew_session_lock", "ord-1")]
+    assert asyncio.run(ActionsSettlement(types.SimpleNamespace(session_id=None), actions).renew_session_lock()) is None
 
 
 def test_the_adapter_settles_off_the_loop() -> None:

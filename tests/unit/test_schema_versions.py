@@ -41,6 +41,9 @@ class Port:
     async def settle(self, settlement: Settlement, result: Result) -> None:
         self.made.append(settlement)
 
+    async def renew_session_lock(self) -> None:
+        return None
+
 
 @pytest.fixture
 def store() -> InMemoryStore:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from datetime import datetime
 
 from shared.delivery import Settlement
 from shared.domain.outcomes import Result
@@ -103,6 +104,11 @@ class BrokerSettlement:
                 sched.trace(f"settle {settlement.action} refused: lock lost")
             raise
         world.settlements[settlement.action.value] += 1
+
+    async def renew_session_lock(self) -> datetime | None:
+        """Nothing to renew: the simulated broker renews a session's lock with each message it hands out,
+        so a delivery's lock is its own (broker.py)."""
+        return None
 
 
 class Producer:
