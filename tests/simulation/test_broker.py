@@ -97,3 +97,25 @@ def test_a_session_whose_lock_ran_out_passes_to_another_receiver_with_its_head_m
         queue.settle(stale, Action.COMPLETE, None, None)
     queue.settle(taken, Action.COMPLETE, None, None)
     assert receive(queue, 2).message.message_id == "b"
+
+
+def test_a_session_let_go_mid_processing_passes_at_once_to_another_receiver_while_the_first_delivery_runs() -> None:
+    clock = Clock()
+    queue = make_queue(clock, sessions=True)
+    for message_id in ("a", "b"):
+        send(queue, message_id, session_id="s")
+    first = receive(queue, 1)
+    assert queue.release_session(first)
+    parallel = receive(queue, 2)  # no lock had to run out: the same message, in parallel with the first
+    assert parallel.message.message_id == "a" and parallel.message.deliveries == 2
+    with pytest.raises(LockLost):
+        queue.settle(first, Action.COMPLETE, None, None)
+    assert not queue.release_session(first)  # it holds nothing any more
+    queue.settle(parallel, Action.COMPLETE, None, None)
+    assert receive(queue, 2).message.message_id == "b"
+
+
+def test_a_plain_queue_has_no_session_to_let_go() -> None:
+    queue = make_queue(Clock())
+    send(queue, "a")
+    assert not queue.release_session(receive(queue, 1))

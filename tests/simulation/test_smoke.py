@@ -19,7 +19,7 @@ def test_the_smoke_runs_exercise_every_kind_of_fault_and_outcome_that_matters() 
     reports = [simulate(seed) for seed in range(50)]
     faults = {kind for report in reports for kind in report.faults}
     outcomes = {outcome for report in reports for outcome in report.outcomes}
-    assert faults == {"crash", "fail_before", "fail_after", "slow", "clock"}
+    assert faults == {"crash", "fail_before", "fail_after", "slow", "clock", "release_session"}
     assert {"created", "duplicate", "applied", "parked", "payload_mismatch", "invalid", "transient"} <= outcomes
     assert sum(report.settlements["lock_lost"] for report in reports) > 0
 

@@ -74,10 +74,12 @@ class Consumer:
         try:
             # The shipped policy logged the refused settlement and raised it, as the function would for
             # the host; the broker redelivers once the lock is gone.
+            world.in_hand[sched.current] = delivery
             with contextlib.suppress(LockLost):
                 drive(world.app.deliver(queue, functools.partial(delivery.inbound, world.clock), world.handlers[queue],
                                         BrokerSettlement(world, delivery)))
         finally:
+            world.in_hand.pop(sched.current, None)
             world.busy -= 1
 
 

@@ -9,7 +9,8 @@
   ``MaxDeliveryCountExceeded``.
 - On a session queue, one receiver holds a session (its lock renewed with each message it takes) and
   gets the session's messages strictly in sequence order, one at a time: an abandoned message comes
-  back before anything behind it. A receiver whose session lock ran out loses the session to the next.
+  back before anything behind it. A receiver whose session lock ran out loses the session to the next;
+  so does one whose session is let go mid-processing (a chaos fault), while its delivery runs on.
 """
 
 from __future__ import annotations
@@ -174,6 +175,18 @@ class Queue:
         else:
             self._leave(message, State.DEAD_LETTERED, reason, description)
         self._sched.notify(self._ready)
+
+    def release_session(self, delivery: Delivery) -> bool:
+        """Let the delivery's session go while the delivery runs on: the session's lock and the message's
+        end now, so another receiver takes the session and the message; False when it holds neither."""
+        message, lock = delivery.message, self._session_locks.get(delivery.message.session_id or "")
+        if not self.sessions or message.lock_token != delivery.token or message.state is not State.LOCKED:
+            return False
+        if lock is not None and lock.receiver == delivery.receiver:
+            del self._session_locks[message.session_id or ""]
+        self._return(message)
+        self._sched.notify(self._ready)
+        return True
 
     def unsettled(self) -> int:
         """How many messages are still in the queue, available or locked."""

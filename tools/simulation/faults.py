@@ -28,11 +28,15 @@ class Fault(StrEnum):
     FAIL_AFTER = "fail_after"  # the call takes effect, then fails: a lost response
     SLOW = "slow"  # the call stalls past the message lock, then goes through
     CLOCK = "clock"  # everyone's time jumps forward: leases and locks run out
+    # The session is let go while its message is being processed (azure-sdk-for-python #42187): the
+    # session's lock and the message's end now, and another receiver takes the message while this
+    # delivery runs on (only in a session delivery; elsewhere it is no fault).
+    RELEASE = "release_session"
 
 
 PORT_FAULTS = tuple(Fault)
 # A settlement cannot fail transiently in a way that matters: failed or lost, the lock runs out.
-SETTLE_FAULTS = (Fault.CRASH, Fault.SLOW, Fault.CLOCK)
+SETTLE_FAULTS = (Fault.CRASH, Fault.SLOW, Fault.CLOCK, Fault.RELEASE)
 CLOCK_SUBJECT = "clock"
 
 
@@ -52,10 +56,12 @@ class ChaosProfile:
 class Chaos:
     """Decides, at each port call, whether to switch actors and which fault (if any) to inject."""
 
-    def __init__(self, scheduler: Scheduler, profile: ChaosProfile, lock_seconds: float) -> None:
+    def __init__(self, scheduler: Scheduler, profile: ChaosProfile, lock_seconds: float,
+                 release: Callable[[object], bool] = lambda actor: False) -> None:
         self._sched = scheduler
         self._profile = profile
         self._lock_seconds = lock_seconds
+        self._release = release  # lets the actor's session go mid-delivery; False when it holds none
         self._spent: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
         self.steps = 0
@@ -117,6 +123,8 @@ class Chaos:
         if self._spent[subject] >= profile.per_subject:
             return None
         fault = kinds[rng.randrange(len(kinds))]
+        if fault is Fault.RELEASE and not self._release(sched.current):
+            return None
         if fault is Fault.CLOCK:
             if self._spent[CLOCK_SUBJECT] >= profile.clock_jumps:
                 return None

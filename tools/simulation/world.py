@@ -18,7 +18,7 @@ from shared.domain.outcomes import Outcome, Result
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.store import DocumentStore
 from shared.settings import Settings
-from simulation.broker import Broker, BrokerMessage, Queue
+from simulation.broker import Broker, BrokerMessage, Delivery, Queue
 from simulation.faults import Chaos, ChaosProfile
 from simulation.proxies import FaultyFulfilment, FaultySender, FaultyStore, History
 from simulation.scheduler import EPOCH, Clock, Scheduler, Signal, drive
@@ -68,7 +68,9 @@ class World:
         self.sched = Scheduler(rng, self.clock, [] if trace else None)
         self.consumers = rng.randint(2, 4)
         self.detection_window = rng.choice(DETECTION_WINDOWS_SECONDS)
-        self.chaos = Chaos(self.sched, chaos_profile(rng), settings.servicebus_lock_duration_seconds)
+        self.in_hand: dict[object, Delivery] = {}  # actor -> the delivery it is running
+        self.chaos = Chaos(self.sched, chaos_profile(rng), settings.servicebus_lock_duration_seconds,
+                           release=self._release_session)
         self.broker = Broker(self.sched, settings, detection_window=self.detection_window)
         self.store = InMemoryStore(default_ttl=-1, clock=self.clock)
         self.fulfilment = InMemoryFulfilment()
@@ -97,6 +99,15 @@ class World:
         self.errors: list[str] = []  # deliveries a handler failed with an unexpected exception
         self.foreign_writes: Counter[str] = Counter()  # kind -> writes of the other writers (simulation.foreign)
         self.foreign_stats: Counter[str] = Counter()  # their own 412s, writes given up, documents gone first
+
+    def _release_session(self, actor: object) -> bool:
+        """Let the session of ``actor``'s delivery go now, mid-processing; False when it runs none."""
+        delivery = self.in_hand.get(actor)
+        if delivery is None or not delivery.queue.release_session(delivery):
+            return False
+        if self.sched.trace_lines is not None:
+            self.sched.trace(f"session {delivery.message.session_id} released mid-processing")
+        return True
 
     async def _sleep(self, seconds: float) -> None:
         """The wait before an abandon, on simulated time: the actor blocks, and the coroutine never suspends."""
