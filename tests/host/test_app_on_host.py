@@ -79,19 +79,29 @@ def test_a_session_of_events_is_applied_in_order(
     assert store.documents(order_id, "parked-event") == []
 
 
+def live_leases(store: Store) -> list[dict[str, Any]]:
+    return [lease for lease in store.leases.read_all_items() if float(lease.get("leaseUntil") or 0) > time.time()]
+
+
+def feed_free(store: Store) -> None:
+    """Wait until no host holds the change feed's lease. An earlier test's host let it go when it stopped;
+    one that had to be killed holds it for the 60 s of leaseExpirationInterval, and its lease must not
+    be taken for the next host's."""
+    eventually(lambda: not live_leases(store), timeout=90, what="the change feed's lease let go")
+
+
 def feed_started(store: Store) -> None:
-    """Wait until a host's change feed holds its lease and has polled once: as in Azure, a feed without a
-    lease starts from its first poll, so a change made before it is left to the sweep (which these tests
-    switch off). An earlier test's host let the lease go when it stopped; one killed would hold it for
-    the 60 s of leaseExpirationInterval."""
-    eventually(lambda: [lease for lease in store.leases.read_all_items()
-                        if float(lease.get("leaseUntil") or 0) > time.time() and lease.get("continuation")],
+    """Wait until the host just started holds the change feed's lease (``feed_free`` came first) and has
+    polled once: as in Azure, a feed without a lease starts from its first poll, so a change made before
+    it is left to the sweep (which these tests switch off)."""
+    eventually(lambda: [lease for lease in live_leases(store) if lease.get("continuation")],
                what="the change feed's lease")
 
 
 def test_publish_outbox_delivers_order_accepted_through_the_change_feed(
     broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
 ) -> None:
+    feed_free(store)
     host = start_host(ROOT, app_settings(broker, store, fulfilment_service, OUTBOX_DESTINATION="order-accepted-plain",
                                          OUTBOX_SWEEP_SCHEDULE="0 0 0 1 1 *"))
     feed_started(store)
@@ -153,6 +163,7 @@ def test_a_restarted_host_resumes_the_change_feed_where_it_stopped(
 ) -> None:
     values = app_settings(broker, store, fulfilment_service, OUTBOX_DESTINATION="order-accepted-plain",
                           OUTBOX_SWEEP_SCHEDULE="0 0 0 1 1 *")
+    feed_free(store)
     first = start_host(ROOT, values)
     feed_started(store)
     before = f"ord-{uuid.uuid4()}"
