@@ -18,9 +18,9 @@ from shared.domain.outcomes import Result
 
 # Service Bus caps dead-letter descriptions; keep ours well inside and never include payloads.
 MAX_DESCRIPTION_CHARS = 1024
-# As many as the host runs deliveries at once (host.json: maxConcurrentCalls 16 + maxConcurrentSessions 8),
+# As many as the host runs deliveries at once (host.json: maxConcurrentCalls 16 + maxConcurrentSessions 32),
 # so that no settlement waits for a thread.
-SETTLEMENT_THREADS = 24
+SETTLEMENT_THREADS = 48
 _settling = ThreadPoolExecutor(SETTLEMENT_THREADS, thread_name_prefix="settle")
 
 

@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES_APP = Path(__file__).resolve().parent / "rules_app"
 ROOT_CONFIG = json.loads((ROOT / "infra/local/servicebus/Config.json").read_text())
 RULE_QUEUES = {"raises": {"MaxDeliveryCount": 3}, "settles-late": {}, "unsettled": {"LockDuration": "PT2S"},
-               "slow": {}, "hangs": {},
+               "slow": {}, "hangs": {}, "in-sessions": {"RequiresSession": True},
+               "slow-sessions": {"RequiresSession": True, "MaxDeliveryCount": 3},
                # without duplicate detection, so that copies under one MessageId reach the consumers
                "orders-plain": {}, "order-accepted-plain": {}}
 

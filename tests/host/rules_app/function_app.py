@@ -86,3 +86,26 @@ def hangs(msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus
         return
     journal("hangs", msg, "hanging")
     time.sleep(60)
+
+
+@app.service_bus_queue_trigger(arg_name="msg", queue_name="in-sessions", connection="ServiceBusConnection",
+                               is_sessions_enabled=True, auto_complete_messages=False)
+def in_sessions(msg: servicebus.ServiceBusReceivedMessage,
+                message_actions: servicebus.ServiceBusMessageActions) -> None:
+    """Completes each message of a session queue; the journal line names its session."""
+    message_actions.complete(msg)
+    journal("in_sessions", msg, f"completed in session {msg.session_id}")
+
+
+@app.service_bus_queue_trigger(arg_name="msg", queue_name="slow-sessions", connection="ServiceBusConnection",
+                               is_sessions_enabled=True, auto_complete_messages=False)
+def slow_sessions(msg: servicebus.ServiceBusReceivedMessage,
+                  message_actions: servicebus.ServiceBusMessageActions) -> None:
+    """Takes a second, then completes: long enough for its session to be let go under it."""
+    journal("slow_sessions", msg, "started")
+    time.sleep(1)
+    try:
+        message_actions.complete(msg)
+        journal("slow_sessions", msg, "completed")
+    except Exception as exc:  # the journal records what the host answered
+        journal("slow_sessions", msg, f"complete refused: {type(exc).__name__}")

@@ -87,6 +87,10 @@ class HostConfig:
             max_auto_lock_renewal_seconds=timespan_seconds(section.get("maxAutoLockRenewalDuration", "00:05:00")),
             prefetch_count=int(section.get("prefetchCount", defaults.prefetch_count)),
             auto_complete_messages=bool(section.get("autoCompleteMessages", True)),
+            session_idle_timeout_seconds=(timespan_seconds(section["sessionIdleTimeout"])
+                                          if section.get("sessionIdleTimeout") else None),
+            try_timeout_seconds=timespan_seconds(str(section.get("clientRetryOptions", {}).get(
+                "tryTimeout", "00:01:00"))),
         )
 
     def function_timeout(self) -> float | None:

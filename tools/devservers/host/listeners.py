@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from azure.servicebus import ServiceBusClient
 
 from devservers.host.process import Function, HostError
-from devservers.host.servicebus import ServiceBusListener
+from devservers.host.servicebus import RELEASE_RATE_SETTING, ServiceBusListener
 from devservers.host.timers import TimerListener
 
 if TYPE_CHECKING:
@@ -28,8 +28,9 @@ def listeners_for(host: Host) -> list[Listener]:
     for function in host.functions:
         if function.trigger_type == "serviceBusTrigger":
             client = servicebus_client(host.config.settings, function)
+            release_rate = float(host.config.settings.get(RELEASE_RATE_SETTING) or 0)
             found.append(ServiceBusListener(function, client, host.config.service_bus(), host.deliveries,
-                                            host.invoke))
+                                            host.invoke, release_rate=release_rate))
         elif function.trigger_type == "timerTrigger":
             found.append(TimerListener.for_function(function, host.config.settings, host.functions, host.invoke))
         elif function.trigger_type == "cosmosDBTrigger":

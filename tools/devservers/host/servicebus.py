@@ -3,8 +3,10 @@
 Each concurrency slot is a thread with its own receiver (so no receiver is used by two threads but
 for settlement and lock renewal, as in the host): ``maxConcurrentCalls`` slots for a queue, or
 ``maxConcurrentSessions`` for a session queue, where a slot holds one session at a time and hands
-over its messages one by one. The message goes to the worker in the host's ``model_binding_data``
-layout (the 16-byte lock token, then the whole encoded AMQP message). While the function runs the
+over its messages one by one, and lets it go after ``sessionIdleTimeout`` without a message (as the
+Functions host's session processor does; unset, that is the client's try timeout, 60 s). The message
+goes to the worker in the host's ``model_binding_data`` layout (the 16-byte lock token, then the whole
+encoded AMQP message). While the function runs the
 lock is renewed, up to ``maxAutoLockRenewalDuration``, and the message can be settled through the
 Settlement service. Afterwards the host's rules apply: a function that failed has its message
 abandoned unless it settled it; one that succeeded is completed when ``autoCompleteMessages`` is
@@ -14,10 +16,12 @@ true, and otherwise left alone (its lock expires; a warning says so).
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +36,17 @@ from devservers.host.settlement import Deliveries, Delivery
 
 logger = logging.getLogger("devservers.host")
 RECEIVE_WAIT_SECONDS = 1.0
-# A session slot lets its session go after this long without a message, so that others get a turn.
-SESSION_IDLE_SECONDS = 0.2
+# The client's TryTimeout when host.json's clientRetryOptions leaves it unset: ServiceBusRetryOptions.TryTimeout,
+# "The default timeout is 1 minute" (learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusretryoptions).
+TRY_TIMEOUT_SECONDS = 60.0
+# A session slot asks for the next session in slices of this long, so that a stop is seen between them;
+# an accept that finds no session simply asks again, as the host's session processor does.
+ACCEPT_SLICE_SECONDS = 5.0
+# A fault for the chaos suite, off unless set: the share of session messages whose session the slot lets go
+# while the function still runs (azure-sdk-for-python #42187), so that another slot or host takes the session
+# and the same message in parallel. The platform has no such setting.
+RELEASE_RATE_SETTING = "DEVSERVERS_HOST_SESSION_RELEASE_RATE"
+RELEASED_MID_INVOCATION = "let its session go mid-invocation (a chaos fault)"
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,18 @@ class ServiceBusOptions:
     max_auto_lock_renewal_seconds: float = 300.0
     prefetch_count: int = 0
     auto_complete_messages: bool = True
+    # None when host.json leaves sessionIdleTimeout unset: ServiceBusSessionProcessorOptions.SessionIdleTimeout,
+    # "If not specified, the TryTimeout will be used" (learn.microsoft.com/dotnet/api/azure.messaging.servicebus.
+    # servicebussessionprocessoroptions.sessionidletimeout); the extension passes its own setting through.
+    session_idle_timeout_seconds: float | None = None
+    try_timeout_seconds: float = TRY_TIMEOUT_SECONDS
+
+    @property
+    def session_idle_seconds(self) -> float:
+        """How long a session slot waits for a session's next message before it lets the session go."""
+        if self.session_idle_timeout_seconds is None:
+            return self.try_timeout_seconds
+        return self.session_idle_timeout_seconds
 
 
 def model_binding_data(message: ServiceBusReceivedMessage) -> Any:
@@ -107,7 +132,7 @@ class ServiceBusListener:
     """Receives for one Service Bus trigger and invokes its function per message."""
 
     def __init__(self, function: Function, client: ServiceBusClient, options: ServiceBusOptions,
-                 deliveries: Deliveries, invoke: Invoker) -> None:
+                 deliveries: Deliveries, invoke: Invoker, *, release_rate: float = 0.0) -> None:
         self.function = function
         self._client = client
         self._options = options
@@ -121,11 +146,17 @@ class ServiceBusListener:
         self._auto_complete = bool(trigger.get("autoCompleteMessages", options.auto_complete_messages))
         self._renewer = AutoLockRenewer(max_lock_renewal_duration=options.max_auto_lock_renewal_seconds,
                                         max_workers=4)
+        self._slots = options.max_concurrent_sessions if self._sessions else options.max_concurrent_calls
+        # Closing a receiver takes about half a second (the SDK joins its keep-alive thread); a slot hands
+        # that to these threads and takes its next session at once.
+        self._closer = ThreadPoolExecutor(max_workers=self._slots, thread_name_prefix=f"{function.name}-close")
+        self._release_rate = release_rate if self._sessions else 0.0
+        self._released: set[int] = set()  # receivers let go mid-invocation: their slot takes a new session
+        self._rng = random.Random()
 
     def start(self) -> None:
         """Start the concurrency slots."""
-        slots = self._options.max_concurrent_sessions if self._sessions else self._options.max_concurrent_calls
-        for n in range(slots):
+        for n in range(self._slots):
             thread = threading.Thread(target=self._slot, name=f"{self.function.name}-{n}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -135,12 +166,14 @@ class ServiceBusListener:
         self._stopping.set()
         for thread in self._threads:
             thread.join()
+        self._closer.shutdown(wait=True)
         self._renewer.close()
 
     def _receiver(self) -> Any:
         trigger = self.function.trigger
+        # For a session queue the receiver's max_wait_time is how long opening it waits for a session.
         options: dict[str, Any] = {"prefetch_count": self._options.prefetch_count,
-                                   "max_wait_time": SESSION_IDLE_SECONDS if self._sessions else None}
+                                   "max_wait_time": ACCEPT_SLICE_SECONDS if self._sessions else None}
         if self._sessions:
             options["session_id"] = NEXT_AVAILABLE_SESSION
         if trigger.get("queueName"):
@@ -150,29 +183,56 @@ class ServiceBusListener:
 
     def _slot(self) -> None:
         while not self._stopping.is_set():
+            began = time.monotonic()
+            receiver = self._receiver()
             try:
-                with self._receiver() as receiver:
-                    if self._sessions:
-                        self._renewer.register(receiver, receiver.session)
-                    self._drain(receiver)
+                receiver.__enter__()  # on a session queue, the accept of the next session with messages
             except OperationTimeoutError:
+                self._closer.submit(receiver.close)
                 continue  # no session had messages
             except ServiceBusError as exc:
-                logger.warning("%s: receiving from %s failed (%s: %s); retrying", self.function.name, self.entity,
-                               type(exc).__name__, str(exc)[:300])
-                self._stopping.wait(1.0)
-
-    def _drain(self, receiver: Any) -> None:
-        idle_since = time.monotonic()
-        while not self._stopping.is_set():
-            wait = SESSION_IDLE_SECONDS if self._sessions else RECEIVE_WAIT_SECONDS
-            batch = receiver.receive_messages(max_message_count=1, max_wait_time=wait)
-            if not batch:
-                if self._sessions and time.monotonic() - idle_since >= SESSION_IDLE_SECONDS:
-                    return  # let the session go, so another can be taken
+                self._closer.submit(receiver.close)
+                self._failed(exc)
                 continue
-            self._handle(receiver, batch[0])
-            idle_since = time.monotonic()
+            accepted = time.monotonic()
+            try:
+                if self._sessions:
+                    self._renewer.register(receiver, receiver.session)
+                handled, idle = self._drain(receiver)
+            except ServiceBusError as exc:
+                self._failed(exc)
+                continue
+            finally:
+                self._closer.submit(receiver.close)
+            if self._sessions:
+                logger.info("%s session %s released after %d messages, %.2f s idle, %.2f s held, accepted in %.2f s",
+                            self.function.name, receiver.session.session_id, handled, idle,
+                            time.monotonic() - accepted, accepted - began)
+
+    def _failed(self, exc: ServiceBusError) -> None:
+        logger.warning("%s: receiving from %s failed (%s: %s); retrying", self.function.name, self.entity,
+                       type(exc).__name__, str(exc)[:300])
+        self._stopping.wait(1.0)
+
+    def _drain(self, receiver: Any) -> tuple[int, float]:
+        """Hand over messages until the stop, or, for a session, until none came for the idle timeout; the
+        messages handled, and how long the slot then waited for one more."""
+        handled, idle_since = 0, time.monotonic()
+        while not self._stopping.is_set():
+            wait = RECEIVE_WAIT_SECONDS
+            if self._sessions:
+                left = self._options.session_idle_seconds - (time.monotonic() - idle_since)
+                if left <= 0:
+                    break  # let the session go, so another can be taken
+                wait = min(left, RECEIVE_WAIT_SECONDS)
+            batch = receiver.receive_messages(max_message_count=1, max_wait_time=wait)
+            if batch:
+                self._handle(receiver, batch[0])
+                handled, idle_since = handled + 1, time.monotonic()
+                if id(receiver) in self._released:
+                    self._released.discard(id(receiver))
+                    break
+        return handled, time.monotonic() - idle_since
 
     def _handle(self, receiver: Any, message: ServiceBusReceivedMessage) -> None:
         delivery = Delivery(receiver, message)
@@ -180,6 +240,11 @@ class ServiceBusListener:
             self._renewer.register(receiver, message)
         token = self._deliveries.register(delivery)
         started = time.perf_counter()
+        if self._release_rate and self._rng.random() < self._release_rate:
+            self._released.add(id(receiver))
+            timer = threading.Timer(self._rng.uniform(0.0, 0.1), self._let_go, (receiver, message))
+            timer.daemon = True
+            timer.start()
         try:
             response = self._invoke(self.function, {self.function.parameter: protos.TypedData(
                 model_binding_data=model_binding_data(message))}, trigger_metadata(message))
@@ -189,6 +254,15 @@ class ServiceBusListener:
         settlement = self._host_settlement(delivery, succeeded)
         logger.info("%s messageId=%s outcome=%s settlement=%s %.0f ms", self.function.name, message.message_id,
                     "Succeeded" if succeeded else "Failed", settlement, (time.perf_counter() - started) * 1000)
+
+    def _let_go(self, receiver: Any, message: ServiceBusReceivedMessage) -> None:
+        """Close the session's receiver under a running invocation: the broker ends the session lock, and the
+        message comes back for another receiver while the function runs on."""
+        logger.info("%s messageId=%s: %s", self.function.name, message.message_id, RELEASED_MID_INVOCATION)
+        try:
+            receiver.close()
+        except Exception as exc:  # a fault must not take the slot down
+            logger.warning("%s: closing the receiver failed (%s)", self.function.name, type(exc).__name__)
 
     def _host_settlement(self, delivery: Delivery, succeeded: bool) -> str:
         if delivery.settled is not None:

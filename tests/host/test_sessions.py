@@ -1,0 +1,121 @@
+"""Session slots on the local host let a session go as the Functions host does: after host.json's
+``sessionIdleTimeout`` without a message, or, when it is unset, after the client's try timeout (60 s)."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+from devservers.host.core import HostConfig
+from devservers.host.servicebus import RELEASE_RATE_SETTING, RELEASED_MID_INVOCATION, TRY_TIMEOUT_SECONDS
+from devservers.servicebus import Broker
+from tests.host.conftest import NEEDS_313, RULES_APP, HostProcess, eventually, peek
+
+SETTING = "AzureFunctionsJobHost__extensions__serviceBus__"
+RELEASED = re.compile(r"in_sessions session (\S+) released after (\d+) messages, ([\d.]+) s idle")
+
+
+def config(service_bus: dict[str, object]) -> HostConfig:
+    return HostConfig(Path("."), {}, {"extensions": {"serviceBus": service_bus}})
+
+
+def test_an_unset_session_idle_timeout_is_the_try_timeout_and_that_defaults_to_60_seconds() -> None:
+    options = config({}).service_bus()
+    assert options.session_idle_timeout_seconds is None
+    assert options.session_idle_seconds == options.try_timeout_seconds == TRY_TIMEOUT_SECONDS == 60.0
+    assert config({"clientRetryOptions": {"tryTimeout": "00:00:07"}}).service_bus().session_idle_seconds == 7.0
+
+
+def test_host_json_session_idle_timeout_wins_over_the_try_timeout() -> None:
+    options = config({"sessionIdleTimeout": "00:00:00.2", "clientRetryOptions": {"tryTimeout": "00:00:30"}})
+    assert options.service_bus().session_idle_seconds == 0.2
+
+
+def releases(host: HostProcess) -> list[tuple[str, int, float]]:
+    return [(s, int(n), float(idle)) for s, n, idle in RELEASED.findall(host.output())]
+
+
+def send(broker: Broker, *messages: tuple[str, str]) -> None:
+    """(session, message id) pairs, in one batch, so that they are queued together."""
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+            client.get_queue_sender("in-sessions") as sender:
+        sender.send_messages([ServiceBusMessage(b"{}", message_id=m, session_id=s) for s, m in messages])
+
+
+@pytest.fixture
+def sessions_host(broker: Broker, tmp_path: Path,
+                  start_host: Callable[..., HostProcess]) -> Callable[..., HostProcess]:
+    def start(**service_bus: str) -> HostProcess:
+        values = {"FUNCTIONS_WORKER_RUNTIME": "python", "ServiceBusConnection": broker.connection_string,
+                  "RULES_JOURNAL": str(tmp_path / "journal.jsonl"), f"{SETTING}maxConcurrentSessions": "1"}
+        values.update({SETTING + name.replace(".", "__"): value for name, value in service_bus.items()})
+        return start_host(RULES_APP, values)
+    return start
+
+
+@NEEDS_313
+def test_with_the_idle_timeout_unset_a_slot_holds_an_idle_session_for_the_try_timeout(
+    broker: Broker, sessions_host: Callable[..., HostProcess]
+) -> None:
+    host = sessions_host(**{"clientRetryOptions.tryTimeout": "00:00:03"})
+    first, second, message_id = f"s-{uuid.uuid4()}", f"s-{uuid.uuid4()}", f"m-{uuid.uuid4()}"
+    send(broker, (first, message_id))
+    eventually(lambda: f"in_sessions messageId={message_id} " in host.output(), what="the first session's message")
+    send(broker, (second, f"m-{uuid.uuid4()}"))
+    eventually(lambda: [r for r in releases(host) if r[0] == second], what="the second session handled and let go")
+    [(_, handled, idle)] = [r for r in releases(host) if r[0] == first]
+    # One slot: the second session waited until the first had been idle for the whole try timeout.
+    assert handled == 1 and idle >= 3.0
+
+
+@NEEDS_313
+def test_a_slot_lets_its_session_go_after_the_session_idle_timeout_having_handed_over_all_its_messages(
+    broker: Broker, sessions_host: Callable[..., HostProcess]
+) -> None:
+    host = sessions_host(sessionIdleTimeout="00:00:01")
+    session = f"s-{uuid.uuid4()}"
+    send(broker, *[(session, f"m-{n}-{uuid.uuid4()}") for n in range(3)])
+    [(_, handled, idle)] = eventually(lambda: [r for r in releases(host) if r[0] == session],
+                                      what="the session let go")
+    assert handled == 3 and 1.0 <= idle < TRY_TIMEOUT_SECONDS
+
+
+@NEEDS_313
+def test_a_host_holding_an_idle_session_stops_without_waiting_out_the_try_timeout(
+    broker: Broker, sessions_host: Callable[..., HostProcess]
+) -> None:
+    host = sessions_host()  # sessionIdleTimeout and tryTimeout unset: the slot would hold the session 60 s
+    message_id = f"m-{uuid.uuid4()}"
+    send(broker, (f"s-{uuid.uuid4()}", message_id))
+    eventually(lambda: f"in_sessions messageId={message_id} " in host.output(), what="the message handled")
+    assert host.terminate(timeout=20) == 0
+    assert "released after 1 messages" in host.output()
+
+
+@NEEDS_313
+def test_the_chaos_fault_lets_a_session_go_mid_invocation_and_another_slot_runs_the_same_message_in_parallel(
+    broker: Broker, tmp_path: Path, start_host: Callable[..., HostProcess]
+) -> None:
+    journal = tmp_path / "journal.jsonl"
+    values = {"FUNCTIONS_WORKER_RUNTIME": "python", "ServiceBusConnection": broker.connection_string,
+              "RULES_JOURNAL": str(journal), RELEASE_RATE_SETTING: "1", f"{SETTING}sessionIdleTimeout": "00:00:00.2"}
+    host = start_host(RULES_APP, values)
+    message_id = f"m-{uuid.uuid4()}"
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+            client.get_queue_sender("slow-sessions") as sender:
+        sender.send_messages(ServiceBusMessage(b"{}", message_id=message_id, session_id=f"s-{uuid.uuid4()}"))
+    # Every delivery's session is let go under it: MaxDeliveryCount 3, so three deliveries, then the dead letter.
+    eventually(lambda: [m for m in peek(broker, "slow-sessions", dead_letters=True) if m.message_id == message_id],
+               what="the message dead-lettered after its deliveries")
+    events = [json.loads(line)["event"] for line in journal.read_text().splitlines()
+              if json.loads(line)["messageId"] == message_id]
+    # The second delivery started before the first had finished (each takes a second): they ran in parallel.
+    assert events[:2] == ["started", "started"], events
+    assert events.count("started") == 3 and "completed" not in events
+    assert host.output().count(RELEASED_MID_INVOCATION) == 3
