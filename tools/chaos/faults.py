@@ -23,6 +23,7 @@ from pathlib import Path
 
 from demo.stack import HostProcess, Stack, settings_file, sigkill
 from devservers.faultproxy import FaultProxy, Kind, RandomFaults, Tap
+from devservers.host.servicebus import RELEASE_RATE_SETTING, RELEASED_MID_INVOCATION
 
 # Per request, at every host's Cosmos proxy: throttling, outages, resets, latency, and lost answers to
 # requests that took effect.
@@ -34,6 +35,9 @@ COSMOS_DELAY_SECONDS = 0.5
 FULFILMENT_RATES = {Kind.UNAVAILABLE: 0.04, Kind.DELAY: 0.04, Kind.LOSE_RESPONSE: 0.04}
 FULFILMENT_READ_TIMEOUT_SECONDS = 2
 LOCK_SECONDS = 6  # the input queues' lock; renewal is off, so a slow delivery loses its lock mid-processing
+# Per session message, at every host: the slot lets the session go while the function runs
+# (azure-sdk-for-python #42187), so that another slot or host runs the same event in parallel.
+SESSION_RELEASE_RATE = 0.02
 KILL_EVERY_SECONDS = 4.0  # mean pause between two kills
 ARMED_FOR_SECONDS = 15.0  # a chosen moment not reached by then is given up (counted as missed)
 _BATCH = "x-ms-cosmos-is-batch-request"
@@ -103,7 +107,8 @@ class Chaos:
             values = {**self.stack.values, "COSMOS_ENDPOINT": cosmos.url, "FULFILLMENT_URL": fulfilment.url,
                       "CosmosDBConnection": f"AccountEndpoint={cosmos.url}/;AccountKey={self.stack.cosmos.key};",
                       "FULFILLMENT_READ_TIMEOUT_SECONDS": str(FULFILMENT_READ_TIMEOUT_SECONDS),
-                      "AzureFunctionsJobHost__extensions__serviceBus__maxAutoLockRenewalDuration": "00:00:00"}
+                      "AzureFunctionsJobHost__extensions__serviceBus__maxAutoLockRenewalDuration": "00:00:00",
+                      RELEASE_RATE_SETTING: str(SESSION_RELEASE_RATE)}
             self.slots.append(Slot(index, cosmos, fulfilment, settings_file(values), self.app_dir))
         for slot in self.slots:
             slot.host = self.stack.start_host(slot.settings, slot.app_dir)
@@ -156,6 +161,7 @@ class Chaos:
             counts.update({f"cosmos {kind}": n for kind, n in slot.cosmos.counts.items()})
             counts.update({f"fulfilment {kind}": n for kind, n in slot.fulfilment.counts.items()})
         counts.update({f"kill {what}": n for what, n in self.kills.items()})
+        counts["session let go mid-processing"] = self.stack.logs().count(RELEASED_MID_INVOCATION)
         return dict(sorted(counts.items()))
 
     def _kill_loop(self) -> None:
