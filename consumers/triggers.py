@@ -2,7 +2,8 @@
 composition root built, and (for Service Bus) settles through the binding; nothing else happens here.
 
 - ``process_order``: OrderPlaced messages into Cosmos DB, effectively once.
-- ``process_order_event``: order lifecycle events, per session, applied exactly once and in order.
+- ``process_order_event``: order lifecycle events, applied exactly once and in order (a session per order,
+  or a plain queue with ORDER_EVENTS_SESSIONS false).
 - ``publish_outbox``: the orders container's change feed; sends each pending OrderAccepted.
 - ``sweep_outbox``: a timer; publishes outbox entries the change feed missed.
 - ``report_stuck``: a timer; reports events parked too long and side effects stuck in progress.
@@ -66,12 +67,13 @@ def make_blueprint(settings: Settings, root: Callable[[], App]) -> func.Blueprin
     @blueprint.function_name("process_order_event")
     @blueprint.service_bus_queue_trigger(
         arg_name="msg", queue_name=settings.order_events_queue, connection="ServiceBusConnection",
-        is_sessions_enabled=True, auto_complete_messages=False,
+        is_sessions_enabled=settings.order_events_sessions, auto_complete_messages=False,
     )
     async def process_order_event(
         msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
     ) -> None:
-        """Service Bus session trigger (PeekLock): settle every delivery explicitly, exactly once."""
+        """Service Bus trigger (PeekLock), a session per order unless ORDER_EVENTS_SESSIONS is false: settle
+        every delivery explicitly, exactly once."""
         app = root()
         await app.deliver("process_order_event", functools.partial(to_inbound, msg), app.handle_event,
                           ActionsSettlement(msg, message_actions))

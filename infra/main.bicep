@@ -86,6 +86,9 @@ param operatorPrincipalType string = 'User'
 @description('Resource id of an existing action group that the alerts notify; empty: no alert rules are made.')
 param actionGroupId string = ''
 
+@description('true: the events queue requires sessions (one per order). false: a plain events queue, where the resequencer alone puts each order\'s events in order and a host runs maxConcurrentCalls of them at once. Switching deploys the other mode\'s queue; drain the old one first.')
+param eventsSessions bool = true
+
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = {
   'azd-env-name': environmentName
@@ -94,7 +97,8 @@ var databaseName = 'sales'
 var ordersContainerName = 'orders'
 var leasesContainerName = 'leases'
 var ordersQueueName = 'orders'
-var eventsQueueName = 'order-events'
+// A queue's RequiresSession cannot change once it exists, so each mode has a queue of its own.
+var eventsQueueName = eventsSessions ? 'order-events' : 'order-events-plain'
 var outboxDestinationName = 'order-accepted'
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
@@ -137,6 +141,7 @@ module serviceBus 'modules/servicebus.bicep' = {
     messageTtlSeconds: messageTtlSeconds
     ordersQueueName: ordersQueueName
     eventsQueueName: eventsQueueName
+    eventsRequireSession: eventsSessions
     outboxDestinationName: outboxDestinationName
   }
 }
@@ -176,6 +181,7 @@ module functionApp 'modules/functionapp.bicep' = {
       COSMOS_LEASES_CONTAINER: leasesContainerName
       ORDERS_QUEUE: ordersQueueName
       ORDER_EVENTS_QUEUE: eventsQueueName
+      ORDER_EVENTS_SESSIONS: string(eventsSessions)
       OUTBOX_DESTINATION: outboxDestinationName
       CONSUMER_NAME: consumerName
       FULFILLMENT_URL: fulfillmentUrl

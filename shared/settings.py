@@ -67,8 +67,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     cosmos_database: Name = setting("COSMOS_DATABASE", "sales", "Cosmos DB database name.", in_azure=True)
     cosmos_container: Name = setting("COSMOS_CONTAINER", "orders", "Container of orders, partitioned by "
                                      "`/orderId`.", in_azure=True)
-    order_events_queue: Name = setting("ORDER_EVENTS_QUEUE", "order-events", "Session-enabled queue that "
-                                       "`process_order_event` listens on.", in_azure=True)
+    order_events_queue: Name = setting("ORDER_EVENTS_QUEUE", "order-events", "Queue that `process_order_event` "
+                                       "listens on: session-enabled, or plain when ORDER_EVENTS_SESSIONS is false.",
+                                       in_azure=True)
+    order_events_sessions: bool = setting(
+        "ORDER_EVENTS_SESSIONS", True, "`true`: the events queue requires sessions (SessionId = orderId) and a host "
+        "serves `maxConcurrentSessions` orders at a time, each order's events one by one. `false`: a plain queue at "
+        "`maxConcurrentCalls`, where two events of one order may run at once and the resequencer alone puts them in "
+        "order. Must match the queue's RequiresSession.", in_azure=True)
     consumer_name: Name = setting("CONSUMER_NAME", "order-projection", "This consumer's name; inbox markers are "
                                   "keyed on it and the event.", in_azure=True)
     dedup_ttl_seconds: Seconds = setting("DEDUP_TTL_SECONDS", 777600, "Lifetime of inbox markers (9 days); must "

@@ -9,6 +9,8 @@ param maxDeliveryCount int
 param messageTtlSeconds int
 param ordersQueueName string
 param eventsQueueName string
+@description('Whether the events queue requires sessions (ORDER_EVENTS_SESSIONS).')
+param eventsRequireSession bool = true
 param outboxDestinationName string
 
 var inputQueue = {
@@ -47,7 +49,7 @@ resource eventsQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview'
   parent: namespace
   name: eventsQueueName
   properties: union(inputQueue, {
-    requiresSession: true
+    requiresSession: eventsRequireSession
   })
 }
 

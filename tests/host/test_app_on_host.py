@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from devservers.fulfilment import FulfilmentServer
@@ -62,14 +63,17 @@ def test_an_invalid_order_is_dead_lettered_with_its_reason(
     assert (dead.dead_letter_error_description or "").startswith("body is not UTF-8 JSON")
 
 
-def test_a_session_of_events_is_applied_in_order(
-    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
+@pytest.mark.parametrize(("queue", "sessions"), [("order-events", "true"), ("order-events-plain", "false")])
+def test_an_orders_events_are_applied_in_order_with_or_without_sessions(
+    broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess],
+    queue: str, sessions: str,
 ) -> None:
-    start_host(ROOT, app_settings(broker, store, fulfilment_service))
+    host = start_host(ROOT, app_settings(broker, store, fulfilment_service, ORDER_EVENTS_QUEUE=queue,
+                                         ORDER_EVENTS_SESSIONS=sessions))
     order_id = f"ord-{uuid.uuid4()}"
     send(broker, "orders", json.dumps(order_body(order_id)), message_id=order_id)
     with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
-            client.get_queue_sender("order-events") as sender:
+            client.get_queue_sender(queue) as sender:
         for sequence, event_type in ((3, SHIPPED), (2, PARKED)):  # 3 first: parked until 2 releases it
             body = event_body(order_id, sequence, event_type)
             sender.send_messages(ServiceBusMessage(json.dumps(body), message_id=body["id"], session_id=order_id))
@@ -77,6 +81,12 @@ def test_a_session_of_events_is_applied_in_order(
                        what="the order at version 3")
     assert final[0]["status"] == "shipped" and final[0]["parked"] == 0
     assert store.documents(order_id, "parked-event") == []
+    # With sessions a slot lets the order's session go after it; without, the trigger is a plain queue's.
+    if sessions == "true":
+        eventually(lambda: f"process_order_event session {order_id} released" in host.output(),
+                   what="the session let go")
+    else:
+        assert "process_order_event session " not in host.output()
 
 
 def live_leases(store: Store) -> list[dict[str, Any]]:

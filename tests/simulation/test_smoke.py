@@ -41,3 +41,10 @@ def test_a_seed_replays_its_run_step_for_step() -> None:
 
 def test_another_seed_makes_another_run() -> None:
     assert simulate(7, trace=True).trace != simulate(8, trace=True).trace
+
+
+def test_some_seeds_run_the_events_queue_without_sessions_and_then_one_orders_events_run_at_once() -> None:
+    reports = [simulate(seed) for seed in range(50)]
+    modes = Counter(report.events_queue for report in reports)
+    assert modes["plain"] > 0 and modes["sessions"] > 0, modes
+    assert sum(report.concurrent_events for report in reports if report.events_queue == "plain") > 0

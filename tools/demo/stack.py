@@ -31,7 +31,7 @@ def broker_config(lock_seconds: int = LOCK_SECONDS) -> dict[str, Any]:
     that the demo's late copies and its killed host's redeliveries come within minutes."""
     config: dict[str, Any] = json.loads((ROOT / "infra/local/servicebus/Config.json").read_text())
     for queue in config["UserConfig"]["Namespaces"][0]["Queues"]:
-        if queue["Name"] in ("orders", "order-events"):  # order-accepted keeps its window, as in Azure
+        if queue["Name"] in ("orders", "order-events", "order-events-plain"):  # order-accepted keeps its window
             queue["Properties"].update(DuplicateDetectionHistoryTimeWindow=f"PT{DETECTION_WINDOW_SECONDS}S",
                                        LockDuration=f"PT{lock_seconds}S")
     return config

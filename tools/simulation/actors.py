@@ -71,14 +71,20 @@ class Consumer:
         if sched.trace_lines is not None:
             sched.trace(f"receive {message} delivery {message.deliveries}")
         queue = delivery.queue.name
+        order = message.session_id if delivery.queue is world.broker.events else None
+        if order is not None:
+            world.concurrent_events += world.events_in_flight[order] > 0
+            world.events_in_flight[order] += 1
+        world.in_hand[sched.current] = delivery
         try:
             # The shipped policy logged the refused settlement and raised it, as the function would for
             # the host; the broker redelivers once the lock is gone.
-            world.in_hand[sched.current] = delivery
             with contextlib.suppress(LockLost):
                 drive(world.app.deliver(queue, functools.partial(delivery.inbound, world.clock), world.handlers[queue],
                                         BrokerSettlement(world, delivery)))
         finally:
+            if order is not None:
+                world.events_in_flight[order] -= 1
             world.in_hand.pop(sched.current, None)
             world.busy -= 1
 

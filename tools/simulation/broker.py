@@ -247,7 +247,8 @@ class Queue:
 
 
 class Broker:
-    """The namespace: the orders queue and the session-enabled order-events queue, configured from the settings."""
+    """The namespace: the orders queue and the order-events queue (session-enabled unless ORDER_EVENTS_SESSIONS
+    is false), configured from the settings."""
 
     def __init__(self, scheduler: Scheduler, settings: Settings, *, detection_window: float) -> None:
         self.ready = Signal()  # a message or a session may have become available
@@ -261,7 +262,7 @@ class Broker:
                          max_deliveries=settings.servicebus_max_delivery_count, detection_window=detection_window)
 
         self.orders = queue(settings.orders_queue, sessions=False)
-        self.events = queue(settings.order_events_queue, sessions=True)
+        self.events = queue(settings.order_events_queue, sessions=settings.order_events_sessions)
         self.queues = {q.name: q for q in (self.orders, self.events)}
 
     def new_receiver(self) -> int:

@@ -26,6 +26,8 @@ class RunReport:
     # writer_412 (a foreign replace lost to a change), gave_up, gone (removed first), app_412 (the app's
     # etag-conditional write refused on a document a foreign writer wrote last)
     foreign_races: Counter[str] = field(default_factory=Counter)
+    events_queue: str = "sessions"  # how the seed's events queue delivered: "sessions", or "plain" (no sessions)
+    concurrent_events: int = 0  # event deliveries that began while another of the same order's was running
 
     def replay(self) -> str:
         """The one-line command that replays this run with its trace."""
@@ -37,7 +39,8 @@ class RunReport:
                 f" simulated; faults {_counts(self.faults)}; outcomes {_counts(self.outcomes)};"
                 f" settlements {_counts(self.settlements)}; foreign writes {_counts(self.foreign_writes)}"
                 f" ({_counts(self.foreign_races) or 'no races'}); OrderAccepted resent past the window"
-                f" {self.resent_past_window}; {len(self.violations)} violations")
+                f" {self.resent_past_window}; events queue {self.events_queue}, {self.concurrent_events} event"
+                f" deliveries beside another of their order's; {len(self.violations)} violations")
 
 
 @dataclass
@@ -55,6 +58,8 @@ class Totals:
     foreign_races: Counter[str] = field(default_factory=Counter)
     resent_past_window: list[int] = field(default_factory=list)  # seeds where it happened
     failing: list[int] = field(default_factory=list)
+    events_queues: Counter[str] = field(default_factory=Counter)  # seeds by events-queue mode
+    concurrent_events: int = 0
 
     def add(self, report: RunReport) -> None:
         """Count one run in."""
@@ -67,6 +72,8 @@ class Totals:
         self.violations.update(v.rule for v in report.violations)
         self.foreign_writes.update(report.foreign_writes)
         self.foreign_races.update(report.foreign_races)
+        self.events_queues[report.events_queue] += 1
+        self.concurrent_events += report.concurrent_events
         if report.resent_past_window:
             self.resent_past_window.append(report.seed)
         if report.violations:
@@ -85,6 +92,8 @@ class Totals:
             f"foreign      {sum(self.foreign_writes.values())} writes: {_counts(self.foreign_writes)}; the app's"
             f" 412s on them {self.foreign_races['app_412']}, their own 412s {self.foreign_races['writer_412']}"
             f" (given up {self.foreign_races['gave_up']}), documents gone first {self.foreign_races['gone']}",
+            f"events queue {_counts(self.events_queues)} seeds; {self.concurrent_events} event deliveries began beside"
+            f" another of their order's",
             f"violations   {sum(self.violations.values())}: {_counts(self.violations) or 'none'}",
             f"OrderAccepted resent past the destination's detection window in {len(self.resent_past_window)} seeds"
             f" (the design's limit, not a violation){': ' if self.resent_past_window else ''}"

@@ -30,7 +30,8 @@ def simulate(seed: int, *, wiring: Wiring | None = None, trace: bool = False) ->
         races = world.foreign_stats + Counter(app_412=world.history.app_conflicts)
     return RunReport(seed, world.chaos.steps, world.deliveries, world.clock.elapsed(), world.chaos.injected,
                      world.outcomes, world.settlements, violations, resent, world.sched.trace_lines,
-                     world.foreign_writes, races)
+                     world.foreign_writes, races, "sessions" if world.events_sessions else "plain",
+                     world.concurrent_events)
 
 
 @contextmanager

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import msgspec
+
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.delivery import SETTLEMENTS, Handler
@@ -67,6 +69,13 @@ class World:
         self.clock = Clock()
         self.sched = Scheduler(rng, self.clock, [] if trace else None)
         self.consumers = rng.randint(2, 4)
+        # Half the seeds run the events queue without sessions (ORDER_EVENTS_SESSIONS false): any consumer takes
+        # any event, so two of one order's may run at once, and the resequencer alone keeps them in order.
+        self.events_sessions = rng.random() < 0.5
+        settings = msgspec.structs.replace(settings, order_events_sessions=self.events_sessions)
+        self.settings = settings
+        self.concurrent_events = 0  # event deliveries that began while another of the same order's ran
+        self.events_in_flight: Counter[str] = Counter()  # order (session) id -> its event deliveries running
         self.detection_window = rng.choice(DETECTION_WINDOWS_SECONDS)
         self.in_hand: dict[object, Delivery] = {}  # actor -> the delivery it is running
         self.chaos = Chaos(self.sched, chaos_profile(rng), settings.servicebus_lock_duration_seconds,
