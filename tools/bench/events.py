@@ -13,8 +13,16 @@ applies them), then measures:
   hosts' log line of the last write that brought the order to its final version.
 - **the session slots**: from each release the host logs, how long a slot sat idle before letting its
   session go, how long it held the session, and how long accepting it took.
+- **Cosmos requests and conflicts per event**, over the burst's events: the hosts reach the Cosmos
+  server through a proxy that counts each request to the orders container (change-feed polls and
+  outbox documents left out) and each 409 or 412 it answered. The sweep and the stuck report are off
+  for the run, so the counts are the events' own.
 
-    python -m bench.events [--hosts 1] [--burst 200] [--rate R] [--seconds 30] [--seed 1]
+``--events-queue plain`` runs the events without sessions (ORDER_EVENTS_SESSIONS false, the
+``order-events-plain`` queue, ``maxConcurrentCalls`` slots); ``--events-queue both`` runs sessions,
+then plain, each on a fresh stack, and prints them side by side.
+
+    python -m bench.events [--hosts 1] [--burst 200] [--rate R] [--seconds 30] [--seed 1] [--events-queue both]
                            [--service-bus '{"sessionIdleTimeout": "00:00:00.2", "maxConcurrentSessions": 32}']
                            [--drain-seconds 300] [--json PATH]
 
@@ -31,6 +39,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -39,9 +48,13 @@ from typing import Any
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSender
 
 from demo.stack import Stack, settings_file
+from devservers.faultproxy import FaultProxy
 from sbctl import generate
 
 SETTING = "AzureFunctionsJobHost__extensions__serviceBus__"
+QUEUES = {"sessions": "order-events", "plain": "order-events-plain"}
+NEVER = "0 0 0 1 1 *"  # a timer schedule that does not come round during a run
+_ORDERS_DOCS = re.compile(r"/colls/orders/docs(?:/(?!outbox\.)[^/?]+)?/?(?:\?|$)")
 _SETTLED = re.compile(r"^(\S+ \S+) devservers\.host (process_order|process_order_event) messageId=(\S+)"
                       r" outcome=Succeeded settlement=(?:complete|dead)", re.M)
 _WRITTEN = re.compile(r"^(\S+ \S+) devservers\.host worker \[\w+\] idempotent_consumer: delivery \w+"
@@ -54,6 +67,7 @@ _RELEASED = re.compile(r"process_order_event session \S+ released after (\d+) me
 class Figures:
     """What one run measured."""
 
+    events_queue: str
     settings: dict[str, Any]
     hosts: int
     burst_orders: int
@@ -68,6 +82,8 @@ class Figures:
     latency_p99_seconds: float = 0.0
     latency_max_seconds: float = 0.0
     sessions: dict[str, float] = field(default_factory=dict)
+    requests_per_event: float = 0.0
+    conflicts_per_event: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -92,12 +108,13 @@ def _send(sender: ServiceBusSender, messages: list[ServiceBusMessage]) -> None:
         sender.send_messages(batch)
 
 
-def _traffic(rng: random.Random, orders: int) -> list[tuple[ServiceBusMessage, list[ServiceBusMessage]]]:
-    """Orders and their events, each order's events in its session and in order."""
+def _traffic(rng: random.Random, orders: int, *, sessions: bool) -> list[tuple[ServiceBusMessage,
+                                                                          list[ServiceBusMessage]]]:
+    """Orders and their events, each order's events in order (and in its session, with sessions)."""
     traffic = []
     for _ in range(orders):
         body = generate.order(rng)
-        events = [ServiceBusMessage(json.dumps(e), message_id=e["id"], session_id=body["orderId"])
+        events = [ServiceBusMessage(json.dumps(e), message_id=e["id"], session_id=body["orderId"] if sessions else None)
                   for e in generate.order_events(rng, body)]
         traffic.append((ServiceBusMessage(json.dumps(body), message_id=body["orderId"]), events))
     return traffic
@@ -106,6 +123,21 @@ def _traffic(rng: random.Random, orders: int) -> list[tuple[ServiceBusMessage, l
 def _rate(times: list[float]) -> float:
     times = sorted(times)
     return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else 0.0
+
+
+class RequestCounter:
+    """A tap that counts the orders container's requests (and its 409s and 412s) while ``counting``."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.requests = self.conflicts = 0
+
+    def __call__(self, method: str, path: str, headers: Mapping[str, str], body: bytes, status: int | None) -> bool:
+        incremental = any(k.lower() == "a-im" for k in headers)  # a change-feed poll
+        if self.counting and status is not None and not incremental and _ORDERS_DOCS.search(path):
+            self.requests += 1
+            self.conflicts += status in (409, 412)
+        return False
 
 
 class Run:
@@ -130,31 +162,50 @@ class Run:
         return found, False
 
 
-def measure(stack: Stack, args: argparse.Namespace) -> Figures:
-    """One run of the burst, the steady rate and the session figures."""
+def measure(stack: Stack, args: argparse.Namespace, mode: str) -> Figures:
+    """One run of the burst, the steady rate and the session figures, with the events queue in ``mode``."""
     overrides = json.loads(args.service_bus or "{}")
-    values = {**stack.values, **{SETTING + k.replace(".", "__"): str(v) for k, v in overrides.items()}}
+    counter = RequestCounter()
+    proxy = FaultProxy(stack.cosmos.endpoint, tap=counter).__enter__()
+    try:
+        return _measure(stack, args, mode, overrides=overrides, counter=counter, cosmos_url=proxy.url)
+    finally:
+        stack.stop_hosts()
+        proxy.__exit__()
+
+
+def _measure(stack: Stack, args: argparse.Namespace, mode: str, *, overrides: dict[str, Any], counter: RequestCounter,
+             cosmos_url: str) -> Figures:
+    values = {**stack.values, **{SETTING + k.replace(".", "__"): str(v) for k, v in overrides.items()},
+              "COSMOS_ENDPOINT": cosmos_url, "CosmosDBConnection": f"AccountEndpoint={cosmos_url}/;AccountKey="
+              f"{stack.cosmos.key};", "ORDER_EVENTS_QUEUE": QUEUES[mode],
+              "ORDER_EVENTS_SESSIONS": str(mode == "sessions").lower(), "OUTBOX_SWEEP_SCHEDULE": NEVER,
+              "STUCK_REPORT_SCHEDULE": NEVER}
     path = settings_file(values)
     for _ in range(args.hosts):
         stack.start_host(path)
     run, rng = Run(stack), random.Random(args.seed)  # noqa: S311 - test traffic, reproducible by seed
-    burst = _traffic(rng, args.burst)
+    burst = _traffic(rng, args.burst, sessions=mode == "sessions")
     with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client, \
-            client.get_queue_sender("orders") as orders, client.get_queue_sender("order-events") as events:
+            client.get_queue_sender("orders") as orders, client.get_queue_sender(QUEUES[mode]) as events:
         _send(orders, [order for order, _ in burst])
         order_times, capped = run.drain({str(o.message_id) for o, _ in burst}, args.drain_seconds)
         if capped:
             raise TimeoutError(f"the burst's {len(burst)} orders were not written in {args.drain_seconds:.0f} s")
         event_ids = {str(e.message_id) for _, es in burst for e in es}
+        time.sleep(2)  # the outbox's marks of the orders' entries, which the count leaves out anyway
+        counter.counting = True
         _send(events, [e for _, es in burst for e in es])
         event_times, capped = run.drain(event_ids, args.drain_seconds)
-        figures = Figures(overrides, args.hosts, len(burst), len(event_ids), _rate(order_times), _rate(event_times),
-                          capped)
+        counter.counting = False
+        figures = Figures(mode, overrides, args.hosts, len(burst), len(event_ids), _rate(order_times),
+                          _rate(event_times), capped, requests_per_event=counter.requests / len(event_ids),
+                          conflicts_per_event=counter.conflicts / len(event_ids))
         if capped:  # the rest is still in the queue: a steady rate would measure the backlog
             return figures
         per_order = len(event_ids) / len(burst)
         rate = args.rate or 0.5 * min(figures.orders_per_second, figures.events_per_second / per_order)
-        steady = _traffic(rng, max(1, round(rate * args.seconds)))
+        steady = _traffic(rng, max(1, round(rate * args.seconds)), sessions=mode == "sessions")
         sent: dict[str, float] = {}
         began = time.time()
         for n, (order, order_events) in enumerate(steady):
@@ -186,12 +237,16 @@ def measure(stack: Stack, args: argparse.Namespace) -> Figures:
 
 def table(figures: Figures) -> str:
     """The run as a Markdown table."""
-    rows = [("settings", json.dumps(figures.settings) if figures.settings else "host.json as committed"),
+    rows = [("events queue", QUEUES[figures.events_queue] + (" (sessions)" if figures.events_queue == "sessions"
+                                                             else " (no sessions)")),
+            ("settings", json.dumps(figures.settings) if figures.settings else "host.json as committed"),
             ("hosts", str(figures.hosts)),
             ("burst", f"{figures.burst_orders} orders, then {figures.burst_events} events"),
             ("orders drained per second", f"{figures.orders_per_second:.1f}"),
             ("events drained per second", f"{figures.events_per_second:.1f}" + (" (capped)" if figures.capped else "")),
-            ("events against orders", f"{figures.ratio:.2f}x")]
+            ("events against orders", f"{figures.ratio:.2f}x"),
+            ("Cosmos requests / conflicts per event", f"{figures.requests_per_event:.2f} /"
+                                                      f" {figures.conflicts_per_event:.3f}")]
     if figures.steady_orders:
         rows += [("steady rate", f"{figures.steady_orders_per_second:.2f} orders/s with their events"
                                  f" ({figures.steady_orders} orders, {figures.steady_unfinished} unfinished)"),
@@ -215,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--service-bus", default=None, help="JSON of host.json extensions.serviceBus values to use")
     parser.add_argument("--seed", type=int, default=1, help="seed of the traffic (default 1)")
     parser.add_argument("--drain-seconds", type=float, default=300, help="longest wait for a drain (default 300)")
+    parser.add_argument("--events-queue", choices=("sessions", "plain", "both"), default="sessions",
+                        help="the events queue with sessions (default), without, or both side by side")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here as JSON")
     args = parser.parse_args(argv)
     if args.hosts < 1 or args.burst < 1 or (args.rate is not None and args.rate <= 0):
@@ -223,18 +280,21 @@ def main(argv: list[str] | None = None) -> int:
         json.loads(args.service_bus or "{}")
     except ValueError as exc:
         parser.error(f"--service-bus is not JSON: {exc}")
-    stack = Stack.start()
-    try:
-        figures = measure(stack, args)
-    except TimeoutError as exc:
-        print(f"bench.events: {exc}; the hosts' logs say why (a host that did not start, or a crawl)", file=sys.stderr)
-        return 1
-    finally:
-        stack.stop()
-    print(table(figures), flush=True)
+    runs = []
+    for mode in ("sessions", "plain") if args.events_queue == "both" else (args.events_queue,):
+        stack = Stack.start()
+        try:
+            runs.append(measure(stack, args, mode))
+        except TimeoutError as exc:
+            print(f"bench.events: {mode}: {exc}; the hosts' logs say why (a host that did not start, or a crawl)",
+                  file=sys.stderr)
+            return 1
+        finally:
+            stack.stop()
+        print(table(runs[-1]), flush=True)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({**asdict(figures), "ratio": figures.ratio}, indent=2))
+        args.json.write_text(json.dumps({"runs": [{**asdict(f), "ratio": f.ratio} for f in runs]}, indent=2))
     return 0
 
 
