@@ -57,6 +57,19 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
 @NEEDS_313
 @WHOLE_STACK
 @pytest.mark.timeout(900)
+def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_holds(tmp_path: Path) -> None:
+    run = _chaos(tmp_path, "--seed", "4", "--events-queue", "plain", "--no-upgrade")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+    figures = json.loads((tmp_path / "chaos.json").read_text())
+    assert figures["violations"] == [] and figures["events parked"] > 0
+    assert figures["replay"].endswith("--events-queue plain")
+    logs = (tmp_path / "hosts.log").read_text()
+    assert "delivery process_order_event " in logs and "process_order_event session " not in logs
+
+
+@NEEDS_313
+@WHOLE_STACK
+@pytest.mark.timeout(900)
 def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_command(tmp_path: Path) -> None:
     run = _chaos(tmp_path, "--seed", "3", "--plant", "fresh-reservation-key")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]

@@ -15,7 +15,7 @@ along. Prints the table and keeps it as chaos.json and chaos.md, with the hosts'
 observed (what could not be checked is said instead of the table).
 
     python -m chaos [--orders 3500] [--hosts 4] [--seed 1] [--rate 24] [--results results/chaos] [--plant NAME]
-                    [--no-upgrade]
+                    [--no-upgrade] [--events-queue sessions|plain]
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def replay_command(options: Options) -> str:
     """The command that runs the same plan again."""
     return (f"python -m chaos --orders {options.orders} --hosts {options.hosts} --seed {options.seed}"
             f" --rate {options.rate:g}" + (f" --plant {options.plant}" if options.plant else "")
-            + ("" if options.upgrade else " --no-upgrade"))
+            + ("" if options.upgrade else " --no-upgrade")
+            + ("" if options.events_sessions else " --events-queue plain"))
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Options:
     results: Path
     plant: str | None
     upgrade: bool = True
+    events_sessions: bool = True
 
 
 def run(options: Options) -> int:
@@ -72,7 +74,8 @@ def run(options: Options) -> int:
                                                   options.results, options.plant)
     scenario = plan(orders, seed)
     print(f"chaos: {orders} orders, {len(scenario.everything())} messages, {hosts} hosts, seed {seed}"
-          + (f", planted bug {plant!r}" if plant else "") + ("" if options.upgrade else ", no rolling upgrade"),
+          + (f", planted bug {plant!r}" if plant else "") + ("" if options.upgrade else ", no rolling upgrade")
+          + ("" if options.events_sessions else ", events without sessions"),
           flush=True)
     replay = replay_command(options)
     journal = Path(tempfile.mkdtemp(prefix="chaos-journal-")) / "writes.log"
@@ -80,7 +83,7 @@ def run(options: Options) -> int:
     opened: list[Callable[[], object]] = []  # what to stop at the end, last opened first
     phase = "the start of the stack"
     try:
-        stack = Stack.start(lock_seconds=LOCK_SECONDS)
+        stack = Stack.start(lock_seconds=LOCK_SECONDS, events_sessions=options.events_sessions)
         opened += [functools.partial(_keep_logs, stack, results), stack.stop]
         chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant))
         opened.append(chaos.close)
@@ -102,7 +105,7 @@ def run(options: Options) -> int:
         with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client:
             chaos.start()
             halfway = threading.Event()
-            senders = observe.start_senders(client, scenario, sent_at, halfway, rate)
+            senders = observe.start_senders(client, scenario, sent_at, halfway, rate, stack=stack)
             upgrader = _start_upgrade(chaos, options, versions.app_dir(versions.NEXT, journal, plant), halfway,
                                       sending_seconds=len(scenario.everything()) / rate)
             for thread in senders:
@@ -188,10 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-upgrade", dest="upgrade", action="store_false",
                         help="leave out the rolling upgrade (by default, from half-way through the sending, the hosts"
                              " are replaced one by one by hosts on a generated next version of the app)")
+    parser.add_argument("--events-queue", choices=("sessions", "plain"), default="sessions",
+                        help="the app's events on a session queue (default) or on a plain one, where one order's"
+                             " events run at once on different hosts (ORDER_EVENTS_SESSIONS false)")
     args = parser.parse_args(argv)
     if args.orders < 1 or args.hosts < 2 or args.rate <= 0:
         parser.error("--orders must be at least 1, --hosts at least 2 and --rate above 0")
-    return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant, args.upgrade))
+    return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant, args.upgrade,
+                       args.events_queue == "sessions"))
 
 
 if __name__ == "__main__":

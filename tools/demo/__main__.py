@@ -8,6 +8,7 @@ prints a report, writes it as JSON and a PNG chart; checks the invariants (exit 
 stops what it started.
 
     python -m demo [--orders 2000] [--seed 1] [--hosts 3] [--results results/demo] [--keep-running]
+                   [--events-queue sessions|plain]
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from demo.stack import ROOT, Stack
 DRAIN_TIMEOUT_SECONDS = 900
 
 
-def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool) -> int:
+def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool, *, events_sessions: bool = True) -> int:
     """The demo; 0 when every invariant holds."""
     scenario: Scenario = plan(orders, seed)
     print(f"demo: {orders} orders, {len(scenario.everything())} messages, seed {seed}; starting the stack", flush=True)
-    stack = Stack.start()
+    stack = Stack.start(events_sessions=events_sessions)
     watch = observe.Watch(stack)
     try:
         for _ in range(hosts):
@@ -42,7 +43,7 @@ def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool) -
         started = time.time()
         with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client:
             halfway = threading.Event()
-            senders = observe.start_senders(client, scenario, sent_at, halfway)
+            senders = observe.start_senders(client, scenario, sent_at, halfway, stack=stack)
             halfway.wait(120)
             stack.fulfilment.fail_next(503, count=25, reason="a short fulfilment outage")
             print("demo: fulfilment outage (25 calls answer 503); killing one host", flush=True)
@@ -79,11 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=3, help="competing host processes (default 3, at least 2)")
     parser.add_argument("--results", type=Path, default=ROOT / "results" / "demo", help="where the JSON and PNG go")
     parser.add_argument("--keep-running", action="store_true", help="leave the stack up afterwards, for sbctl")
+    parser.add_argument("--events-queue", choices=("sessions", "plain"), default="sessions",
+                        help="the app's events on a session queue (default) or on a plain one (ORDER_EVENTS_SESSIONS"
+                             " false)")
     args = parser.parse_args(argv)
     if args.orders < 1 or args.hosts < 2:
         parser.error("--orders must be at least 1 and --hosts at least 2 (one is killed mid-run)")
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if args.keep_running else None
-    return run(args.orders, args.seed, args.hosts, args.results, args.keep_running)
+    return run(args.orders, args.seed, args.hosts, args.results, args.keep_running,
+               events_sessions=args.events_queue == "sessions")
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ QUIET_POLLS = 3  # polls two seconds apart with no new delivery
 
 
 def send(client: ServiceBusClient, queue: str, messages: list[Planned], sent_at: dict[str, float], *,
-         progress: threading.Event | None = None, per_second: float | None = None) -> None:
+         progress: threading.Event | None = None, per_second: float | None = None, sessions: bool = True) -> None:
     """Send in chunks, recording when each id was first sent; at most ``per_second`` messages a second
-    when given (else as fast as the broker takes them). ``progress`` is set once half are sent."""
+    when given (else as fast as the broker takes them). ``progress`` is set once half are sent. Without
+    ``sessions`` the messages go without their SessionId (a plain events queue)."""
     size = 50 if per_second is None else max(1, min(50, int(per_second)))
     began = time.time()
     with client.get_queue_sender(queue) as sender:
@@ -36,7 +37,8 @@ def send(client: ServiceBusClient, queue: str, messages: list[Planned], sent_at:
             now = time.time()
             for planned in chunk:
                 sent_at.setdefault(planned.message_id, now)
-            sender.send_messages([ServiceBusMessage(p.body, message_id=p.message_id, session_id=p.session_id,
+            sender.send_messages([ServiceBusMessage(p.body, message_id=p.message_id,
+                                                    session_id=p.session_id if sessions else None,
                                                     content_type="application/json") for p in chunk])
             if progress is not None and start >= len(messages) // 2:
                 progress.set()
@@ -102,6 +104,9 @@ class Watch:
 
 def session_messages(stack: Stack) -> int:
     """Messages waiting in an available session of order-events (a session a host holds is not available)."""
+    if not stack.events_sessions:
+        with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client:
+            return len(peek_count(client, stack.events_queue))
     with ServiceBusClient.from_connection_string(stack.broker.connection_string, retry_total=0) as client:
         try:
             with client.get_queue_receiver("order-events", session_id=NEXT_AVAILABLE_SESSION,
@@ -133,14 +138,14 @@ def received(client: ServiceBusClient, queue: str) -> list[Any]:
         return found
 
 
-def accepted_by_broker(client: ServiceBusClient, queues: tuple[str, ...]) -> int:
+def accepted_by_broker(client: ServiceBusClient, queues: tuple[str, ...], session_queue: str | None = None) -> int:
     """Messages the broker accepted, from the sequence number it gives a probe sent to each queue now."""
     total = 0
     for queue in queues:
         probe = f"probe-{time.time_ns()}"
         with client.get_queue_sender(queue) as sender:
             sender.send_messages(ServiceBusMessage(b"{}", message_id=probe, session_id=probe))
-        with client.get_queue_receiver(queue, session_id=probe if queue == "order-events" else None,
+        with client.get_queue_receiver(queue, session_id=probe if queue == session_queue else None,
                                        max_wait_time=5) as receiver:
             for message in receiver.receive_messages(max_message_count=1, max_wait_time=5):
                 receiver.complete_message(message)
@@ -154,9 +159,10 @@ def observed(stack: Stack, watch: Watch, client: ServiceBusClient, sent_at: dict
     return report.Observed(
         documents=watch.documents(),
         dead_letters=[*peek_count(client, "orders", ServiceBusSubQueue.DEAD_LETTER),
-                      *peek_count(client, "order-events", ServiceBusSubQueue.DEAD_LETTER)],  # no sessions
+                      *peek_count(client, stack.events_queue, ServiceBusSubQueue.DEAD_LETTER)],  # no sessions
         accepted=[_accepted(m) for m in received(client, "order-accepted")],
-        broker_accepted=accepted_by_broker(client, ("orders", "order-events")),
+        broker_accepted=accepted_by_broker(client, ("orders", stack.events_queue),
+                                           session_queue="order-events" if stack.events_sessions else None),
         reservations=stack.fulfilment.reservations(), logs=stack.logs(), sent_at=sent_at, elapsed=elapsed,
         queues_left=left(stack, client),
     )
@@ -169,15 +175,19 @@ def _accepted(message: Any) -> dict[str, Any]:
 
 
 def start_senders(client: ServiceBusClient, scenario: Scenario, sent_at: dict[str, float],
-                  halfway: threading.Event, per_second: float | None = None) -> list[threading.Thread]:
+                  halfway: threading.Event, per_second: float | None = None, *,
+                  stack: Stack | None = None) -> list[threading.Thread]:
     """Send the orders (with their early copies and malformed messages) and the events, on two threads;
     ``halfway`` is set once half the orders are sent. ``per_second``, when given, is the total rate,
-    shared so that both finish together."""
+    shared so that both finish together. The events go to the ``stack``'s events queue."""
     total = len(scenario.first) + len(scenario.events) or 1
+    sessions = stack is None or stack.events_sessions
+    events_queue = "order-events" if stack is None else stack.events_queue
     senders = [threading.Thread(target=send, args=(client, queue, messages, sent_at), kwargs={
-        "progress": progress, "per_second": per_second and per_second * len(messages) / total})
+        "progress": progress, "per_second": per_second and per_second * len(messages) / total,
+        "sessions": sessions})
         for queue, messages, progress in (("orders", scenario.first, halfway),
-                                          ("order-events", scenario.events, None))]
+                                          (events_queue, scenario.events, None))]
     for thread in senders:
         thread.start()
     return senders

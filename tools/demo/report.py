@@ -76,6 +76,7 @@ def build(scenario: Scenario, seen: Observed) -> Report:
         "outcomes": dict(outcomes), "seconds": round(seen.elapsed, 1),
         "messages per second": round(sent / seen.elapsed, 1) if seen.elapsed else 0.0,
         "latency p50 ms": _percentile(latencies, 50), "latency p99 ms": _percentile(latencies, 99),
+        **_drain_rates(seen),
     }
     report.violations = _violations(scenario, seen, by_type, reasons)
     report.timeline = _timeline(seen)
@@ -88,6 +89,24 @@ def _latencies(seen: Observed) -> list[float]:
         at = datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
         first_settled.setdefault(match["id"], at)
     return [(at - seen.sent_at[i]) * 1000 for i, at in first_settled.items() if i in seen.sent_at]
+
+
+def _drain_rates(seen: Observed) -> dict[str, float]:
+    """Messages settled per second on each input queue, from its first settlement to its last (the hosts'
+    log), each MessageId counted at its first settlement: the late copies, sent after the detection
+    window, would stretch the orders' span."""
+    moments: dict[str, dict[str, float]] = defaultdict(dict)
+    for match in _SETTLED.finditer(seen.logs):
+        at = datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        moments[match["function"]].setdefault(match["id"], at)
+    rates = {}
+    for function, label in (("process_order", "orders"), ("process_order_event", "events")):
+        times = list(moments.get(function, {}).values())
+        span = max(times) - min(times) if len(times) > 1 else 0.0
+        rates[f"{label} drained per second"] = round((len(times) - 1) / span, 1) if span else 0.0
+    orders, events = rates["orders drained per second"], rates["events drained per second"]
+    rates["events against orders"] = round(events / orders, 2) if orders else 0.0
+    return rates
 
 
 def _percentile(values: list[float], pct: int) -> float:
@@ -166,6 +185,8 @@ def table(report: Report) -> str:
         ("reservations at the fulfilment service", str(f["reservations"])),
         ("OrderAccepted at order-accepted", str(f["OrderAccepted"])),
         ("time", f"{f['seconds']} s, {f['messages per second']} messages/s"),
+        ("drained per second: orders / events", f"{f['orders drained per second']} / {f['events drained per second']}"
+                                                 f" ({f['events against orders']}x)"),
         ("end-to-end latency p50 / p99", f"{f['latency p50 ms']} ms / {f['latency p99 ms']} ms"),
         ("invariant violations", str(len(report.violations))),
     ]

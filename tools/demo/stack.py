@@ -83,10 +83,17 @@ class Stack:
     values: dict[str, str]
     hosts: list[HostProcess] = field(default_factory=list)
     retired: list[HostProcess] = field(default_factory=list)
+    events_sessions: bool = True  # the events queue: order-events with sessions, or order-events-plain without
+
+    @property
+    def events_queue(self) -> str:
+        """The queue the app's events go to."""
+        return "order-events" if self.events_sessions else "order-events-plain"
 
     @classmethod
-    def start(cls, lock_seconds: int = LOCK_SECONDS) -> Stack:
-        """Start the broker, the Cosmos server (database and containers made) and the fulfilment stand-in."""
+    def start(cls, lock_seconds: int = LOCK_SECONDS, *, events_sessions: bool = True) -> Stack:
+        """Start the broker, the Cosmos server (database and containers made) and the fulfilment stand-in;
+        the app's events go to a session queue, or with ``events_sessions`` false to a plain one."""
         broker = start_broker(broker_config(lock_seconds))
         cosmos = start_cosmos_server()
         ensure_containers(make_client(cosmos.endpoint, verify_tls=False), "sales", container_specs())
@@ -100,8 +107,10 @@ class Stack:
             OUTBOX_SWEEP_SCHEDULE="*/10 * * * * *",
             # One app: its hosts share a host ID, so each timer occurrence runs in one of them, as on Azure.
             AzureFunctionsWebHost__hostid=f"stack-{uuid.uuid4().hex[:12]}",
+            ORDER_EVENTS_QUEUE="order-events" if events_sessions else "order-events-plain",
+            ORDER_EVENTS_SESSIONS=str(events_sessions).lower(),
         )
-        return cls(broker, cosmos, fulfilment, settings_file(values), values)
+        return cls(broker, cosmos, fulfilment, settings_file(values), values, events_sessions=events_sessions)
 
     def start_host(self, settings: Path | None = None, app_dir: Path = ROOT) -> HostProcess:
         """Start one more host process, competing with the others; wait until it listens.
