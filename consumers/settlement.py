@@ -45,9 +45,10 @@ class MessageActions(Protocol):
 class ActionsSettlement:
     """The settlement port of one delivery: its message and the binding's message actions."""
 
-    def __init__(self, message: Any, actions: MessageActions) -> None:
+    def __init__(self, message: Any, actions: MessageActions, *, sessions: bool = False) -> None:
         self.message = message
         self.actions = actions
+        self.sessions = sessions  # whether the trigger is a session trigger: only then is there a lock to renew
 
     async def settle(self, settlement: Settlement, result: Result) -> None:
         """Make the one settlement call on a settlement thread; a failed call raises here, on the loop."""
@@ -56,7 +57,7 @@ class ActionsSettlement:
     async def renew_session_lock(self) -> datetime | None:
         """Renew the lock of the message's session through the host; when it now ends."""
         session_id = getattr(self.message, "session_id", None)
-        if not session_id:
+        if not self.sessions or not session_id:  # a plain queue's message may carry a SessionId too
             return None
         until = await asyncio.get_running_loop().run_in_executor(_settling, self.actions.renew_session_lock,
                                                                  session_id)

@@ -76,7 +76,7 @@ def make_blueprint(settings: Settings, root: Callable[[], App]) -> func.Blueprin
         every delivery explicitly, exactly once."""
         app = root()
         await app.deliver("process_order_event", functools.partial(to_inbound, msg), app.handle_event,
-                          ActionsSettlement(msg, message_actions))
+                          ActionsSettlement(msg, message_actions, sessions=settings.order_events_sessions))
 
     @blueprint.function_name("publish_outbox")
     @blueprint.cosmos_db_trigger(

@@ -248,10 +248,14 @@ def test_the_adapter_caps_a_dead_letter_description_and_falls_back_to_the_reason
 def test_the_adapter_renews_the_message_s_session_lock_through_the_host_and_reads_the_timestamp() -> None:
     actions = Actions()
     session_message = types.SimpleNamespace(session_id="ord-1")
-    assert asyncio.run(ActionsSettlement(session_message, actions).renew_session_lock()) == datetime.fromtimestamp(
-        NOW + 60, UTC)
+    assert asyncio.run(ActionsSettlement(session_message, actions, sessions=True).renew_session_lock()) == \
+        datetime.fromtimestamp(NOW + 60, UTC)
     assert actions.calls == [("renew_session_lock", "ord-1")]
-    assert asyncio.run(ActionsSettlement(types.SimpleNamespace(session_id=None), actions).renew_session_lock()) is None
+    # On a plain queue (a SessionId set by the producer or not) there is no session lock to renew.
+    assert asyncio.run(ActionsSettlement(session_message, actions).renew_session_lock()) is None
+    assert asyncio.run(ActionsSettlement(types.SimpleNamespace(session_id=None), actions,
+                                         sessions=True).renew_session_lock()) is None
+    assert actions.calls == [("renew_session_lock", "ord-1")]
 
 
 def test_the_adapter_settles_off_the_loop() -> None:

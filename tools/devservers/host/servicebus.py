@@ -152,6 +152,7 @@ class ServiceBusListener:
         self._closer = ThreadPoolExecutor(max_workers=self._slots, thread_name_prefix=f"{function.name}-close")
         self._release_rate = release_rate if self._sessions else 0.0
         self._released: set[int] = set()  # receivers let go mid-invocation: their slot takes a new session
+        self._close_lock = threading.Lock()
         self._rng = random.Random()
 
     def start(self) -> None:
@@ -188,10 +189,10 @@ class ServiceBusListener:
             try:
                 receiver.__enter__()  # on a session queue, the accept of the next session with messages
             except OperationTimeoutError:
-                self._closer.submit(receiver.close)
+                self._closer.submit(self._close, receiver)
                 continue  # no session had messages
             except ServiceBusError as exc:
-                self._closer.submit(receiver.close)
+                self._closer.submit(self._close, receiver)
                 self._failed(exc)
                 continue
             accepted = time.monotonic()
@@ -203,7 +204,7 @@ class ServiceBusListener:
                 self._failed(exc)
                 continue
             finally:
-                self._closer.submit(receiver.close)
+                self._closer.submit(self._close, receiver)
             if self._sessions:
                 logger.info("%s session %s released after %d messages, %.2f s idle, %.2f s held, accepted in %.2f s",
                             self.function.name, receiver.session.session_id, handled, idle,
@@ -240,28 +241,46 @@ class ServiceBusListener:
             self._renewer.register(receiver, message)
         token = self._deliveries.register(delivery)
         started = time.perf_counter()
+        running, timer = threading.Event(), None
         if self._release_rate and self._rng.random() < self._release_rate:
-            self._released.add(id(receiver))
-            timer = threading.Timer(self._rng.uniform(0.0, 0.1), self._let_go, (receiver, message))
+            timer = threading.Timer(self._rng.uniform(0.0, 0.1), self._let_go, (receiver, message, running))
             timer.daemon = True
+        running.set()
+        if timer is not None:
             timer.start()
         try:
             response = self._invoke(self.function, {self.function.parameter: protos.TypedData(
                 model_binding_data=model_binding_data(message))}, trigger_metadata(message))
         finally:
+            with self._close_lock:  # the fault lets go only while the function runs
+                running.clear()
+            if timer is not None:
+                timer.cancel()
             self._deliveries.unregister(token)
         succeeded = response is not None and response.result.status == protos.StatusResult.Success
         settlement = self._host_settlement(delivery, succeeded)
         logger.info("%s messageId=%s outcome=%s settlement=%s %.0f ms", self.function.name, message.message_id,
                     "Succeeded" if succeeded else "Failed", settlement, (time.perf_counter() - started) * 1000)
 
-    def _let_go(self, receiver: Any, message: ServiceBusReceivedMessage) -> None:
+    def _let_go(self, receiver: Any, message: ServiceBusReceivedMessage, running: threading.Event) -> None:
         """Close the session's receiver under a running invocation: the broker ends the session lock, and the
-        message comes back for another receiver while the function runs on."""
+        message comes back for another receiver while the function runs on. Not once the function returned."""
+        with self._close_lock:
+            if not running.is_set():
+                return
+            self._released.add(id(receiver))  # the slot takes a new session after this message
         logger.info("%s messageId=%s: %s", self.function.name, message.message_id, RELEASED_MID_INVOCATION)
+        self._close(receiver)
+
+    def _close(self, receiver: Any) -> None:
+        """Close a receiver once, whichever of the slot and the fault comes first."""
+        with self._close_lock:
+            if getattr(receiver, "_closed_by_host", False):
+                return
+            receiver._closed_by_host = True
         try:
             receiver.close()
-        except Exception as exc:  # a fault must not take the slot down
+        except Exception as exc:  # a close must not take the slot or the closer down
             logger.warning("%s: closing the receiver failed (%s)", self.function.name, type(exc).__name__)
 
     def _host_settlement(self, delivery: Delivery, succeeded: bool) -> str:

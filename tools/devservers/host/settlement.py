@@ -72,7 +72,7 @@ class Deliveries:
             return self._live.get(token)
 
     def sessions(self) -> list[Delivery]:
-        """The live deliveries that came from a session receiver."""
+        """The live deliveries that came from a session receiver, oldest first."""
         with self._lock:
             return [d for d in self._live.values() if d.receiver.session is not None]
 
@@ -233,9 +233,13 @@ class LiveDeliveries:
             raise Refused(grpc.StatusCode.UNKNOWN, f"renewing LockToken {token} failed: {exc}") from exc
 
     def _session(self, session_id: str) -> Any:
-        for delivery in self._deliveries.sessions():
-            if delivery.receiver.session.session_id == session_id:
-                return delivery.receiver.session
+        """The session as its current holder has it: the newest live delivery of it whose receiver is still
+        open (one let go under a running invocation is closed, and another receiver may hold it now)."""
+        for delivery in reversed(self._deliveries.sessions()):
+            receiver = delivery.receiver
+            closed = getattr(receiver, "_shutdown", None)  # the SDK's handler sets it on close
+            if receiver.session.session_id == session_id and not (closed is not None and closed.is_set()):
+                return receiver.session
         raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"Session {session_id} not found.")
 
     def get_session_state(self, session_id: str) -> bytes:
@@ -253,7 +257,10 @@ class LiveDeliveries:
     def renew_session_lock(self, session_id: str) -> datetime:
         """Renew the session lock."""
         session = self._session(session_id)
-        session.renew_lock()
+        try:
+            session.renew_lock()
+        except (ServiceBusError, ValueError) as exc:  # ValueError: the SDK's answer for a closed receiver
+            raise Refused(grpc.StatusCode.UNKNOWN, f"renewing the lock of session {session_id} failed: {exc}") from exc
         return session.locked_until_utc or datetime.now(UTC) + timedelta(minutes=1)
 
 
