@@ -15,7 +15,8 @@ applies them), then measures:
   session go, how long it held the session, and how long accepting it took.
 - **Cosmos requests and conflicts per event**, over the burst's events: the hosts reach the Cosmos
   server through a proxy that counts each request to the orders container (change-feed polls and
-  outbox documents left out) and each 409 or 412 it answered. The sweep and the stuck report are off
+  outbox documents left out) and each it refused: 409, 412, or a transactional batch refused whole
+  (207). The sweep and the stuck report are off
   for the run, so the counts are the events' own.
 
 ``--events-queue plain`` runs the events without sessions (ORDER_EVENTS_SESSIONS false, the
@@ -54,6 +55,9 @@ from sbctl import generate
 SETTING = "AzureFunctionsJobHost__extensions__serviceBus__"
 QUEUES = {"sessions": "order-events", "plain": "order-events-plain"}
 NEVER = "0 0 0 1 1 *"  # a timer schedule that does not come round during a run
+# A create that found its id (409), a write whose etag or filter no longer held (412), and a transactional
+# batch refused as a whole (207: one of its operations answered 409 or 412, the rest were not applied).
+REFUSED = frozenset({207, 409, 412})
 _ORDERS_DOCS = re.compile(r"/colls/orders/docs(?:/(?!outbox\.)[^/?]+)?/?(?:\?|$)")
 _SETTLED = re.compile(r"^(\S+ \S+) devservers\.host (process_order|process_order_event) messageId=(\S+)"
                       r" outcome=Succeeded settlement=(?:complete|dead)", re.M)
@@ -136,7 +140,7 @@ class RequestCounter:
         incremental = any(k.lower() == "a-im" for k in headers)  # a change-feed poll
         if self.counting and status is not None and not incremental and _ORDERS_DOCS.search(path):
             self.requests += 1
-            self.conflicts += status in (409, 412)
+            self.conflicts += status in REFUSED
         return False
 
 
@@ -205,6 +209,8 @@ def _measure(stack: Stack, args: argparse.Namespace, mode: str, *, overrides: di
             return figures
         per_order = len(event_ids) / len(burst)
         rate = args.rate or 0.5 * min(figures.orders_per_second, figures.events_per_second / per_order)
+        if rate <= 0:
+            raise TimeoutError("the burst was too small to measure a rate: give --rate or a larger --burst")
         steady = _traffic(rng, max(1, round(rate * args.seconds)), sessions=mode == "sessions")
         sent: dict[str, float] = {}
         began = time.time()
