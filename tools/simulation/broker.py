@@ -176,11 +176,16 @@ class Queue:
             self._leave(message, State.DEAD_LETTERED, reason, description)
         self._sched.notify(self._ready)
 
+    def holds_lock(self, delivery: Delivery) -> bool:
+        """Whether ``delivery`` is a session delivery whose message is still locked to it."""
+        message = delivery.message
+        return self.sessions and message.state is State.LOCKED and message.lock_token == delivery.token
+
     def release_session(self, delivery: Delivery) -> bool:
         """Let the delivery's session go while the delivery runs on: the session's lock and the message's
         end now, so another receiver takes the session and the message; False when it holds neither."""
         message, lock = delivery.message, self._session_locks.get(delivery.message.session_id or "")
-        if not self.sessions or message.lock_token != delivery.token or message.state is not State.LOCKED:
+        if not self.holds_lock(delivery):
             return False
         if lock is not None and lock.receiver == delivery.receiver:
             del self._session_locks[message.session_id or ""]

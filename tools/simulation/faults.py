@@ -30,7 +30,7 @@ class Fault(StrEnum):
     CLOCK = "clock"  # everyone's time jumps forward: leases and locks run out
     # The session is let go while its message is being processed (azure-sdk-for-python #42187): the
     # session's lock and the message's end now, and another receiver takes the message while this
-    # delivery runs on (only in a session delivery; elsewhere it is no fault).
+    # delivery runs on (drawn only in a session delivery that still holds its lock).
     RELEASE = "release_session"
 
 
@@ -57,11 +57,13 @@ class Chaos:
     """Decides, at each port call, whether to switch actors and which fault (if any) to inject."""
 
     def __init__(self, scheduler: Scheduler, profile: ChaosProfile, lock_seconds: float,
-                 release: Callable[[object], bool] = lambda actor: False) -> None:
+                 release: Callable[[object], bool] = lambda actor: False,
+                 releasable: Callable[[object], bool] = lambda actor: False) -> None:
         self._sched = scheduler
         self._profile = profile
         self._lock_seconds = lock_seconds
-        self._release = release  # lets the actor's session go mid-delivery; False when it holds none
+        self._release = release  # lets the actor's session go mid-delivery
+        self._releasable = releasable  # whether the actor runs a session delivery whose session it can let go
         self._spent: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
         self.steps = 0
@@ -122,9 +124,11 @@ class Chaos:
         subject = sched.current.subject if sched.current else "-"
         if self._spent[subject] >= profile.per_subject:
             return None
+        if Fault.RELEASE in kinds and not self._releasable(sched.current):
+            kinds = tuple(k for k in kinds if k is not Fault.RELEASE)  # drawn only where it applies
         fault = kinds[rng.randrange(len(kinds))]
-        if fault is Fault.RELEASE and not self._release(sched.current):
-            return None
+        if fault is Fault.RELEASE:
+            self._release(sched.current)
         if fault is Fault.CLOCK:
             if self._spent[CLOCK_SUBJECT] >= profile.clock_jumps:
                 return None

@@ -79,7 +79,7 @@ class World:
         self.detection_window = rng.choice(DETECTION_WINDOWS_SECONDS)
         self.in_hand: dict[object, Delivery] = {}  # actor -> the delivery it is running
         self.chaos = Chaos(self.sched, chaos_profile(rng), settings.servicebus_lock_duration_seconds,
-                           release=self._release_session)
+                           release=self._release_session, releasable=self._holds_session)
         self.broker = Broker(self.sched, settings, detection_window=self.detection_window)
         self.store = InMemoryStore(default_ttl=-1, clock=self.clock)
         self.fulfilment = InMemoryFulfilment()
@@ -108,6 +108,11 @@ class World:
         self.errors: list[str] = []  # deliveries a handler failed with an unexpected exception
         self.foreign_writes: Counter[str] = Counter()  # kind -> writes of the other writers (simulation.foreign)
         self.foreign_stats: Counter[str] = Counter()  # their own 412s, writes given up, documents gone first
+
+    def _holds_session(self, actor: object) -> bool:
+        """Whether ``actor`` runs a session delivery that still holds its lock."""
+        delivery = self.in_hand.get(actor)
+        return delivery is not None and delivery.queue.holds_lock(delivery)
 
     def _release_session(self, actor: object) -> bool:
         """Let the session of ``actor``'s delivery go now, mid-processing; False when it runs none."""
