@@ -27,11 +27,12 @@ from demo.scenario import Scenario, plan
 from demo.stack import ROOT, Stack
 
 DRAIN_TIMEOUT_SECONDS = 900
+STEADY_SHARE = 0.5  # of the burst's drain rate: the steady phase runs below capacity
 
 
 def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool, *, events_sessions: bool = True) -> int:
     """The demo; 0 when every invariant holds."""
-    scenario: Scenario = plan(orders, seed)
+    scenario: Scenario = plan(orders, seed, steady_orders=max(10, orders // 10))
     print(f"demo: {orders} orders, {len(scenario.everything())} messages, seed {seed}; starting the stack", flush=True)
     stack = Stack.start(events_sessions=events_sessions)
     watch = observe.Watch(stack)
@@ -53,8 +54,15 @@ def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool, *
             observe.late_then_drain(stack, watch, client, scenario, sent_at, deadline=started + DRAIN_TIMEOUT_SECONDS,
                                     label="demo")
             elapsed = time.time() - started
+            # Then latency at a steady half of the rate the burst drained at, apart from any backlog.
+            steady, rate = scenario.take_steady(), STEADY_SHARE * report.drain_rate(stack.logs())
+            print(f"demo: drained in {elapsed:.1f} s; {len(steady)} more messages at a steady {rate:.1f} a second",
+                  flush=True)
+            observe.steady_then_drain(stack, watch, client, steady, sent_at, per_second=rate,
+                                      deadline=time.time() + DRAIN_TIMEOUT_SECONDS, label="demo")
             stack.stop_hosts()  # so that the probes below are not taken by a host
-            seen = observe.observed(stack, watch, client, sent_at, elapsed)
+            seen = observe.observed(stack, watch, client, sent_at, elapsed, steady={p.message_id for p in steady},
+                                    steady_per_second=rate)
         result = report.build(scenario, seen)
         print(report.table(result), flush=True)
         report.write(result, results)

@@ -153,8 +153,36 @@ def accepted_by_broker(client: ServiceBusClient, queues: tuple[str, ...], sessio
     return total
 
 
+def steady_then_drain(stack: Stack, watch: Watch, client: ServiceBusClient, messages: list[Planned],
+                      sent_at: dict[str, float], *, per_second: float, deadline: float, label: str) -> bool:
+    """Send ``messages`` (orders and their events) at ``per_second`` in all, each queue's share on a thread of
+    its own, then wait until everything has drained; False at ``deadline``."""
+    orders = [p for p in messages if p.queue == "orders"]
+    events = [p for p in messages if p.queue != "orders"]
+    threads = [threading.Thread(target=send, args=(client, queue, chunk, sent_at), kwargs={
+        "per_second": per_second * len(chunk) / max(1, len(messages)), "sessions": stack.events_sessions})
+        for queue, chunk in (("orders", orders), (stack.events_queue, events)) if chunk]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(f"{label}: the steady phase is sent; waiting for it to drain", flush=True)
+    return wait_drained(stack, watch, client, deadline=deadline, label=label)
+
+
+def wait_drained(stack: Stack, watch: Watch, client: ServiceBusClient, *, deadline: float, label: str) -> bool:
+    """Wait until everything has drained; False at ``deadline``."""
+    deliveries: list[int] = []
+    while not drained(stack, watch, client, deliveries):
+        if time.time() > deadline:
+            print(f"{label}: not drained in time", file=sys.stderr)
+            return False
+        time.sleep(2)
+    return True
+
+
 def observed(stack: Stack, watch: Watch, client: ServiceBusClient, sent_at: dict[str, float],
-             elapsed: float) -> report.Observed:
+             elapsed: float, *, steady: set[str] | None = None, steady_per_second: float = 0.0) -> report.Observed:
     """Everything the report reads, once the hosts have stopped (so that the probes are not taken by one)."""
     return report.Observed(
         documents=watch.documents(),
@@ -164,7 +192,7 @@ def observed(stack: Stack, watch: Watch, client: ServiceBusClient, sent_at: dict
         broker_accepted=accepted_by_broker(client, ("orders", stack.events_queue),
                                            session_queue="order-events" if stack.events_sessions else None),
         reservations=stack.fulfilment.reservations(), logs=stack.logs(), sent_at=sent_at, elapsed=elapsed,
-        queues_left=left(stack, client),
+        queues_left=left(stack, client), steady=steady or set(), steady_per_second=steady_per_second,
     )
 
 
@@ -210,10 +238,4 @@ def late_then_drain(stack: Stack, watch: Watch, client: ServiceBusClient, scenar
     if on_sent is not None:
         on_sent()
     print(f"{label}: waiting for the queues and the outbox to drain", flush=True)
-    deliveries: list[int] = []
-    while not drained(stack, watch, client, deliveries):
-        if time.time() > deadline:
-            print(f"{label}: not drained in time", file=sys.stderr)
-            return False
-        time.sleep(2)
-    return True
+    return wait_drained(stack, watch, client, deadline=deadline, label=label)

@@ -42,6 +42,8 @@ class Observed:
     sent_at: dict[str, float]
     elapsed: float
     queues_left: int
+    steady: set[str] = field(default_factory=set)  # the steady phase's MessageIds
+    steady_per_second: float = 0.0
 
 
 @dataclass
@@ -63,7 +65,8 @@ def build(scenario: Scenario, seen: Observed) -> Report:
     reasons = Counter(str(m.dead_letter_reason) for m in seen.dead_letters)
     planned_reasons = scenario.planned_dead_letters()
     sent = len(scenario.everything())
-    latencies = _latencies(seen)
+    latencies = _latencies(seen, steady=True)
+    backlog = _latencies(seen, steady=False)
     report.figures = {
         "orders": len(scenario.orders), "messages sent": sent, "deliveries": sum(outcomes.values()),
         "orders written": len(by_type["order"]),
@@ -74,8 +77,10 @@ def build(scenario: Scenario, seen: Observed) -> Report:
         "dead letters": dict(reasons), "dead letters planned": dict(planned_reasons),
         "reservations": len(seen.reservations), "OrderAccepted": len(seen.accepted),
         "outcomes": dict(outcomes), "seconds": round(seen.elapsed, 1),
-        "messages per second": round(sent / seen.elapsed, 1) if seen.elapsed else 0.0,
+        "messages per second": round((sent - len(seen.steady)) / seen.elapsed, 1) if seen.elapsed else 0.0,
         "latency p50 ms": _percentile(latencies, 50), "latency p99 ms": _percentile(latencies, 99),
+        "steady messages": len(seen.steady), "steady messages per second": round(seen.steady_per_second, 1),
+        "backlog latency p50 ms": _percentile(backlog, 50), "backlog latency p99 ms": _percentile(backlog, 99),
         **_drain_rates(seen),
     }
     report.violations = _violations(scenario, seen, by_type, reasons)
@@ -83,22 +88,22 @@ def build(scenario: Scenario, seen: Observed) -> Report:
     return report
 
 
-def _latencies(seen: Observed) -> list[float]:
+def _latencies(seen: Observed, *, steady: bool) -> list[float]:
+    """From each message's send to its first settlement: the steady phase's messages, or the others (which
+    includes the time they waited in the burst's backlog)."""
     first_settled: dict[str, float] = {}
     for match in _SETTLED.finditer(seen.logs):
         at = datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
         first_settled.setdefault(match["id"], at)
-    return [(at - seen.sent_at[i]) * 1000 for i, at in first_settled.items() if i in seen.sent_at]
+    return [(at - seen.sent_at[i]) * 1000 for i, at in first_settled.items()
+            if i in seen.sent_at and (i in seen.steady) is steady]
 
 
 def _drain_rates(seen: Observed) -> dict[str, float]:
     """Messages settled per second on each input queue, from its first settlement to its last (the hosts'
     log), each MessageId counted at its first settlement: the late copies, sent after the detection
     window, would stretch the orders' span."""
-    moments: dict[str, dict[str, float]] = defaultdict(dict)
-    for match in _SETTLED.finditer(seen.logs):
-        at = datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        moments[match["function"]].setdefault(match["id"], at)
+    moments = _first_settlements(seen.logs, leave_out=seen.steady)
     rates = {}
     for function, label in (("process_order", "orders"), ("process_order_event", "events")):
         times = list(moments.get(function, {}).values())
@@ -107,6 +112,23 @@ def _drain_rates(seen: Observed) -> dict[str, float]:
     orders, events = rates["orders drained per second"], rates["events drained per second"]
     rates["events against orders"] = round(events / orders, 2) if orders else 0.0
     return rates
+
+
+def _first_settlements(logs: str, leave_out: set[str]) -> dict[str, dict[str, float]]:
+    """Function -> MessageId -> when its first delivery was settled, from the hosts' log."""
+    moments: dict[str, dict[str, float]] = defaultdict(dict)
+    for match in _SETTLED.finditer(logs):
+        if match["id"] not in leave_out:
+            at = datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            moments[match["function"]].setdefault(match["id"], at)
+    return moments
+
+
+def drain_rate(logs: str) -> float:
+    """Messages settled per second over both input queues, first settlement to last (each MessageId once)."""
+    times = [at for by_id in _first_settlements(logs, set()).values() for at in by_id.values()]
+    span = max(times) - min(times) if len(times) > 1 else 0.0
+    return (len(times) - 1) / span if span else 0.0
 
 
 def _percentile(values: list[float], pct: int) -> float:
@@ -187,7 +209,11 @@ def table(report: Report) -> str:
         ("time", f"{f['seconds']} s, {f['messages per second']} messages/s"),
         ("drained per second: orders / events", f"{f['orders drained per second']} / {f['events drained per second']}"
                                                  f" ({f['events against orders']}x)"),
-        ("end-to-end latency p50 / p99", f"{f['latency p50 ms']} ms / {f['latency p99 ms']} ms"),
+        (f"end-to-end latency p50 / p99 at a steady {f['steady messages per second']} messages/s",
+         f"{f['latency p50 ms']} ms / {f['latency p99 ms']} ms ({f['steady messages']} messages)")
+        if f["steady messages"] else ("end-to-end latency p50 / p99", "not measured: no steady phase"),
+        ("send to settlement in the burst's backlog p50 / p99",
+         f"{f['backlog latency p50 ms']} ms / {f['backlog latency p99 ms']} ms"),
         ("invariant violations", str(len(report.violations))),
     ]
     width = max(len(label) for label, _ in rows)

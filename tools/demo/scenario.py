@@ -45,6 +45,20 @@ class Scenario:
     late: list[Planned] = field(default_factory=list)  # sent once the detection window has passed
     orders: dict[str, dict[str, Any]] = field(default_factory=dict)
     lifecycles: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Sent after the rest has drained, at a steady rate below capacity, in order, with no trouble: what the
+    # latency on the report's first screen is measured on. Part of the scenario once ``take_steady`` ran.
+    steady: list[Planned] = field(default_factory=list)
+    _steady_orders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _steady_lifecycles: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def take_steady(self) -> list[Planned]:
+        """The steady phase's messages (each order, then its events), now counted in the scenario."""
+        self.orders.update(self._steady_orders)
+        self.lifecycles.update(self._steady_lifecycles)
+        self.first += [p for p in self.steady if p.queue == "orders"]
+        self.events += [p for p in self.steady if p.queue != "orders"]
+        self._steady_orders, self._steady_lifecycles = {}, {}
+        return self.steady
 
     def everything(self) -> list[Planned]:
         """Every planned message."""
@@ -63,8 +77,8 @@ def _encoded(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def plan(orders: int, seed: int) -> Scenario:
-    """The scenario for ``orders`` orders from ``seed``."""
+def plan(orders: int, seed: int, steady_orders: int = 0) -> Scenario:
+    """The scenario for ``orders`` orders from ``seed``, and ``steady_orders`` more for the steady phase."""
     rng = random.Random(seed)  # noqa: S311 - test traffic, reproducible by seed
     scenario = Scenario()
     for _ in range(orders):
@@ -91,4 +105,11 @@ def plan(orders: int, seed: int) -> Scenario:
             bad_id = f"bad-{uuid.UUID(int=rng.getrandbits(128))}"
             scenario.first.append(Planned("orders", bad_id, b'{"orderId": "' + bad_id.encode() + b'", "items": [',
                                           expect="InvalidMessage"))
+    for _ in range(steady_orders):
+        body = generate.order(rng)
+        order_id = body["orderId"]
+        lifecycle = generate.order_events(rng, body)
+        scenario._steady_orders[order_id], scenario._steady_lifecycles[order_id] = body, lifecycle
+        scenario.steady += [Planned("orders", order_id, _encoded(body)),
+                            *(Planned("order-events", e["id"], _encoded(e), session_id=order_id) for e in lifecycle)]
     return scenario
