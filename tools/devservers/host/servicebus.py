@@ -188,12 +188,10 @@ class ServiceBusListener:
             receiver = self._receiver()
             try:
                 receiver.__enter__()  # on a session queue, the accept of the next session with messages
-            except OperationTimeoutError:
-                self._closer.submit(self._close, receiver)
-                continue  # no session had messages
             except ServiceBusError as exc:
                 self._closer.submit(self._close, receiver)
-                self._failed(exc)
+                if not isinstance(exc, OperationTimeoutError):  # that one only says no session had messages
+                    self._failed(exc)
                 continue
             accepted = time.monotonic()
             try:
