@@ -49,6 +49,7 @@ SETTLEMENTS: dict[Outcome, Settlement] = {
     Outcome.UNREADABLE: Settlement(Action.DEADLETTER, "UnreadableDocument"),
     Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
     Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
+    Outcome.LIMIT_EXCEEDED: Settlement(Action.DEADLETTER, "LimitExceeded"),
     Outcome.PARKED: Settlement(Action.COMPLETE),
     Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
     Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),

@@ -5,6 +5,8 @@
     ├── InvalidMessage            a delivery breaks a validation rule (``rule`` names it with its field path)
     ├── DownstreamUnavailable     an outgoing call timed out or could not connect: retry later
     ├── PublishError              an outgoing message could not be sent
+    ├── LimitExceeded             a message or a write would pass a limit of the platform or of this app (``limit``
+    │                             names it): it can never succeed as it is
     ├── UnreadableDocument        a stored document does not decode under this version's model (``doc_id``,
     │                             ``schema_version``, ``request_hash`` when that much reads)
     └── StoreError                the document store failed in a way the core must act on
@@ -17,7 +19,7 @@
         └── WriteConflict         a named write found its partition other than it assumed; nothing written
             ├── OrderIdTaken      a document already holds the order's id
             ├── AlreadySeen       this consumer's marker for the event exists (``stored_hash``: its first content's,
-            │                     None when that does not read here)
+            │                     None when that does not read here; ``releasing``: its release took more batches)
             └── OrderChanged      the order, or a document the write relied on, changed since it was read
 
 The named writes (``shared.handlers.writes``) raise the conflicts, so that no handler reads a batch's
@@ -55,6 +57,15 @@ class DownstreamUnavailable(ConsumerError):
 
 class PublishError(ConsumerError):
     """An outgoing message could not be sent to its destination."""
+
+
+class LimitExceeded(ConsumerError):
+    """A message or a write would pass a limit of the platform or of this app; ``limit`` names it with its value
+    (such as "Cosmos DB's 2 MB transactional batch"). Retrying cannot help."""
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class UnreadableDocument(ConsumerError):
@@ -103,7 +114,12 @@ class BatchFailed(StoreError):
 
 
 class BatchTooLarge(StoreError):
-    """A transactional batch would exceed 100 operations or 2 MB; it is refused, never split."""
+    """A transactional batch would exceed 100 operations or 2 MB, or hold an item over 2 MB; it is refused, never
+    split (the named writes plan their batches so that it is not met). ``limit`` names the limit."""
+
+    def __init__(self, message: str, *, limit: str, status: int | None = None) -> None:
+        super().__init__(message, status=status)
+        self.limit = limit
 
 
 class WriteConflict(StoreError):
@@ -118,9 +134,10 @@ class AlreadySeen(WriteConflict):
     """This consumer already wrote its marker for the event; ``stored_hash`` is the first content's requestHash,
     None when the marker (or parked copy) does not decode here and that field does not read either."""
 
-    def __init__(self, message: str, stored_hash: str | None) -> None:
+    def __init__(self, message: str, stored_hash: str | None, *, releasing: bool = False) -> None:
         super().__init__(message, status=409)
         self.stored_hash = stored_hash
+        self.releasing = releasing  # the marker's batch began a release that took more batches than one
 
 
 class OrderChanged(WriteConflict):

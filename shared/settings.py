@@ -104,6 +104,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         "(`transient`, `error`), so that retries are spread over minutes; capped by the lock.")
     side_effect_lease_seconds: Seconds = setting("SIDE_EFFECT_LEASE_SECONDS", 60, "Longest lease of an in-progress "
                                                  "side effect; also capped by the message lock.")
+    parked_set_aside_ttl_seconds: Seconds = setting(
+        "PARKED_SET_ASIDE_TTL_SECONDS", 604800, "Lifetime of a parked event set aside for good: rejected on "
+        "release (its order's state forbade it) or dropped by an operator (7 days). Kept that long for "
+        "`sbctl parked list`, then removed, so that what is set aside never fills the container.")
     parked_alert_after_seconds: Seconds = setting("PARKED_ALERT_AFTER_SECONDS", 900, "Age at which `report_stuck` "
                                                   "reports an event still parked waiting for its predecessor.")
     side_effect_stuck_after_seconds: Seconds = setting("SIDE_EFFECT_STUCK_AFTER_SECONDS", 300, "Time past its lease"

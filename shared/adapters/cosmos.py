@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,6 +34,7 @@ from shared.errors import (
     TransientStoreError,
 )
 from shared.ports.store import (
+    MAX_PAGE_ITEMS,
     BatchOperation,
     Create,
     Delete,
@@ -42,6 +43,7 @@ from shared.ports.store import (
     batch_result,
     check_batch,
     check_field,
+    check_item,
 )
 from shared.settings import Settings
 
@@ -246,7 +248,9 @@ class CosmosStore:
             await resource.close()
 
     async def create(self, document: Document) -> Document:
-        """Create the document; a taken id raises AlreadyExists."""
+        """Create the document; a taken id raises AlreadyExists, a document larger than an item may be
+        BatchTooLarge, before anything is sent."""
+        check_item(document)
         with translate_errors(f"create {document.get('id')}"):
             return dict(await (await self._ready()).create_item(body=document))
 
@@ -255,22 +259,20 @@ class CosmosStore:
         with translate_errors(f"read {doc_id}"):
             return dict(await (await self._ready()).read_item(item=doc_id, partition_key=partition_key))
 
-    async def query(
+    async def query_pages(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-        before: tuple[str, Any] | None = None, limit: int = 100,
-    ) -> list[Document]:
-        """A query with parameters, in one partition or across all, reading at most ``limit`` documents."""
+        before: tuple[str, Any] | None = None, page_size: int = MAX_PAGE_ITEMS,
+    ) -> AsyncIterator[list[Document]]:
+        """A query with parameters, in one partition or across all, a page (``max_item_count``) at a time; the
+        SDK follows each page's continuation token to the next."""
         sql, parameters = query_text(conditions, before)
         # The async client queries across partitions when no partition key is given.
         scope: dict[str, Any] = {"partition_key": partition_key} if partition_key is not None else {}
-        found: list[Document] = []
         container = await self._ready()
         with translate_errors("query"):
-            async for item in container.query_items(sql, parameters=parameters, max_item_count=limit, **scope):
-                found.append(dict(item))
-                if len(found) == limit:
-                    break
-        return found
+            pager = container.query_items(sql, parameters=parameters, max_item_count=page_size, **scope).by_page()
+            async for page in pager:
+                yield [dict(item) async for item in page]
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """One transactional batch in one partition: all operations or none. An ``etag_only`` patch alone is

@@ -10,14 +10,25 @@ import copy
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from shared.adapters.reservations import ReservationLedger
 from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, PublishError, StoreError
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
-from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, batch_result, check_batch, check_field
+from shared.ports.store import (
+    MAX_PAGE_ITEMS,
+    BatchOperation,
+    Create,
+    Delete,
+    Document,
+    Patch,
+    batch_result,
+    check_batch,
+    check_field,
+    check_item,
+)
 
 _Key = tuple[str, str]
 
@@ -26,18 +37,24 @@ class InMemoryStore:
     """Documents keyed by (partition key, id), guarded by one lock; etags change on every write.
 
     TTL follows Cosmos DB: with ``default_ttl`` None, expiry is off; -1 turns it on without a
-    default, and a document's own ``ttl`` (seconds, -1 = never) then applies.
+    default, and a document's own ``ttl`` (seconds, -1 = never) then applies. A query page holds at most
+    ``page_items`` documents, whatever page size is asked for, as Cosmos DB's pages are bounded too: the
+    simulator sets it small, so that its readers cross pages.
     """
 
-    def __init__(self, *, default_ttl: int | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, default_ttl: int | None = None, clock: Callable[[], float] = time.time,
+                 page_items: int = MAX_PAGE_ITEMS) -> None:
         self._default_ttl = default_ttl
+        self._page_items = page_items
         self._clock = clock
         self._documents: dict[_Key, Document] = {}
         self._lock = threading.Lock()
         self.requests = 0  # what a Cosmos request would be counted as; tests assert on it
 
     async def create(self, document: Document) -> Document:
-        """Create a document; raise AlreadyExists if its id is taken in its partition."""
+        """Create a document; raise AlreadyExists if its id is taken in its partition, BatchTooLarge (before
+        anything is written) if it is larger than an item may be."""
+        check_item(document)
         with self._lock:
             self.requests += 1
             return copy.deepcopy(self._create(self._documents, document))
@@ -48,24 +65,31 @@ class InMemoryStore:
             self.requests += 1
             return copy.deepcopy(self._get(self._documents, partition_key, doc_id))
 
-    async def query(
+    async def query_pages(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-        before: tuple[str, Any] | None = None, limit: int = 100,
-    ) -> list[Document]:
-        """Live documents matching every condition (and below ``before``), in one partition or across all."""
+        before: tuple[str, Any] | None = None, page_size: int = MAX_PAGE_ITEMS,
+    ) -> AsyncIterator[list[Document]]:
+        """Live documents matching every condition (and below ``before``), in one partition or across all, in
+        pages of at most ``page_size`` and of this store's ``page_items``. Each page is read when it is asked
+        for, after the position where the last one ended (its last document's partition and id), as Cosmos
+        DB's continuation resumes: what changed in between is seen as it is then."""
         for name in (*conditions, *([before[0]] if before else [])):
             check_field(name)
-        with self._lock:
-            self.requests += 1
-            found = [
-                copy.deepcopy(d)
-                for d in self._documents.values()
-                if not self._expired(d)
-                and (partition_key is None or d.get("orderId") == partition_key)
-                and all(d.get(k) == v for k, v in conditions.items())
-                and (before is None or _less(d.get(before[0]), before[1]))
-            ]
-        return found[:limit]
+        size, after = max(1, min(page_size, self._page_items)), ("", "")
+        while True:
+            with self._lock:
+                self.requests += 1
+                found = sorted(
+                    (_position(d), d) for d in self._documents.values()
+                    if _position(d) > after and not self._expired(d)
+                    and (partition_key is None or d.get("orderId") == partition_key)
+                    and all(d.get(k) == v for k, v in conditions.items())
+                    and (before is None or _less(d.get(before[0]), before[1])))
+                page = [copy.deepcopy(d) for _, d in found[:size]]
+            yield page
+            if len(found) <= size:
+                return
+            after = found[size - 1][0]
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """Apply all operations to a copy, and keep the copy only if every one succeeded."""
@@ -160,6 +184,11 @@ def _condition_holds(document: Document, condition: Mapping[str, Any]) -> bool:
         if actual not in expected if isinstance(expected, tuple) else actual != expected:
             return False
     return True
+
+
+def _position(document: Document) -> tuple[str, str]:
+    """Where a document stands in a query's pages: by partition, then id."""
+    return str(document.get("orderId")), str(document.get("id"))
 
 
 def _less(value: Any, bound: Any) -> bool:

@@ -17,13 +17,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.domain.documents import ParkedEvent, UnreadableParked
-from shared.domain.lifecycle import CloudEvent
+from shared.domain.lifecycle import TERMINAL_STATUSES, CloudEvent
 from shared.domain.outcomes import Outcome
 from shared.errors import UnreadableDocument
 
-# The state machine allows chains of a few events only; a safety net for one batch (each released
-# event costs two operations: with the order's own write and a marker, 40 stay inside 100).
-MAX_RELEASED_PER_BATCH = 40
+# The most events one order holds parked and counted. A storm past it (a producer that rebuilds its events'
+# ids on every retry while their order is held back) would make a release read and settle more than a
+# delivery does inside its lock; the event past it is dead-lettered LimitExceeded instead. A full backlog
+# takes 10 query pages and about 11 batches to release (docs/design.md, "Limits").
+MAX_PARKED_EVENTS = 1000
 
 
 def transition(event: CloudEvent) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -49,9 +51,14 @@ class Order:
     changes: Mapping[str, Any] = field(default_factory=dict)
 
     def decide(self, event: CloudEvent) -> Outcome:
-        """STALE, APPLIED, INVALID_TRANSITION or PARKED: what the event does to the order as it stands."""
+        """STALE, APPLIED, INVALID_TRANSITION or PARKED: what the event does to the order as it stands. An
+        order in a terminal status takes no event, in turn or not: parking one would strand it."""
         in_turn = self._turn(event.sequence)
-        if in_turn is not Outcome.APPLIED:
+        if in_turn is Outcome.STALE:
+            return in_turn
+        if self.status in TERMINAL_STATUSES:
+            return Outcome.INVALID_TRANSITION
+        if in_turn is Outcome.PARKED:
             return in_turn
         return Outcome.APPLIED if self.status in event.kind.allowed_from else Outcome.INVALID_TRANSITION
 
@@ -60,6 +67,11 @@ class Order:
         if self.version >= sequence:
             return Outcome.STALE
         return Outcome.PARKED if self.status is None or self.version != sequence - 1 else Outcome.APPLIED
+
+    @property
+    def full(self) -> bool:
+        """Whether the order holds as many parked events as one order may (MAX_PARKED_EVENTS)."""
+        return self.parked >= MAX_PARKED_EVENTS
 
     def refusal(self, event: CloudEvent) -> str:
         """Why the order's state forbids the event: "is <status>; <type> may follow only <statuses>"."""
@@ -79,17 +91,20 @@ class Order:
         return self._with(parked=max(0, parked))
 
     def release(self, waiting: Sequence[ParkedEvent | UnreadableParked]) -> Release:
-        """Apply the parked events that are in sequence after the order, in one pass by sequence.
+        """Settle the parked events that the order, as it stands, decides: in one pass by sequence.
 
-        A parked event at or below the order's version (another event took its version) is stale; one
-        the order's state forbids is rejected with the reason, and what waits behind it stays parked.
-        One that does not decode here (``UnreadableParked``, or an event ``cloud_event`` cannot read)
-        stops the release when it is in turn, or its sequence does not read: it stays parked, and so does
-        every event at or after its sequence. Stale or out of turn, it stays and stops nothing. The order
-        then counts what still waits and was counted when it was parked: one parked uncounted (its order
-        did not decode then) stays uncounted, so that its drop leaves the count right.
+        ``waiting`` must be every event parked against the order (all the query's pages): the pass decides
+        by sequence, and the count it leaves is what still waits. A parked event in sequence after the order
+        applies; one at or below the order's version (another event took its version) is stale; one the
+        order's state forbids is rejected with the reason, and so is every one still waiting once the order
+        is in a terminal status, since none can ever apply. One that does not decode here
+        (``UnreadableParked``, or an event ``cloud_event`` cannot read) stops the release when it is in turn,
+        or its sequence does not read: it stays parked, and so does every event at or after its sequence.
+        Stale or out of turn, it stays and stops nothing. The order then counts what still waits and was
+        counted when it was parked: one parked uncounted (its order did not decode then) stays uncounted, so
+        that its drop leaves the count right.
         """
-        order, done, held = self, Release(self), False
+        order, steps, notes, held = self, [], [], False
         kept: list[ParkedEvent | UnreadableParked] = []
         for parked in sorted(waiting, key=_in_sequence):
             if held:
@@ -97,24 +112,31 @@ class Order:
             elif isinstance(parked, UnreadableParked):
                 kept.append(parked)
                 if held := parked.sequence is None or order._turn(parked.sequence) is Outcome.APPLIED:
-                    done.notes.append(f"{parked.reason}; it stays parked, with what follows it")
+                    notes.append(f"{parked.reason}; it stays parked, with what follows it")
             elif (turn := order._turn(parked.sequence)) is Outcome.STALE:  # only an event in turn is decoded
-                done.stale.append(parked)
-                done.notes.append(f"parked version {parked.sequence} was stale and is removed")
-            elif turn is Outcome.PARKED or len(done.applied) == MAX_RELEASED_PER_BATCH:
+                steps.append(Step(parked))
+            elif turn is Outcome.PARKED and order.status not in TERMINAL_STATUSES:
                 kept.append(parked)
             elif isinstance(event := _event_of(parked), UnreadableDocument):
                 kept.append(parked)
-                held = True
-                done.notes.append(f"{event}; it stays parked, with what follows it")
-            elif order.decide(event) is Outcome.APPLIED:
+                held = turn is Outcome.APPLIED
+                notes.append(f"{event}; it stays parked" + (", with what follows it" if held else ""))
+            elif turn is Outcome.APPLIED and order.decide(event) is Outcome.APPLIED:
                 order = order.apply(event)
-                done.applied.append((parked, event))
+                steps.append(Step(parked, event=event))
             else:
-                done.rejected.append((parked, reason := f"order {order.refusal(event)}"))
-                done.notes.append(f"parked version {parked.sequence} rejected: {reason}")
-        done.order = order.count_parked(sum(parked.counted for parked in kept))
-        return done
+                steps.append(Step(parked, rejection=f"order {order.refusal(event)}"))
+        stale = sum(step.kind == "stale" for step in steps)
+        rejected = [step for step in steps if step.kind == "rejected"]
+        if stale:
+            notes.append(f"{stale} parked at or below the version {'were' if stale > 1 else 'was'} stale and"
+                         f" {'are' if stale > 1 else 'is'} removed")
+        if rejected:
+            notes.append(f"{len(rejected)} parked rejected: {rejected[0].rejection}")
+        applied = [step for step in steps if step.kind == "applied"]
+        # Applied events are written in sequence; what is removed or rejected may go in any batch after them.
+        ordered = applied + [step for step in steps if step.kind != "applied"]
+        return Release(self, ordered, sum(parked.counted for parked in kept), notes)
 
     def _with(self, **changes: Any) -> Order:
         state = {k: changes[k] for k in ("status", "version", "parked") if k in changes}
@@ -136,15 +158,52 @@ def _event_of(parked: ParkedEvent) -> CloudEvent | UnreadableDocument:
         return exc
 
 
-@dataclass
-class Release:
-    """What a release did: the order after it, and the parked events it applied, found stale or rejected."""
+@dataclass(frozen=True)
+class Step:
+    """One parked event a release settles: applied (with its event), rejected (with the reason), or stale."""
 
-    order: Order
-    applied: list[tuple[ParkedEvent, CloudEvent]] = field(default_factory=list)
-    stale: list[ParkedEvent] = field(default_factory=list)
-    rejected: list[tuple[ParkedEvent, str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # what was set aside, in the order it was decided
+    parked: ParkedEvent
+    event: CloudEvent | None = None
+    rejection: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """``applied``, ``rejected`` or ``stale``."""
+        return "applied" if self.event is not None else "rejected" if self.rejection is not None else "stale"
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a release decides: the order it starts from, the parked events it settles (``steps``, the applied
+    ones first, in sequence), how many counted ones still wait after it, and what it set aside.
+
+    A release may be written in several batches, each taking the next steps. ``after(n)`` is the order once
+    the first ``n`` are written: its version and state from the events applied among them, and its count
+    what still waits, so that the order and what waits agree after every batch.
+    """
+
+    start: Order
+    steps: list[Step]
+    kept: int
+    notes: list[str] = field(default_factory=list)
+
+    def after(self, done: int) -> Order:
+        """The order once the first ``done`` steps are written."""
+        order = self.start
+        for step in self.steps[:done]:
+            if step.event is not None:
+                order = order.apply(step.event)
+        return order.count_parked(self.kept + sum(step.parked.counted for step in self.steps[done:]))
+
+    @property
+    def order(self) -> Order:
+        """The order once every step is written."""
+        return self.after(len(self.steps))
+
+    @property
+    def applied(self) -> list[tuple[ParkedEvent, CloudEvent]]:
+        """The parked events applied, with their events, in sequence."""
+        return [(step.parked, step.event) for step in self.steps if step.event is not None]
 
     def describe(self) -> str:
         """What the release did, for the delivery's log record."""

@@ -250,6 +250,9 @@ class InboxMarker(StoredDocument, kw_only=True, tag="inbox"):
     event_type: str | UnsetType = UNSET
     event_time: str | UnsetType = UNSET
     event_id: str | UnsetType = UNSET
+    # True when the event's release took more batches than its marker's: a redelivery that finds the marker
+    # finishes the release (docs/design.md, "Limits"). Absent otherwise.
+    releasing: bool | UnsetType = UNSET
 
     @classmethod
     def of(cls, event: CloudEvent, consumer: str, request_hash: str, ttl: int) -> InboxMarker:

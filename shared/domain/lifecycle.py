@@ -159,6 +159,12 @@ KINDS: dict[str, EventKind] = {
 }
 
 
+# The statuses no event may follow (shipped and cancelled): an event for an order in one of them can never
+# apply, in turn or not.
+TERMINAL_STATUSES = frozenset({"placed", *(k.status_after for k in KINDS.values())}) - {
+    status for kind in KINDS.values() for status in kind.allowed_from}
+
+
 class _Head(msgspec.Struct, frozen=True):
     type: Annotated[str, msgspec.Meta(max_length=255)]
 

@@ -36,6 +36,7 @@ class Outcome(StrEnum):
     UNREADABLE = "unreadable"
     INVALID = "invalid"
     INVALID_TRANSITION = "invalid_transition"
+    LIMIT_EXCEEDED = "limit_exceeded"
     PARKED = "parked"
     IN_PROGRESS = "in_progress"
     DOWNSTREAM_REJECTED = "downstream_rejected"

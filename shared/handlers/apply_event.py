@@ -8,6 +8,10 @@ the order (or pending order) does not decode here (a newer version broke the add
 docs/design.md, "Schema versions"), or is a document type this version does not know, the event is
 parked with the reason, uncounted, and its message completed: retrying would meet the same document
 again. A parked event that does not decode does not stop the event: the release stops at it.
+
+A release writes what it decides in as many batches as Cosmos DB's limits take; an order already holding
+MAX_PARKED_EVENTS parks no more (LimitExceeded), and one in a terminal status takes no event at all
+(InvalidTransition), which would otherwise wait parked for good.
 """
 
 from __future__ import annotations
@@ -15,12 +19,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from shared.domain.aggregate import MAX_PARKED_EVENTS
 from shared.domain.documents import InboxMarker, ParkedEvent
 from shared.domain.lifecycle import parse_event
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
-from shared.errors import AlreadySeen, InvalidMessage, OrderChanged, TransientStoreError, UnreadableDocument
-from shared.handlers.writes import EventWrites, Stored, read_known, waiting
+from shared.errors import (
+    AlreadySeen,
+    InvalidMessage,
+    LimitExceeded,
+    OrderChanged,
+    TransientStoreError,
+    UnreadableDocument,
+)
+from shared.handlers.writes import EventWrites, Releases, Stored, read_known, waiting
 from shared.ports.store import MAX_RACES, DocumentStore
 from shared.settings import Settings
 
@@ -33,13 +45,16 @@ async def apply_order_event(
         event = parse_event(message)
     except InvalidMessage as exc:
         return Result(Outcome.INVALID, exc.rule)
+    except LimitExceeded as exc:
+        return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
     hash_, consumer = event.request_hash(), settings.consumer_name
-    writes = EventWrites(store, InboxMarker.of(event, consumer, hash_, settings.dedup_ttl_seconds), event)
+    releases = Releases(store, consumer, settings.parked_set_aside_ttl_seconds)
+    writes = EventWrites(releases, InboxMarker.of(event, consumer, hash_, settings.dedup_ttl_seconds), event)
     try:
         outcome, description = await _apply(writes, message, clock)
     except AlreadySeen as seen:
         if seen.stored_hash == hash_:
-            return Result(Outcome.DUPLICATE, "", hash_)
+            return await _duplicate(releases, event.order_id, hash_, finish=seen.releasing)
         if seen.stored_hash is None:
             return Result(Outcome.UNREADABLE, f"event {event.source} {event.id} (messageId {message.message_id})"
                                               f" already seen by {consumer}: {seen}; no requestHash reads there to"
@@ -50,7 +65,21 @@ async def apply_order_event(
                                                 f" this delivery has {hash_}", hash_)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"store unavailable: {exc}", hash_)
+    except LimitExceeded as exc:
+        return Result(Outcome.LIMIT_EXCEEDED, f"event {event.id} of order {event.order_id}: {exc} ({exc.limit})",
+                      hash_)
     return Result(outcome, description, hash_)
+
+
+async def _duplicate(releases: Releases, order_id: str, hash_: str, *, finish: bool) -> Result:
+    """A delivery of an event already applied or parked. When its marker says its release took more batches
+    than one, the release is finished first: a failure between them left the rest to this redelivery."""
+    if finish:
+        try:
+            await releases.finish(order_id)
+        except TransientStoreError as exc:
+            return Result(Outcome.TRANSIENT, f"finishing the release of order {order_id}: {exc}", hash_)
+    return Result(Outcome.DUPLICATE, "", hash_)
 
 
 async def _apply(writes: EventWrites, message: InboundMessage, clock: Callable[[], float]) -> tuple[Outcome, str]:
@@ -86,6 +115,11 @@ async def _decide(writes: EventWrites, message: InboundMessage, clock: Callable[
         done = order.apply(event).release(parked)
         await writes.apply_and_release(stored, done)
         return decision, done.describe()
+    if order.full:
+        return Outcome.LIMIT_EXCEEDED, (f"order {event.order_id} holds {order.parked} parked events, the most one"
+                                        f" order may ({MAX_PARKED_EVENTS}); event {event.id} with sequence"
+                                        f" {event.sequence} is not parked beside them (the app's limit of parked"
+                                        " events per order)")
     await writes.park(stored, _parked(writes, message, clock))
     return decision, (f"order {event.order_id} is at version {order.version}; event {event.id} with sequence"
                       f" {event.sequence} waits for version {order.version + 1}")

@@ -6,17 +6,21 @@ one aside for good. Neither deletes what it cannot account for: a dropped event 
 
 from __future__ import annotations
 
-from shared.domain.aggregate import Order, Release
+from shared.domain.aggregate import Order, Release, Step
 from shared.domain.documents import ParkedEvent, ParkedStatus
 from shared.domain.outcomes import Outcome
 from shared.errors import NotFound, StoreError
-from shared.handlers.writes import MAX_PARKED_READ, Stored, read_order, released_by_hand, set_aside, waiting
-from shared.ports.store import DocumentStore
+from shared.handlers.writes import Releases, Stored, read_order, set_aside, waiting
+from shared.ports.store import DocumentStore, query_all
+from shared.settings import Settings
+
+SET_ASIDE_TTL = Settings().parked_set_aside_ttl_seconds
 
 
 async def find_parked(store: DocumentStore, consumer: str, order_id: str | None) -> list[ParkedEvent]:
-    """What this consumer has parked, for one order or all (rejected and dropped ones included)."""
-    found = await store.query(ParkedEvent.of_consumer(consumer), partition_key=order_id, limit=MAX_PARKED_READ)
+    """Everything this consumer has parked, for one order or all, read through every page (rejected and
+    dropped ones included, until their ttl ends), by order and sequence."""
+    found = await query_all(store, ParkedEvent.of_consumer(consumer), partition_key=order_id)
     return sorted((ParkedEvent.from_document(d) for d in found), key=lambda p: (p.order_id, p.sequence))
 
 
@@ -27,9 +31,11 @@ async def _one_parked(store: DocumentStore, consumer: str, order_id: str, event_
     raise NotFound(f"no event {event_id} waits parked against order {order_id}")
 
 
-async def force_release(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> Release:
+async def force_release(store: DocumentStore, consumer: str, order_id: str, event_id: str, *,
+                        set_aside_ttl: int = SET_ASIDE_TTL) -> Release:
     """Apply a parked event now, its missing predecessors notwithstanding (an operator's decision),
-    then what waits behind it. Raise NotFound, or StoreError when the order's state forbids it."""
+    then what waits behind it, in as many batches as they take. Raise NotFound, or StoreError when the
+    order's state forbids it."""
     parked = await _one_parked(store, consumer, order_id, event_id)
     stored = await read_order(store, order_id)
     if stored.order.status is None:
@@ -41,15 +47,17 @@ async def force_release(store: DocumentStore, consumer: str, order_id: str, even
     others = [p for p in await waiting(store, consumer, order_id) if p.id != parked.id]
     if earlier := [p.sequence for p in others if p.sequence is None or p.sequence < parked.sequence]:
         raise StoreError(f"versions {earlier} of order {order_id} are parked before it; release those first")
-    done = skipped.apply(event).release(others)
-    done.applied.insert(0, (parked, event))
-    await released_by_hand(store, stored, done)
+    rest = skipped.apply(event).release(others)
+    done = Release(skipped, [Step(parked, event=event), *rest.steps], rest.kept, rest.notes)
+    await Releases(store, consumer, set_aside_ttl).by_hand(stored, done)
     return done
 
 
-async def drop(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> ParkedEvent:
-    """Set a parked event aside for good (an operator's decision): kept, marked dropped, no longer counted.
-    An event parked uncounted is dropped without reading its order, which may still not decode here."""
+async def drop(store: DocumentStore, consumer: str, order_id: str, event_id: str, *,
+               set_aside_ttl: int = SET_ASIDE_TTL) -> ParkedEvent:
+    """Set a parked event aside for good (an operator's decision): kept, marked dropped until its ttl ends,
+    no longer counted. An event parked uncounted is dropped without reading its order, which may still not
+    decode here."""
     parked = await _one_parked(store, consumer, order_id, event_id)
     stored = await read_order(store, order_id) if parked.counted else Stored(Order(order_id))
-    return await set_aside(store, stored, parked, "dropped by an operator")
+    return await set_aside(Releases(store, consumer, set_aside_ttl), stored, parked, "dropped by an operator")

@@ -25,8 +25,6 @@ from shared.ports.store import DocumentStore, Patch
 logger = logging.getLogger("idempotent_consumer.outbox")
 #: Entries per send: the sender splits a send that does not fit one batch, this keeps a send's marks close.
 SEND_CHUNK = 100
-#: Stuck entries one sweep reads: far more than a sweep period gathers (see ``OutboxPublisher.sweep``).
-SWEEP_LIMIT = 1000
 
 
 def outgoing_message(entry: OutboxEntry) -> OutgoingMessage:
@@ -120,18 +118,23 @@ class OutboxPublisher:
                 _not_published(entry, exc)
                 failed.append(entry.id)
 
-    async def sweep(self, *, stuck_after_seconds: int, limit: int = SWEEP_LIMIT) -> PublishReport:
-        """Find pending outbox entries older than the threshold (at most ``limit``) and publish them.
+    async def sweep(self, *, stuck_after_seconds: int) -> PublishReport:
+        """Publish every pending outbox entry older than the threshold, a query page at a time.
 
-        The limit is well above what one sweep period gathers, so that an entry whose mark failed after its
-        send is resent by the next sweep, inside the destination's duplicate-detection window, rather than
-        waiting behind a backlog of older entries for later sweeps.
+        The sweep reads through all the pages rather than a first batch of them, so that an entry whose
+        mark failed after its send is resent by the next sweep, inside the destination's duplicate-detection
+        window, however long the backlog ahead of it.
         """
         conditions, before = OutboxEntry.pending_before(self._clock() - stuck_after_seconds)
-        stuck = await self._store.query(conditions, before=before, limit=limit)
-        if stuck:
-            logger.warning("sweep found %d stuck outbox documents", len(stuck), extra={"stuck": len(stuck)})
-        return await self.publish(stuck)
+        reports: list[PublishReport] = []
+        async for page in self._store.query_pages(conditions, before=before):
+            if page:
+                reports.append(await self.publish(page))
+        found = sum(len(r.dispatched) + len(r.failed) + r.skipped for r in reports)
+        if found:
+            logger.warning("sweep found %d stuck outbox documents", found, extra={"stuck": found})
+        return PublishReport(tuple(i for r in reports for i in r.dispatched),
+                             tuple(i for r in reports for i in r.failed), sum(r.skipped for r in reports))
 
     async def _mark(self, entry: OutboxEntry) -> None:
         """Mark a sent entry dispatched, on the etag it was read with."""

@@ -18,13 +18,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from shared.domain.aggregate import Order
-from shared.domain.documents import OrderDocument, OutboxEntry, SideEffectRecord
+from shared.domain.documents import EffectStatus, OrderDocument, OutboxEntry, SideEffectRecord
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from shared.domain.outcomes import Outcome, Result
-from shared.errors import InvalidMessage, OrderChanged, OrderIdTaken, TransientStoreError, UnreadableDocument
+from shared.errors import (
+    InvalidMessage,
+    LimitExceeded,
+    OrderChanged,
+    OrderIdTaken,
+    TransientStoreError,
+    UnreadableDocument,
+)
 from shared.handlers.side_effects import SideEffect
-from shared.handlers.writes import OrderIntake, read_known, waiting
+from shared.handlers.writes import OrderIntake, Releases, read_known, waiting
 from shared.ports.fulfilment import FulfilmentService, reservation_request
 from shared.ports.store import MAX_RACES, DocumentStore
 from shared.settings import Settings
@@ -49,6 +56,8 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
         order = parse_order(message)
     except InvalidMessage as exc:
         return Result(Outcome.INVALID, exc.rule)
+    except LimitExceeded as exc:
+        return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
     hash_, settings = order.request_hash(), services.settings
     effect = SideEffect(services.store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds,
                         services.clock)
@@ -58,15 +67,22 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
                                    destination=settings.outbox_destination,
                                    requires_session=settings.outbox_requires_session, now=services.clock()),
         effect.claim(order.order_id, message, hash_))
+    releases = Releases(services.store, settings.consumer_name, settings.parked_set_aside_ttl_seconds)
     try:
-        written = await _write(intake, services.store, effect)
+        written = await _write(intake, releases, effect)
+        if isinstance(written, Result):
+            return written
+        done, record = written
+        if done is Outcome.DUPLICATE and (record is None or record.status is EffectStatus.IN_PROGRESS):
+            # Its reservation is not finished, so neither may be the release its order began (the release
+            # is written before the call): this delivery finishes both.
+            await releases.finish(order.order_id)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"create failed: {exc}", hash_)
     except UnreadableDocument as exc:
         return _unreadable(order.order_id, exc, hash_)
-    if isinstance(written, Result):
-        return written
-    done, record = written
+    except LimitExceeded as exc:
+        return Result(Outcome.LIMIT_EXCEEDED, f"order {order.order_id}: {exc} ({exc.limit})", hash_)
     created = done is Outcome.CREATED
     request = reservation_request(order)
     try:
@@ -79,7 +95,7 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
 
 
 async def _write(
-    intake: OrderIntake, store: DocumentStore, effect: SideEffect
+    intake: OrderIntake, releases: Releases, effect: SideEffect
 ) -> tuple[Outcome, SideEffectRecord | None] | Result:
     """CREATED with the claim as written, DUPLICATE with the claim as read (or None), or a final Result.
 
@@ -89,11 +105,11 @@ async def _write(
     one more request on those paths. A pending order means events came first and are parked: the
     order takes its place, with the parked events it releases, in the same batch.
     """
-    order_id, hash_ = intake.order.order_id, intake.order.request_hash
+    order_id, hash_, store = intake.order.order_id, intake.order.request_hash, releases.store
     for _ in range(MAX_RACES):
         unread: UnreadableDocument | None = None  # the claim, not decoding and naming no hash: the order decides
         try:
-            return Outcome.CREATED, await intake.write(store)
+            return Outcome.CREATED, await intake.write(releases)
         except OrderIdTaken:
             try:
                 found = await effect.find(intake.claim)
@@ -113,7 +129,7 @@ async def _write(
         adopting = None
         if stored.document is not None:  # a pending order: the order takes its place and releases what waits
             placed = Order(order_id, intake.order.status, intake.order.version, stored.order.parked)
-            adopting = stored, placed.release(await waiting(store, intake.claim.consumer, order_id))
+            adopting = stored, placed.release(await waiting(store, releases.consumer, order_id))
         intake = replace(intake, adopting=adopting)
     return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)
 

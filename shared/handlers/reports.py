@@ -14,12 +14,10 @@ from typing import TypeVar
 
 from shared.domain.documents import ParkedEvent, SideEffectRecord
 from shared.errors import UnreadableDocument
-from shared.ports.store import Document, DocumentStore
+from shared.ports.store import Document, DocumentStore, query_all
 from shared.telemetry import record_overdue
 
 _Kind = TypeVar("_Kind", ParkedEvent, SideEffectRecord)
-
-MAX_REPORTED = 100
 
 
 @dataclass(frozen=True)
@@ -35,12 +33,12 @@ async def report_stuck(
     store: DocumentStore, *, consumer: str, now: float, parked_after: float, stuck_after: float
 ) -> StuckReport:
     """Find, log and count events parked longer than ``parked_after`` and side effects whose lease
-    ended more than ``stuck_after`` seconds ago, up to MAX_REPORTED of each."""
+    ended more than ``stuck_after`` seconds ago: every one, read through all the queries' pages."""
     unreadable: list[str] = []
-    parked = _decoded(ParkedEvent, "parked", unreadable, await store.query(
-        ParkedEvent.waiting(consumer), before=("parkedAt", now - parked_after), limit=MAX_REPORTED))
-    stuck = _decoded(SideEffectRecord, "side-effect", unreadable, await store.query(
-        SideEffectRecord.in_progress(), before=("leaseUntil", now - stuck_after), limit=MAX_REPORTED))
+    parked = _decoded(ParkedEvent, "parked", unreadable, await query_all(
+        store, ParkedEvent.waiting(consumer), before=("parkedAt", now - parked_after)))
+    stuck = _decoded(SideEffectRecord, "side-effect", unreadable, await query_all(
+        store, SideEffectRecord.in_progress(), before=("leaseUntil", now - stuck_after)))
     for event in parked:
         record_overdue("parked", event.order_id, f"sequence={event.sequence} eventId={event.event_id}"
                                                  f" parkedSeconds={now - event.parked_at:.0f}")

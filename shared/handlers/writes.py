@@ -1,24 +1,33 @@
 """The named writes: each multi-document write of the core as a type with named parts and named failures.
 
-A write is one transactional batch in its order's partition, all or nothing. Its layout stays here: a
-handler says what it writes, and hears back what went wrong by name (``OrderIdTaken``, ``AlreadySeen``,
-``OrderChanged`` from ``shared.errors``), never by a position in the batch.
+A write is one transactional batch in its order's partition, all or nothing, inside Cosmos DB's limits
+(100 operations, 2 MB). Its layout stays here: a handler says what it writes, and hears back what went
+wrong by name (``OrderIdTaken``, ``AlreadySeen``, ``OrderChanged``, ``LimitExceeded`` from
+``shared.errors``), never by a position in the batch.
 
-An order is changed by a patch of its aggregate's changes, on its etag as read, which keeps every
-field it does not set; so is a pending order. Only an order taking a pending order's place sets more
-fields than one patch takes: it is merged into the pending order as read, on its etag. Nothing here
-rewrites a document from a Struct.
+A release (``Releases``) is the one write that may not fit one batch: a storm of copies parked before
+their order becomes a storm of removals when the order comes. It is planned here, where the limits are
+known: each batch takes as many of the release's steps as fit beside the order's own write, and is on
+the order's etag, the first as read and each next one as the last batch left it; every batch sets the
+order's version, state and count as they stand once its steps are written, so that the order and what
+waits agree after each. What cannot fit at all (a document past 2 MB) is refused with LimitExceeded
+before anything is sent.
+
+An order is changed by a patch of its aggregate's changes, on its etag, which keeps every field it does
+not set; so is a pending order. Only an order taking a pending order's place sets more fields than one
+patch takes: it is merged into the pending order as read, on its etag. Nothing here rewrites a document
+from a Struct.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from shared.domain.aggregate import Order, Release, transition
+from shared.domain.aggregate import Order, Release, Step, transition
 from shared.domain.documents import (
     EventRecord,
     InboxMarker,
@@ -37,6 +46,8 @@ from shared.errors import (
     AlreadyExists,
     AlreadySeen,
     BatchFailed,
+    BatchTooLarge,
+    LimitExceeded,
     NotFound,
     OrderChanged,
     OrderIdTaken,
@@ -46,10 +57,26 @@ from shared.errors import (
     UnreadableDocument,
     WriteConflict,
 )
-from shared.ports.store import BatchOperation, Create, Delete, Document, DocumentStore, Patch, Replace
+from shared.ports.store import (
+    BATCH_LIMIT,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_OPERATIONS,
+    MAX_RACES,
+    BatchOperation,
+    Create,
+    Delete,
+    Document,
+    DocumentStore,
+    Patch,
+    Replace,
+    operation_bytes,
+    query_all,
+)
 
-MAX_PARKED_READ = 100
 Parts = list[tuple[str, BatchOperation]]
+# A release's batches fail on the order (its etag moved) or on a parked event (gone, or no longer parked):
+# another delivery wrote the order since; read it again.
+_RELEASE_CONFLICTS: dict[str, type[WriteConflict]] = {"order": OrderChanged, "released": OrderChanged}
 
 
 @dataclass(frozen=True)
@@ -87,9 +114,10 @@ async def read_known(store: DocumentStore, order_id: str) -> Stored:
 
 
 async def waiting(store: DocumentStore, consumer: str, order_id: str) -> list[ParkedEvent | UnreadableParked]:
-    """The events this consumer has parked against the order (``Order.release`` puts them in sequence
-    order); one that does not decode here as what still reads of it, for a release to stop at."""
-    found = await store.query(ParkedEvent.waiting(consumer), partition_key=order_id, limit=MAX_PARKED_READ)
+    """Every event this consumer has parked against the order, read through all the query's pages
+    (``Order.release`` puts them in sequence order); one that does not decode here as what still reads of
+    it, for a release to stop at."""
+    found = await query_all(store, ParkedEvent.waiting(consumer), partition_key=order_id)
     return [ParkedEvent.read_leniently(d) for d in found]
 
 
@@ -100,6 +128,11 @@ def order_write(stored: Stored, order: Order) -> BatchOperation:
     if stored.document is None:
         return Create(PendingOrder(id=order.order_id, order_id=order.order_id, parked=order.parked).to_document())
     return Patch(order.order_id, dict(order.changes), if_match=_ours(stored)["_etag"])
+
+
+def _patch_on(order_id: str, etag: str) -> Callable[[Order], BatchOperation]:
+    """The order's changes as a patch on ``etag``, for the batches of a release after its first."""
+    return lambda order: Patch(order_id, dict(order.changes), if_match=etag)
 
 
 def _merge_on_etag(stored: Stored, changes: Mapping[str, Any]) -> Replace:
@@ -113,40 +146,136 @@ def _ours(stored: Stored) -> Document:
     return stored.document
 
 
-def released(done: Release) -> Parts:
-    """A release's writes beside the order's: each applied event's record, and its parked copy removed;
-    a stale copy removed; a rejected one kept with the reason."""
-    parts: Parts = []
-    for parked, event in done.applied:
-        parts += [("record", Create(EventRecord.of(event).to_document())), ("released", Delete(parked.id, parked.etag))]
-    parts += [("released", Delete(parked.id, parked.etag)) for parked in done.stale]
-    parts += [("released", Patch(parked.id, {"status": ParkedStatus.REJECTED.value, "reason": reason},
-                                 {"status": ParkedStatus.PARKED.value})) for parked, reason in done.rejected]
-    return parts
+@dataclass(frozen=True)
+class Releases:
+    """Writes releases: the steps of each in as many batches as Cosmos DB's limits take, each on the order's etag.
+
+    A rejected or dropped parked event is kept for operators with a ``ttl`` of ``set_aside_ttl`` seconds, so
+    that what is set aside neither fills the container nor a listing for good.
+    """
+
+    store: DocumentStore
+    consumer: str
+    set_aside_ttl: int
+    max_operations: int = MAX_BATCH_OPERATIONS  # a batch's budget: Cosmos DB's limits
+    max_bytes: int = MAX_BATCH_BYTES
+
+    def step_parts(self, step: Step) -> Parts:
+        """One step's writes: an applied event's record and its parked copy removed; a stale copy removed; a
+        rejected one kept, marked, with the reason and its ttl."""
+        parked = step.parked
+        if step.event is not None:
+            return [("record", Create(EventRecord.of(step.event).to_document())),
+                    ("released", Delete(parked.id, parked.etag))]
+        if step.rejection is None:
+            return [("released", Delete(parked.id, parked.etag))]
+        return [("released", self.set_aside(parked, ParkedStatus.REJECTED, step.rejection))]
+
+    def set_aside(self, parked: ParkedEvent, status: ParkedStatus, reason: str) -> Patch:
+        """The patch that sets a parked event aside (rejected or dropped), kept until its ttl ends."""
+        return Patch(parked.id, {"status": status.value, "reason": reason, "ttl": self.set_aside_ttl},
+                     {"status": ParkedStatus.PARKED.value})
+
+    def plan(self, order: Callable[[Order], BatchOperation], done: Release, start: int, *,
+             head: Sequence[tuple[str, BatchOperation]] = (),
+             tail: Sequence[tuple[str, BatchOperation]] = ()) -> tuple[Parts, int]:
+        """The next batch of ``done`` from step ``start``: ``head``, the order's write (``order`` of the order
+        once the batch's steps are written), ``tail``, then as many steps as fit in Cosmos DB's limits; and
+        how many steps it took. A batch with neither head nor tail takes at least one step. Raise
+        LimitExceeded when the fixed parts, or one step alone, cannot fit."""
+        fixed = [*head, ("order", order(done.order)), *tail]
+        ops, size = len(fixed), sum(operation_bytes(op) for _, op in fixed)
+        if ops > self.max_operations or size > self.max_bytes:
+            raise LimitExceeded(f"order {done.start.order_id}: its own writes take {ops} operations and {size} bytes"
+                                " of one transactional batch", limit=BATCH_LIMIT)
+        steps: Parts = []
+        taken = 0
+        for step in done.steps[start:]:
+            parts = self.step_parts(step)
+            cost = sum(operation_bytes(op) for _, op in parts)
+            if ops + len(parts) > self.max_operations or size + cost > self.max_bytes:
+                break
+            steps += parts
+            ops, size, taken = ops + len(parts), size + cost, taken + 1
+        if not taken and not head and not tail and start < len(done.steps):
+            raise LimitExceeded(f"order {done.start.order_id}: parked event {done.steps[start].parked.id} alone does"
+                                " not fit one transactional batch", limit=BATCH_LIMIT)
+        return [*head, ("order", order(done.after(start + taken))), *tail, *steps], taken
+
+    async def rest(self, order_id: str, etag: str, done: Release, start: int) -> None:
+        """Write the steps of ``done`` from ``start`` on, in batches, the first on ``etag``. When the order moved
+        meanwhile (another delivery wrote it), read it and what waits again, and release what it then decides.
+        Raise TransientStoreError when it keeps moving: the rest waits for the next delivery that finishes it."""
+        for _ in range(MAX_RACES):
+            try:
+                while start < len(done.steps):
+                    parts, taken = self.plan(_patch_on(order_id, etag), done, start)
+                    etag, start = (await _write(self.store, order_id, parts, _RELEASE_CONFLICTS))["order"]["_etag"], \
+                        start + taken
+                return
+            except OrderChanged:
+                pass
+            stored = await self.read(order_id)
+            if stored is None or stored.document is None:
+                return
+            done, start, etag = stored.order.release(await waiting(self.store, self.consumer, order_id)), 0, \
+                stored.document["_etag"]
+        raise TransientStoreError(f"order {order_id} kept changing under its release; the rest waits for a redelivery")
+
+    async def finish(self, order_id: str) -> Release | None:
+        """Release what the order, as it stands, decides of what waits for it: the rest of a release an earlier
+        delivery began and could not finish. None when nothing counted waits, or the order is not placed, or
+        does not decode here (a newer version's, which finishes it)."""
+        stored = await self.read(order_id)
+        if stored is None or stored.document is None or not stored.order.parked:
+            return None
+        done = stored.order.release(await waiting(self.store, self.consumer, order_id))
+        if done.steps:
+            await self.rest(order_id, stored.document["_etag"], done, 0)
+        return done
+
+    async def read(self, order_id: str) -> Stored | None:
+        """The placed order as it stands; None when none is placed or it does not decode here."""
+        try:
+            stored = await read_known(self.store, order_id)
+        except UnreadableDocument:
+            return None
+        return stored if stored.order.status is not None else None
+
+    async def by_hand(self, stored: Stored, done: Release) -> None:
+        """An operator's release: the order as read, changed by the release, and the release's writes, in as
+        many batches as they take. Raise OrderChanged if the order moved before the first."""
+        parts, taken = self.plan(lambda order: order_write(stored, order), done, 0)
+        written = await _write(self.store, stored.order.order_id, parts, _RELEASE_CONFLICTS)
+        await self.rest(stored.order.order_id, written["order"]["_etag"], done, taken)
 
 
 @dataclass(frozen=True)
 class OrderIntake:
     """A new order with its OrderAccepted outbox entry and its reservation claim. It may take the place of
-    a pending order: then it applies, in the same batch, the parked events its release puts in sequence."""
+    a pending order: then it applies the parked events its release puts in sequence, as many as fit in the
+    same batch, and the rest in batches after it."""
 
     order: OrderDocument
     outbox: OutboxEntry
     claim: SideEffectRecord
     adopting: tuple[Stored, Release] | None = None  # the pending order as read, and what the order releases
 
-    async def write(self, store: DocumentStore) -> SideEffectRecord:
-        """Write it all; the claim as written. Raise OrderIdTaken, or OrderChanged if the pending order moved."""
-        order: BatchOperation = Create(self.order.to_document())
-        conflicts: dict[str, type[WriteConflict]] = {"order": OrderIdTaken}
-        release: Parts = []
-        if self.adopting is not None:
-            pending, done = self.adopting
-            order = _merge_on_etag(pending, {**self.order.to_document(), **done.order.changes})
-            conflicts, release = {"order": OrderChanged, "released": OrderChanged}, released(done)
-        parts: Parts = [("order", order), ("outbox", Create(self.outbox.to_document())),
-                        ("claim", Create(self.claim.to_document())), *release]
-        written = await _write(store, self.order.order_id, parts, conflicts)
+    async def write(self, releases: Releases) -> SideEffectRecord:
+        """Write it all; the claim as written. Raise OrderIdTaken, OrderChanged if the pending order moved,
+        or LimitExceeded if the order's own documents do not fit one batch."""
+        tail: Parts = [("outbox", Create(self.outbox.to_document())), ("claim", Create(self.claim.to_document()))]
+        order_id = self.order.order_id
+        if self.adopting is None:
+            written = await _write(releases.store, order_id, [("order", Create(self.order.to_document())), *tail],
+                                   {"order": OrderIdTaken})
+            return SideEffectRecord.from_document(written["claim"])
+        pending, done = self.adopting
+        document = self.order.to_document()
+        parts, taken = releases.plan(lambda order: _merge_on_etag(pending, {**document, **order.changes}), done, 0,
+                                     tail=tail)
+        written = await _write(releases.store, order_id, parts, _RELEASE_CONFLICTS)
+        await releases.rest(order_id, written["order"]["_etag"], done, taken)
         return SideEffectRecord.from_document(written["claim"])
 
 
@@ -154,9 +283,14 @@ class OrderIntake:
 class EventWrites:
     """One consumer's writes for one event, each behind its inbox marker, so that it applies once."""
 
-    store: DocumentStore
+    releases: Releases
     marker: InboxMarker
     event: CloudEvent
+
+    @property
+    def store(self) -> DocumentStore:
+        """The store the writes go to."""
+        return self.releases.store
 
     async def apply(self) -> None:
         """The happy path, unread: the order patched on its version and state, and the event's record."""
@@ -165,10 +299,16 @@ class EventWrites:
                                                    ("record", Create(EventRecord.of(self.event).to_document()))])
 
     async def apply_and_release(self, stored: Stored, done: Release) -> None:
-        """The event onto the order as read, then the parked events it releases."""
-        await write_once(self.store, self.marker, [
-            ("order", order_write(stored, done.order)), ("record", Create(EventRecord.of(self.event).to_document())),
-            *released(done)], relied_on=("released",))
+        """The event onto the order as read, then the parked events it releases: as many as fit beside it in
+        its marker's batch, the rest in batches after it. The marker of a release that takes more than one
+        batch says so (``releasing``), so that a redelivery after a failure between them finishes it."""
+        record: Parts = [("record", Create(EventRecord.of(self.event).to_document()))]
+        releasing = msgspec.structs.replace(self.marker, releasing=True)
+        parts, taken = self.releases.plan(lambda order: order_write(stored, order), done, 0,
+                                          head=[("marker", Create(releasing.to_document()))], tail=record)
+        marker = releasing if taken < len(done.steps) else self.marker
+        written = await write_once(self.store, marker, parts[1:], relied_on=("released",))
+        await self.releases.rest(self.event.order_id, written["order"]["_etag"], done, taken)
 
     async def park(self, stored: Stored | None, parked: ParkedEvent) -> None:
         """The event parked, and counted on its order (or on a pending order standing in for it); with
@@ -188,34 +328,26 @@ class EventWrites:
             raise _seen_before(ParkedEvent, kept, f"parked event {parked.id} exists") from None
 
 
-async def released_by_hand(store: DocumentStore, stored: Stored, done: Release) -> None:
-    """An operator's release: the order as read, changed by the release, and the release's writes."""
-    await _write(store, stored.order.order_id, [("order", order_write(stored, done.order)), *released(done)],
-                 {"order": OrderChanged, "released": OrderChanged})
-
-
-async def set_aside(store: DocumentStore, stored: Stored, parked: ParkedEvent, reason: str) -> ParkedEvent:
-    """An operator's drop: the parked event kept, marked dropped, and no longer counted on its order (if
-    parking it counted it)."""
-    parts: Parts = [("parked", Patch(parked.id, {"status": ParkedStatus.DROPPED.value, "reason": reason},
-                                     {"status": ParkedStatus.PARKED.value}))]
+async def set_aside(releases: Releases, stored: Stored, parked: ParkedEvent, reason: str) -> ParkedEvent:
+    """An operator's drop: the parked event kept, marked dropped until its ttl ends, and no longer counted on
+    its order (if parking it counted it)."""
+    parts: Parts = [("parked", releases.set_aside(parked, ParkedStatus.DROPPED, reason))]
     if stored.document is not None and not stored.foreign and parked.counted:
         parts.append(("order", order_write(stored, stored.order.count_parked(stored.order.parked - 1))))
-    await _write(store, stored.order.order_id, parts, {"order": OrderChanged, "parked": OrderChanged})
+    await _write(releases.store, stored.order.order_id, parts, {"order": OrderChanged, "parked": OrderChanged})
     return msgspec.structs.replace(parked, status=ParkedStatus.DROPPED, reason=reason)
 
 
 async def write_once(store: DocumentStore, marker: InboxMarker, parts: Parts,
-                     relied_on: tuple[str, ...] = (), taken: tuple[str, ...] = ()) -> None:
-    """Write the marker and the parts atomically. Raise AlreadySeen if the marker exists (with the first
-    content's requestHash); OrderChanged if the order, or a part in ``relied_on``, was not as read; _Taken
-    if a create in ``taken`` found its id taken."""
+                     relied_on: tuple[str, ...] = (), taken: tuple[str, ...] = ()) -> dict[str, Document]:
+    """Write the marker and the parts atomically; the written documents by part. Raise AlreadySeen if the
+    marker exists (with the first content's requestHash); OrderChanged if the order, or a part in
+    ``relied_on``, was not as read; _Taken if a create in ``taken`` found its id taken."""
     conflicts: dict[str, type[WriteConflict]] = {
         "marker": _MarkerTaken, "order": OrderChanged, **dict.fromkeys(relied_on, OrderChanged),
         **dict.fromkeys(taken, _Taken)}
     try:
-        await _write(store, marker.order_id, [("marker", Create(marker.to_document())), *parts], conflicts)
-        return
+        return await _write(store, marker.order_id, [("marker", Create(marker.to_document())), *parts], conflicts)
     except _MarkerTaken:
         pass
     try:
@@ -229,11 +361,12 @@ async def write_once(store: DocumentStore, marker: InboxMarker, parts: Parts,
 def _seen_before(kind: type[InboxMarker] | type[ParkedEvent], document: Document, found: str) -> AlreadySeen:
     """AlreadySeen with the requestHash of the content first seen, from its marker or parked copy; from
     that one field when the rest does not decode here (a newer version's), and None when it does not
-    read either, with the reason."""
+    read either, with the reason. A marker that says its release took more batches than one says so too."""
     try:
-        return AlreadySeen(found, kind.from_document(document).request_hash)
+        seen = kind.from_document(document)
     except UnreadableDocument as exc:
         return AlreadySeen(f"{found}; {exc}", exc.request_hash)
+    return AlreadySeen(found, seen.request_hash, releasing=isinstance(seen, InboxMarker) and seen.releasing is True)
 
 
 class _Taken(WriteConflict):
@@ -247,9 +380,12 @@ class _MarkerTaken(_Taken):
 async def _write(store: DocumentStore, partition_key: str, parts: Parts,
                  conflicts: Mapping[str, type[WriteConflict]]) -> dict[str, Document]:
     """Run the parts as one batch; the written documents by part. A part's conflict (id taken, document
-    changed or gone) raises the part's error in ``conflicts``; any other failure a StoreError naming it."""
+    changed or gone) raises the part's error in ``conflicts``; a batch past Cosmos DB's limits LimitExceeded;
+    any other failure a StoreError naming it."""
     try:
         written = await store.execute_batch(partition_key, [operation for _, operation in parts])
+    except BatchTooLarge as exc:  # refused before it was sent: the same batch can never be written
+        raise LimitExceeded(f"order {partition_key}: {exc}", limit=exc.limit) from exc
     except BatchFailed as exc:
         part, error = parts[exc.index][0], exc.error
         if part in conflicts and isinstance(error, (AlreadyExists, PreconditionFailed, NotFound)):

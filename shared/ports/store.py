@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,13 +21,28 @@ from shared.errors import BatchTooLarge, StoreError
 
 Document = dict[str, Any]
 
-# Cosmos DB's limits for one transactional batch; a batch beyond them is refused, never split,
-# because splitting would break its atomicity.
+# Cosmos DB's limits for one transactional batch. ``check_batch`` refuses a batch beyond them before anything
+# is sent; the named writes (shared/handlers/writes.py) plan their batches inside them, splitting what may be
+# split and refusing what cannot fit with LimitExceeded.
 MAX_BATCH_OPERATIONS = 100
 MAX_BATCH_BYTES = 2 * 1024 * 1024
+# An item is at most 2 MB of JSON, its id at most 255 characters (the local server checks both too).
+MAX_ITEM_BYTES = 2 * 1024 * 1024
+MAX_ID_CHARS = 255
+BATCH_LIMIT = f"Cosmos DB's transactional batch: {MAX_BATCH_OPERATIONS} operations, {MAX_BATCH_BYTES} bytes"
+ITEM_LIMIT = f"Cosmos DB's item: {MAX_ITEM_BYTES} bytes"
+# What one operation adds to the batch's request beyond its document or fields: its type, id, partition key
+# and condition, as the SDK encodes them. Counted generously, so that a batch this port takes is one Cosmos
+# DB takes: 100 operations cost 50 KB of the 2 MB.
+OPERATION_OVERHEAD_BYTES = 512
 # "There's a limit of 10 patch operations that can be added in a single patch specification"
 # (https://learn.microsoft.com/azure/cosmos-db/partial-document-update-faq); each set field is one.
 MAX_PATCH_FIELDS = 10
+# Cosmos DB answers a query a page at a time: at most the page size asked for (100 when none is), at most 4 MB,
+# and sometimes fewer, even none, while more follow; the rest comes through the continuation token. A
+# reader that stops at the first page sees part of the answer, so the port hands out pages, never a page
+# for the whole (``query_all`` reads them all).
+MAX_PAGE_ITEMS = 100
 # How often a document may change between a read and the conditional write that follows it before the
 # caller gives up; the delivery then ends transient and its redelivery starts again.
 MAX_RACES = 5
@@ -82,24 +97,46 @@ BatchOperation = Create | Patch | Replace | Delete
 
 
 def check_batch(operations: Sequence[BatchOperation]) -> None:
-    """Refuse a batch that Cosmos DB would reject for its size, before anything is sent."""
+    """Refuse a batch that Cosmos DB would reject for its size, or for an item's, before anything is sent."""
     if not operations:
-        raise BatchTooLarge("a transactional batch needs at least one operation", status=400)
+        raise BatchTooLarge("a transactional batch needs at least one operation", limit=BATCH_LIMIT, status=400)
     if len(operations) > MAX_BATCH_OPERATIONS:
-        raise BatchTooLarge(
-            f"batch of {len(operations)} operations exceeds the limit of {MAX_BATCH_OPERATIONS}", status=400
-        )
-    # msgspec encodes about ten times faster than json.dumps; the size is what counts here, not the text.
-    size = sum(len(msgspec.json.encode(_payload(op), enc_hook=str)) for op in operations)
-    if size > MAX_BATCH_BYTES:
-        raise BatchTooLarge(f"batch of {size} bytes exceeds the limit of {MAX_BATCH_BYTES}", status=413)
+        raise BatchTooLarge(f"batch of {len(operations)} operations exceeds the limit of {MAX_BATCH_OPERATIONS}",
+                            limit=BATCH_LIMIT, status=400)
+    size = 0
     for op in operations:
+        size += (measured := operation_bytes(op))
+        if isinstance(op, Create | Replace):
+            _check_item(op.document, measured - OPERATION_OVERHEAD_BYTES)
         if isinstance(op, Patch):
             if len(op.set_fields) > MAX_PATCH_FIELDS:
                 raise StoreError(f"patch of {op.doc_id} sets {len(op.set_fields)} fields; Cosmos DB takes at most"
                                  f" {MAX_PATCH_FIELDS} in one patch", status=400)
             for name in (*op.set_fields, *op.condition):
                 check_field(name)
+    if size > MAX_BATCH_BYTES:
+        raise BatchTooLarge(f"batch of {size} bytes exceeds the limit of {MAX_BATCH_BYTES}", limit=BATCH_LIMIT,
+                            status=413)
+
+
+def check_item(document: Document) -> None:
+    """Refuse a document that Cosmos DB would not store (over 2 MB, or an id over 255 characters)."""
+    _check_item(document, len(msgspec.json.encode(document, enc_hook=str)))
+
+
+def _check_item(document: Document, size: int) -> None:
+    if size > MAX_ITEM_BYTES:
+        raise BatchTooLarge(f"document {str(document.get('id'))[:64]} is {size} bytes; Cosmos DB stores an item of at"
+                            f" most {MAX_ITEM_BYTES}", limit=ITEM_LIMIT, status=413)
+    if len(str(document.get("id"))) > MAX_ID_CHARS:
+        raise StoreError(f"an id of {len(str(document.get('id')))} characters; Cosmos DB takes at most {MAX_ID_CHARS}",
+                         status=400)
+
+
+def operation_bytes(op: BatchOperation) -> int:
+    """What ``op`` costs of a batch's 2 MB: its document or fields as JSON, and its overhead."""
+    # msgspec encodes about ten times faster than json.dumps; the size is what counts here, not the text.
+    return len(msgspec.json.encode(_payload(op), enc_hook=str)) + OPERATION_OVERHEAD_BYTES
 
 
 def batch_result(op: BatchOperation, written: Document) -> Document:
@@ -136,7 +173,8 @@ class DocumentStore(Protocol):
     async def create(self, document: Document) -> Document:
         """Create ``document`` and return it as stored (with ``_etag``).
 
-        Raise AlreadyExists if a document with the same id exists in its partition; never overwrite.
+        Raise AlreadyExists if a document with the same id exists in its partition; never overwrite. Raise
+        BatchTooLarge before sending anything when ``check_batch`` refuses it (larger than an item may be).
         Raise TransientStoreError when the outcome may change on retry.
         """
         ...
@@ -145,13 +183,16 @@ class DocumentStore(Protocol):
         """Return the stored document. Raise NotFound if there is none, TransientStoreError to retry."""
         ...
 
-    async def query(
+    def query_pages(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-        before: tuple[str, Any] | None = None, limit: int = 100,
-    ) -> list[Document]:
-        """Up to ``limit`` documents whose fields equal ``conditions`` and, with ``before=(field, value)``,
-        whose ``field`` is less than ``value``: in one partition, or across all when ``partition_key`` is
-        None. Raise TransientStoreError to retry.
+        before: tuple[str, Any] | None = None, page_size: int = MAX_PAGE_ITEMS,
+    ) -> AsyncIterator[list[Document]]:
+        """Every document whose fields equal ``conditions`` and, with ``before=(field, value)``, whose
+        ``field`` is less than ``value``, in one partition or across all when ``partition_key`` is None: a
+        page at a time, following the continuation until the last page. A page holds at most
+        ``page_size`` documents and may hold fewer, even none, while more follow. Documents written or
+        removed while the pages are read may or may not be seen; none that stays unchanged is missed or
+        given twice. Raise TransientStoreError to retry.
         """
         ...
 
@@ -165,3 +206,12 @@ class DocumentStore(Protocol):
         on retry.
         """
         ...
+
+
+async def query_all(store: DocumentStore, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                    before: tuple[str, Any] | None = None) -> list[Document]:
+    """Every document a query finds, read through all its pages."""
+    found: list[Document] = []
+    async for page in store.query_pages(conditions, partition_key=partition_key, before=before):
+        found += page
+    return found

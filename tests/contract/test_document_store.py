@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
 import pytest
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos import PartitionKey
@@ -21,7 +22,20 @@ from shared.adapters.cosmos import CosmosStore, make_client
 from shared.adapters.memory import InMemoryStore
 from shared.domain.documents import merged
 from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound, PreconditionFailed, StoreError
-from shared.ports.store import MAX_BATCH_OPERATIONS, MAX_PATCH_FIELDS, Create, Delete, DocumentStore, Patch, Replace
+from shared.ports.store import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_OPERATIONS,
+    MAX_ITEM_BYTES,
+    MAX_PAGE_ITEMS,
+    MAX_PATCH_FIELDS,
+    OPERATION_OVERHEAD_BYTES,
+    Create,
+    Delete,
+    DocumentStore,
+    Patch,
+    Replace,
+    query_all,
+)
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
@@ -246,6 +260,56 @@ def test_a_patch_of_more_fields_than_cosmos_takes_is_refused_before_sending(
     assert loop.run(store.read(order_id, order_id))["f9"] == 9
 
 
+def _sized(doc_id: str, order_id: str, size: int) -> dict[str, Any]:
+    """A document whose JSON is exactly ``size`` bytes, as the limit counts them."""
+    document = {"id": doc_id, "orderId": order_id, "blob": ""}
+    document["blob"] = "x" * (size - len(msgspec.json.encode(document)))
+    assert len(msgspec.json.encode(document)) == size
+    return document
+
+
+def test_an_item_of_2_mb_is_stored_and_one_byte_more_is_refused_before_sending(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    order_id = new_id()
+    largest = _sized(order_id, order_id, MAX_ITEM_BYTES)
+    loop.run(store.create(largest))
+    assert loop.run(store.read(order_id, order_id))["blob"] == largest["blob"]
+    with pytest.raises(BatchTooLarge) as refused:
+        loop.run(store.create(_sized(f"{order_id}-over", order_id, MAX_ITEM_BYTES + 1)))
+    assert "item" in refused.value.limit and str(MAX_ITEM_BYTES) in str(refused.value)
+    with pytest.raises(NotFound):
+        loop.run(store.read(f"{order_id}-over", order_id))
+
+
+def test_a_batch_of_2_mb_is_written_and_one_byte_more_is_refused_before_sending(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    # As the limit counts a batch: each operation's document or fields, and its overhead.
+    order_id = new_id()
+    size = MAX_BATCH_BYTES - OPERATION_OVERHEAD_BYTES
+    loop.run(store.execute_batch(order_id, [Create(_sized(order_id, order_id, size))]))
+    with pytest.raises(BatchTooLarge) as refused:
+        loop.run(store.execute_batch(order_id, [Create(_sized(f"{order_id}-over", order_id, size + 1))]))
+    assert "transactional batch" in refused.value.limit
+    with pytest.raises(NotFound):
+        loop.run(store.read(f"{order_id}-over", order_id))
+
+
+def test_a_batch_of_100_operations_is_written_and_one_of_101_refused_before_sending(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    order_id = new_id()
+    loop.run(store.execute_batch(order_id, [Create(doc(f"{order_id}-{n}", orderId=order_id))
+                                            for n in range(MAX_BATCH_OPERATIONS)]))
+    assert len(loop.run(query_all(store, {}, partition_key=order_id))) == MAX_BATCH_OPERATIONS
+    with pytest.raises(BatchTooLarge) as refused:
+        loop.run(store.execute_batch(order_id, [Create(doc(f"{order_id}-more-{n}", orderId=order_id))
+                                                for n in range(MAX_BATCH_OPERATIONS + 1)]))
+    assert "100 operations" in refused.value.limit
+    assert len(loop.run(query_all(store, {}, partition_key=order_id))) == MAX_BATCH_OPERATIONS
+
+
 # Fields the writer does not set: top level and nested, of every JSON type, as a newer version might add them.
 FOREIGN = {"schemaVersion": 2, "loyalty": {"tier": "gold", "points": [1, 2.5, None, True]}, "note": "kept"}
 
@@ -382,10 +446,52 @@ def test_query_finds_matching_documents_across_partitions(store: DocumentStore, 
         order_id = new_id()
         loop.run(store.create({"id": f"{order_id}-outbox", "orderId": order_id, "type": f"outbox-{tag}",
                                "status": status, "createdAt": 100.0 + n}))
-    found = loop.run(store.query({"type": f"outbox-{tag}", "status": "pending"}, before=("createdAt", 103.0)))
+    found = loop.run(query_all(store, {"type": f"outbox-{tag}", "status": "pending"}, before=("createdAt", 103.0)))
     assert sorted(d["createdAt"] for d in found) == [100.0, 101.0]
-    assert len(loop.run(store.query({"type": f"outbox-{tag}"}, limit=2))) == 2
-    assert loop.run(store.query({"type": f"outbox-{tag}", "status": "lost"})) == []
+    assert len(loop.run(query_all(store, {"type": f"outbox-{tag}"}))) == 4
+    assert loop.run(query_all(store, {"type": f"outbox-{tag}", "status": "lost"})) == []
+
+
+def _pages(store: DocumentStore, loop: asyncio.Runner, conditions: dict[str, Any], **options: Any) -> list[list[str]]:
+    """The ids of each page a query answers with, read to its end."""
+    async def read() -> list[list[str]]:
+        return [[d["id"] for d in page] async for page in store.query_pages(conditions, **options)]
+    return loop.run(read())
+
+
+@pytest.mark.parametrize("scoped", [True, False], ids=["in one partition", "across partitions"])
+def test_a_query_answers_in_pages_of_at_most_the_size_asked_for_and_the_pages_hold_everything_once(
+    store: DocumentStore, loop: asyncio.Runner, scoped: bool
+) -> None:
+    tag, order_id = uuid.uuid4().hex, new_id()
+    ids = {f"{order_id}-{n:03d}" for n in range(2 * MAX_PAGE_ITEMS + 5)}
+    for doc_id in sorted(ids):
+        loop.run(store.create({"id": doc_id, "orderId": order_id if scoped else doc_id, "type": tag}))
+    pages = _pages(store, loop, {"type": tag}, partition_key=order_id if scoped else None)
+    assert all(len(page) <= MAX_PAGE_ITEMS for page in pages) and len([p for p in pages if p]) >= 3
+    assert sorted(i for page in pages for i in page) == sorted(ids)  # nothing missed, nothing twice
+    small = _pages(store, loop, {"type": tag}, partition_key=order_id if scoped else None, page_size=7)
+    assert all(len(page) <= 7 for page in small) and sorted(i for page in small for i in page) == sorted(ids)
+
+
+def test_documents_removed_while_the_pages_are_read_miss_none_of_the_rest(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    # A release deletes what it applied while a later page is still to come; the continuation resumes
+    # after the last document given, not at a count, so nothing that stays is skipped.
+    tag, order_id = uuid.uuid4().hex, new_id()
+    for n in range(25):
+        loop.run(store.create({"id": f"{order_id}-{n:02d}", "orderId": order_id, "type": tag}))
+
+    async def read_and_delete() -> list[str]:
+        seen: list[str] = []
+        async for page in store.query_pages({"type": tag}, partition_key=order_id, page_size=10):
+            seen += [d["id"] for d in page]
+            await store.execute_batch(order_id, [Delete(d["id"]) for d in page])
+        return seen
+
+    assert sorted(loop.run(read_and_delete())) == [f"{order_id}-{n:02d}" for n in range(25)]
+    assert loop.run(query_all(store, {"type": tag}, partition_key=order_id)) == []
 
 
 def test_delete_in_a_batch_removes_the_document_with_the_other_writes(
@@ -423,9 +529,9 @@ def test_query_can_stay_in_one_partition(store: DocumentStore, loop: asyncio.Run
     first, second = new_id(), new_id()
     for order_id in (first, first, second):
         loop.run(store.create({"id": f"{order_id}-{uuid.uuid4().hex}", "orderId": order_id, "type": tag}))
-    assert len(loop.run(store.query({"type": tag}, partition_key=first))) == 2
-    assert len(loop.run(store.query({"type": tag}, partition_key=second))) == 1
-    assert len(loop.run(store.query({"type": tag}))) == 3
+    assert len(loop.run(query_all(store, {"type": tag}, partition_key=first))) == 2
+    assert len(loop.run(query_all(store, {"type": tag}, partition_key=second))) == 1
+    assert len(loop.run(query_all(store, {"type": tag}))) == 3
 
 
 def test_the_adapter_opens_the_client_it_made_so_that_it_keeps_session_tokens(
@@ -435,7 +541,7 @@ def test_the_adapter_opens_the_client_it_made_so_that_it_keeps_session_tokens(
     # local server as in infra/) makes the client keep session tokens; one never opened keeps none,
     # and a read after our own write could reach a replica that has not seen it. The wire shows no
     # difference here (the local server sends no tokens), so this looks at the SDK's session.
-    loop.run(cosmos_store.query({"id": "absent"}))
+    loop.run(query_all(cosmos_store, {"id": "absent"}))
     [client] = [owned for owned in cosmos_store._owned if isinstance(owned, AsyncCosmosClient)]
     assert client.client_connection.session is not None
 

@@ -12,7 +12,7 @@ import ast
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from shared.adapters.cosmos import CosmosStore, query_text
 from shared.adapters.memory import RecordingSender
 from shared.handlers import operator_commands, reports, writes
 from shared.handlers.outbox import OutboxPublisher
-from shared.ports.store import BatchOperation, Document
+from shared.ports.store import BatchOperation, Document, query_all
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
@@ -57,10 +57,11 @@ class QueryRecorder:
     def __init__(self) -> None:
         self.queries: list[Query] = []
 
-    async def query(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-                    before: tuple[str, Any] | None = None, limit: int = 100) -> list[Document]:
+    async def query_pages(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                          before: tuple[str, Any] | None = None, page_size: int = 100,
+                          ) -> AsyncIterator[list[Document]]:
         self.queries.append(Query(dict(conditions), partition_key, before))
-        return []
+        yield []
 
     async def create(self, document: Document) -> Document:
         raise AssertionError("a query handler wrote")
@@ -98,11 +99,16 @@ def included() -> set[str]:
     return {p["path"] for p in POLICY["includedPaths"]}
 
 
+def _called(call: ast.Call) -> str | None:
+    """The name a call is made by: ``store.query_pages(...)`` or ``query_all(...)``."""
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+
+
 def test_every_store_query_in_the_handlers_is_run_here() -> None:
     found = {}
     for path in (ROOT / "shared").rglob("*.py"):
         calls = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
-                 and isinstance(node.func, ast.Attribute) and node.func.attr == "query"]
+                 and _called(node) in ("query_pages", "query_all")]
         if calls and "adapters" not in path.parts and "ports" not in path.parts:
             found[path.name] = len(calls)
     assert found == QUERY_SITES
@@ -197,7 +203,8 @@ def test_every_app_query_finds_its_documents_on_a_container_with_the_policy(
             misses.append({**hit, "id": f"other-{n}", "type": "something-else"})
             for document in (hit, *misses):
                 loop.run(store.create(document))
-            found = loop.run(store.query(query.conditions, partition_key=query.partition_key, before=query.before))
+            found = loop.run(query_all(store, query.conditions, partition_key=query.partition_key,
+                                       before=query.before))
             assert {d["id"] for d in found if d["id"].endswith(f"-{n}")} == {hit["id"]}, query
     finally:
         loop.run(store.close())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from shared.delivery import Handler
@@ -20,7 +20,7 @@ from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
 from shared.errors import AlreadyExists, BatchFailed, NotFound
 from shared.ports.fulfilment import FulfilmentService, Reply
-from shared.ports.store import BatchOperation, Create, Document, DocumentStore, Patch, Replace
+from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Document, DocumentStore, Patch, Replace
 from simulation.run import simulate
 from simulation.world import Wiring
 
@@ -39,9 +39,11 @@ class _Delegating:
     async def read(self, doc_id: str, partition_key: str) -> Document:
         return await self.store.read(doc_id, partition_key)
 
-    async def query(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-                    before: tuple[str, Any] | None = None, limit: int = 100) -> list[Document]:
-        return await self.store.query(conditions, partition_key=partition_key, before=before, limit=limit)
+    def query_pages(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                    before: tuple[str, Any] | None = None, page_size: int = MAX_PAGE_ITEMS,
+                    ) -> AsyncIterator[list[Document]]:
+        return self.store.query_pages(conditions, partition_key=partition_key, before=before,
+                                         page_size=page_size)
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         return await self.store.execute_batch(partition_key, operations)

@@ -13,7 +13,7 @@ from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPT
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from shared.domain.outcomes import Outcome, Result
-from shared.errors import BatchTooLarge
+from shared.errors import LimitExceeded
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.operator_commands import drop
 from shared.handlers.place_order import OrderServices
@@ -194,9 +194,9 @@ def test_a_write_behind_its_marker_is_refused_over_the_limit_before_sending(stor
                          request_hash="h", ttl=60)
     before = store.requests
     parts = [("audit", Create({"id": f"d-{n}", "orderId": "ord-1"})) for n in range(MAX_BATCH_OPERATIONS)]  # + 1
-    with pytest.raises(BatchTooLarge):
+    with pytest.raises(LimitExceeded) as refused:
         run(write_once(store, marker, list(parts)))
-    assert store.requests == before
+    assert store.requests == before and "100 operations" in refused.value.limit
 
 
 def test_markers_of_two_consumers_do_not_collide() -> None:

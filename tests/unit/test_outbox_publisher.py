@@ -108,8 +108,9 @@ def test_entries_for_two_destinations_go_in_sends_of_their_own() -> None:
                                                                            ("order-accepted-eu", 1)]
 
 
-def test_the_sweep_reads_up_to_its_limit_and_leaves_the_rest_for_the_next() -> None:
+def test_the_sweep_reads_every_page_of_a_backlog_in_one_run() -> None:
     sender = CountingSender()
-    app, store = _backlog(30, sender)
-    report = run(app.publisher().sweep(stuck_after_seconds=300, limit=20))
-    assert (len(report.dispatched), _pending(store)) == (20, 10)
+    app, store = _backlog(250, sender)
+    store._page_items = 7  # pages far smaller than the backlog: the sweep must follow them all
+    report = run(app.publisher().sweep(stuck_after_seconds=300))
+    assert (len(report.dispatched), _pending(store)) == (250, 0)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +35,7 @@ from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingS
 from shared.domain.documents import SYSTEM_PROPERTIES
 from shared.domain.messages import InboundMessage
 from shared.errors import NotFound
-from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, Replace
+from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Delete, Document, Patch, Replace, query_all
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,9 +179,11 @@ class RecordingStore:
     async def read(self, doc_id: str, partition_key: str) -> Document:
         return await self._store.read(doc_id, partition_key)
 
-    async def query(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-                    before: tuple[str, Any] | None = None, limit: int = 100) -> list[Document]:
-        return await self._store.query(conditions, partition_key=partition_key, before=before, limit=limit)
+    def query_pages(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                    before: tuple[str, Any] | None = None, page_size: int = MAX_PAGE_ITEMS,
+                    ) -> AsyncIterator[list[Document]]:
+        return self._store.query_pages(conditions, partition_key=partition_key, before=before,
+                                         page_size=page_size)
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         before = [await self._current(partition_key, op) for op in operations]
@@ -217,7 +219,7 @@ async def _record() -> list[Write]:
                           fulfilment=InMemoryFulfilment(), sender=RecordingSender(), clock=NOW.timestamp)
     store.step = "new order"
     await app.handle_order(_message(ORDER_ID, ORDER, 1))
-    await app.publisher().publish(await store.query({}, partition_key=ORDER_ID))  # the change feed's batch
+    await app.publisher().publish(await query_all(store, {}, partition_key=ORDER_ID))  # the change feed's batch
     for number, (step, event_type, time, data) in enumerate(EVENTS, start=2):
         store.step = step
         event = {"specversion": "1.0", "id": f"evt-{number}-5c1d9e7a-4b2f-4d3e-8a6b", "source": "/orders/checkout",

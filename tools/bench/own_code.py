@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from bench import throughput
@@ -40,9 +40,10 @@ class AnsweringStore:
     async def read(self, doc_id: str, partition_key: str) -> Document:
         raise NotImplementedError("the happy path reads nothing")
 
-    async def query(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-                    before: tuple[str, Any] | None = None, limit: int = 100) -> list[Document]:
-        return []
+    async def query_pages(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                          before: tuple[str, Any] | None = None, page_size: int = 100,
+                          ) -> AsyncIterator[list[Document]]:
+        yield []
 
 
 async def _measure(messages: int, warm_up: int) -> dict[str, Any]:

@@ -82,11 +82,13 @@ async def _run(args: argparse.Namespace) -> int:
             found = await operator_commands.find_parked(store, args.consumer, args.order)
             print(table(found, time.time()))
             return 0 if found else 3
+        ttl = Settings.from_env().parked_set_aside_ttl_seconds
         if args.parked_command == "release":
-            done = await operator_commands.force_release(store, args.consumer, args.order, args.event)
+            done = await operator_commands.force_release(store, args.consumer, args.order, args.event,
+                                                         set_aside_ttl=ttl)
             versions = [event.sequence for _, event in done.applied]
             print(f"released versions {versions} onto order {args.order}; it is at version {done.order.version}")
             return 0
-        dropped = await operator_commands.drop(store, args.consumer, args.order, args.event)
+        dropped = await operator_commands.drop(store, args.consumer, args.order, args.event, set_aside_ttl=ttl)
         print(f"dropped version {dropped.sequence} ({dropped.event_id}) of order {args.order}; kept, marked dropped")
         return 0

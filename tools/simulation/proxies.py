@@ -8,7 +8,7 @@ feed of the outbox publisher and as evidence for the invariants.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
@@ -23,7 +23,7 @@ from shared.errors import (
 )
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
-from shared.ports.store import BatchOperation, Create, Delete, Document, Patch, Replace
+from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Delete, Document, Patch, Replace
 from simulation.faults import Chaos
 
 RECORD_KINDS = frozenset(str(kind.__struct_config__.tag) for kind in EventRecord.__subclasses__())
@@ -161,15 +161,19 @@ class FaultyStore:
         return await self._chaos.through(call, lambda: self._store.read(doc_id, partition_key),
                                    refuse=_store_unavailable, lose=_store_timeout)
 
-    async def query(
+    async def query_pages(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-        before: tuple[str, Any] | None = None, limit: int = 100,
-    ) -> list[Document]:
-        """Query, as the store does; see DocumentStore."""
-        return await self._chaos.through(
-            "store.query", lambda: self._store.query(conditions, partition_key=partition_key, before=before,
-                                                     limit=limit),
-            refuse=_store_unavailable, lose=_store_timeout)
+        before: tuple[str, Any] | None = None, page_size: int = MAX_PAGE_ITEMS,
+    ) -> AsyncIterator[list[Document]]:
+        """Query, as the store does, under chaos at every page (each is a request); see DocumentStore."""
+        pages = self._store.query_pages(conditions, partition_key=partition_key, before=before, page_size=page_size)
+        while True:
+            try:
+                page = await self._chaos.through("store.query", lambda: anext(pages), refuse=_store_unavailable,
+                                                 lose=_store_timeout)
+            except StopAsyncIteration:
+                return
+            yield page
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """Execute a transactional batch, as the store does; see DocumentStore."""

@@ -18,7 +18,7 @@ from shared.domain.documents import OutboxEntry
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.ports.fulfilment import FulfilmentService
-from shared.ports.store import DocumentStore
+from shared.ports.store import DocumentStore, query_all
 from shared.settings import Settings
 from simulation.broker import Broker, BrokerMessage, Delivery, Queue
 from simulation.faults import Chaos, ChaosProfile
@@ -152,4 +152,4 @@ class World:
     def pending_outbox(self) -> int:
         """How many outbox entries are still pending in the store."""
         conditions, before = OutboxEntry.pending_before(float("inf"))
-        return len(drive(self.store.query(conditions, before=before)))
+        return len(drive(query_all(self.store, conditions, before=before)))
