@@ -16,7 +16,7 @@ import msgspec
 from shared.domain.identity import canonical_decimal, request_hash
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import utc_text
-from shared.domain.rules import MAX_EXACT_INTEGER, CosmosId, Currency, Money, Name, Text, Timestamp, decode, timestamp
+from shared.domain.rules import MAX_EXACT_INTEGER, Currency, Money, Name, OrderId, Text, Timestamp, decode, timestamp
 from shared.errors import InvalidMessage
 
 PAYMENT_CAPTURED = "com.example.orders.PaymentCaptured"
@@ -76,7 +76,7 @@ class CloudEvent(msgspec.Struct, frozen=True, kw_only=True):
     id: Name
     source: Text
     type: str
-    subject: Annotated[CosmosId, msgspec.Meta(description="The orderId; SessionId must equal it.")]
+    subject: Annotated[OrderId, msgspec.Meta(description="The orderId; SessionId must equal it.")]
     time: Timestamp
     datacontenttype: Annotated[str, msgspec.Meta(pattern=r"^application/json\Z")] = "application/json"
     data: EventData

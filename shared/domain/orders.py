@@ -10,7 +10,7 @@ import msgspec
 
 from shared.domain.identity import canonical_decimal, request_hash
 from shared.domain.messages import InboundMessage
-from shared.domain.rules import MAX_EXACT_INTEGER, CosmosId, Currency, Money, Name, Timestamp, decode, timestamp
+from shared.domain.rules import MAX_EXACT_INTEGER, Currency, Money, Name, OrderId, Timestamp, decode, timestamp
 from shared.errors import InvalidMessage
 
 MAX_ITEMS = 1000
@@ -33,7 +33,7 @@ class OrderPlaced(msgspec.Struct, frozen=True, rename="camel"):
     decimals, and ``placedAt`` must carry a time-zone offset. ``currency`` is stored upper-cased.
     """
 
-    order_id: CosmosId
+    order_id: OrderId
     customer_id: Name
     currency: Currency
     items: Annotated[list[OrderLine], msgspec.Meta(min_length=1, max_length=MAX_ITEMS)]

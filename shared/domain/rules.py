@@ -14,9 +14,13 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from shared.errors import InvalidMessage
+from shared.errors import InvalidMessage, LimitExceeded
 
+# A message on Service Bus Standard is at most 256 KB, header and properties included; Premium takes more. The
+# app takes a body of at most 256 KB whatever the tier, which keeps an order's documents far inside Cosmos
+# DB's 2 MB (docs/design.md, "Limits"); a larger one is LimitExceeded.
 MAX_BODY_BYTES = 256 * 1024
+BODY_LIMIT = f"this app's message body: {MAX_BODY_BYTES} bytes (Service Bus Standard's 256 KB message)"
 # Cosmos DB stores numbers as IEEE 754 doubles: larger integers would not round-trip exactly.
 MAX_EXACT_INTEGER = 2**53 - 1
 MAX_INTEGER_DIGITS = 18
@@ -25,13 +29,18 @@ MAX_TIMESTAMP_CHARS = 64
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=r"\S", description="A non-empty string.")]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=255, pattern=r"\S", description="A non-empty string.")]
-CosmosId = Annotated[
+# An order's id is the OrderPlaced message's MessageId and, on the events' queue, its events' SessionId:
+# Service Bus takes at most 128 characters for either. It is also a Cosmos DB id (at most 255) and the
+# partition key (at most 2 KB): 128 characters are at most 512 bytes.
+MAX_ORDER_ID_CHARS = 128
+OrderId = Annotated[
     str,
     msgspec.Meta(
         min_length=1,
-        max_length=255,
+        max_length=MAX_ORDER_ID_CHARS,
         pattern=r"^(?=[\s\S]*\S)[^/\\?#]+\Z",
-        description="A legal Cosmos DB id: 1 to 255 characters, not only spaces, none of / \\ ? #.",
+        description="A legal Service Bus MessageId and SessionId and Cosmos DB id: 1 to 128 characters, not only"
+                    " spaces, none of / \\ ? #.",
     ),
 ]
 Money = Annotated[
@@ -53,11 +62,12 @@ T = TypeVar("T")
 
 
 def decode(body: bytes | None, model: type[T]) -> T:
-    """Decode a UTF-8 JSON body of at most 256 KB into ``model``, or raise InvalidMessage naming the rule."""
+    """Decode a UTF-8 JSON body of at most 256 KB into ``model``, or raise InvalidMessage naming the rule
+    (LimitExceeded for a larger body)."""
     if body is None:
         raise InvalidMessage("body must be a data section holding UTF-8 JSON")
     if len(body) > MAX_BODY_BYTES:
-        raise InvalidMessage(f"body is {len(body)} bytes; at most {MAX_BODY_BYTES} are allowed")
+        raise LimitExceeded(f"body is {len(body)} bytes; at most {MAX_BODY_BYTES} are allowed", limit=BODY_LIMIT)
     try:
         return msgspec.json.decode(body, type=model)
     except msgspec.ValidationError as exc:

@@ -8,7 +8,7 @@ import pytest
 
 from shared.domain.orders import parse_order
 from shared.domain.rules import MAX_BODY_BYTES
-from shared.errors import InvalidMessage
+from shared.errors import InvalidMessage, LimitExceeded
 from tests.support.orders import inbound, order_body, rule_path
 
 
@@ -33,14 +33,14 @@ def test_message_id_must_equal_order_id() -> None:
     assert rule_for(inbound(order_body("ord-1"), message_id="ord-2")) == "MessageId does not equal orderId"
 
 
-@pytest.mark.parametrize("bad_id", ["a/b", "a\\b", "a?b", "a#b", "x" * 256, "", "   "])
+@pytest.mark.parametrize("bad_id", ["a/b", "a\\b", "a?b", "a#b", "x" * 129, "", "   "])
 def test_order_id_must_be_a_valid_cosmos_id(bad_id: str) -> None:
     rule = rule_for(inbound(order_body("o", orderId=bad_id), message_id=bad_id or "m"))
     assert rule_path(rule) == "$.orderId"
 
 
-def test_order_id_of_255_characters_is_accepted() -> None:
-    order_id = "x" * 255
+def test_order_id_of_128_characters_the_most_a_message_id_holds_is_accepted() -> None:
+    order_id = "x" * 128
     assert parse_order(inbound(order_body(order_id))).order_id == order_id
 
 
@@ -115,9 +115,15 @@ def test_number_with_thousands_of_digits_is_invalid_not_a_crash() -> None:
     assert rule_for(inbound(huge, message_id="o")) == "Integer value out of range - at `$.items[0].quantity`"
 
 
-def test_body_over_256_kb_is_invalid() -> None:
-    body = order_body("o", padding="x" * MAX_BODY_BYTES)
-    assert "at most 262144" in rule_for(inbound(json.dumps(body).encode(), message_id="o"))
+def test_a_body_of_256_kb_is_read_and_one_byte_more_is_past_the_limit() -> None:
+    body = order_body("o")
+    padding = MAX_BODY_BYTES - len(json.dumps({**body, "padding": ""}).encode())
+    at_limit = json.dumps({**body, "padding": "x" * padding}).encode()
+    assert len(at_limit) == MAX_BODY_BYTES and parse_order(inbound(at_limit, message_id="o")).order_id == "o"
+    over = json.dumps({**body, "padding": "x" * (padding + 1)}).encode()
+    with pytest.raises(LimitExceeded) as caught:
+        parse_order(inbound(over, message_id="o"))
+    assert "at most 262144" in str(caught.value) and "256 KB" in caught.value.limit
 
 
 def test_body_without_data_section_is_invalid() -> None:
