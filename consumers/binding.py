@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
+from consumers.lock_renewal import held_until
 from shared.domain.messages import InboundMessage
 
 
@@ -30,8 +32,9 @@ def _body(msg: ServiceBusReceivedMessage) -> bytes | None:
     return b"".join(bytes(section) for section in msg.body)
 
 
-def to_inbound(msg: ServiceBusReceivedMessage) -> InboundMessage:
-    """Read what the core needs from a received message; payload bytes go to the core unread."""
+def to_inbound(msg: ServiceBusReceivedMessage, *, renewal: float = 0.0) -> InboundMessage:
+    """Read what the core needs from a received message; payload bytes go to the core unread. ``renewal`` is
+    how long the host renews this message's lock from now (0 for a session's: see ``lock_renewal``)."""
     return InboundMessage(
         message_id=_text(msg.message_id) or None,
         body=_body(msg),
@@ -40,6 +43,7 @@ def to_inbound(msg: ServiceBusReceivedMessage) -> InboundMessage:
         delivery_count=msg.delivery_count,
         enqueued_time_utc=msg.enqueued_time_utc,
         locked_until_utc=msg.locked_until_utc,
+        lock_held_until=held_until(msg.locked_until_utc, datetime.now(UTC), renewal),
         sequence_number=msg.sequence_number,
         application_properties=_properties(msg.application_properties),
     )

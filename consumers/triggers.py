@@ -26,6 +26,7 @@ from collections.abc import Callable
 import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
 
+from consumers import lock_renewal
 from consumers.binding import to_inbound
 from consumers.settlement import ActionsSettlement
 from shared.bootstrap import App
@@ -49,6 +50,7 @@ def make_blueprint(settings: Settings, root: Callable[[], App]) -> func.Blueprin
     rule does not hold.
     """
     settings.retention.check()
+    renewal = lock_renewal.renewal_seconds()  # the host renews a message's lock this long; a session's, from its accept
     blueprint = func.Blueprint()  # type: ignore[no-untyped-call]  # azure-functions 1.x is untyped here
 
     @blueprint.function_name("process_order")
@@ -61,7 +63,7 @@ def make_blueprint(settings: Settings, root: Callable[[], App]) -> func.Blueprin
     ) -> None:
         """Service Bus trigger (PeekLock): settle every delivery explicitly, exactly once."""
         app = root()
-        await app.deliver("process_order", functools.partial(to_inbound, msg), app.handle_order,
+        await app.deliver("process_order", functools.partial(to_inbound, msg, renewal=renewal), app.handle_order,
                           ActionsSettlement(msg, message_actions))
 
     @blueprint.function_name("process_order_event")
@@ -75,7 +77,8 @@ def make_blueprint(settings: Settings, root: Callable[[], App]) -> func.Blueprin
         """Service Bus trigger (PeekLock), a session per order unless ORDER_EVENTS_SESSIONS is false: settle
         every delivery explicitly, exactly once."""
         app = root()
-        await app.deliver("process_order_event", functools.partial(to_inbound, msg), app.handle_event,
+        read = functools.partial(to_inbound, msg, renewal=0.0 if settings.order_events_sessions else renewal)
+        await app.deliver("process_order_event", read, app.handle_event,
                           ActionsSettlement(msg, message_actions, sessions=settings.order_events_sessions))
 
     @blueprint.function_name("publish_outbox")

@@ -131,7 +131,7 @@ async def _wait_before_abandon(function: str, inbound: InboundMessage, port: Set
     second. When the session lock cannot hold the whole wait, it is renewed first; if that is refused
     (the lock is lost), the abandon fails too and the broker redelivers once the lock has run out.
     """
-    wait = abandon_wait(delay, inbound.locked_until_utc, clock())
+    wait = abandon_wait(delay, inbound.lock_deadline, clock())
     if wait >= delay or inbound.session_id is None:
         return wait  # a plain queue's redelivery comes with a lock of its own
     try:

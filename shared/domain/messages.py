@@ -16,7 +16,9 @@ class InboundMessage:
     ``delivery_count`` is None when the binding does not pass it: the pinned Functions binding
     extension (1.0.0b2) drops the AMQP header that carries it. ``sequence_number`` is the broker's
     number for this message in its entity: a redelivery of the same message has the same one, a copy
-    sent again by a producer has another.
+    sent again by a producer has another. ``locked_until_utc`` is the lock as the message came with it;
+    ``lock_held_until`` how long the host keeps renewing it (the binding computes it from host.json's
+    ``maxAutoLockRenewalDuration``), None where nothing renews it.
     """
 
     message_id: str | None
@@ -28,3 +30,10 @@ class InboundMessage:
     locked_until_utc: datetime | None = None
     sequence_number: int | None = None
     application_properties: Mapping[str, str] = field(default_factory=dict)
+    lock_held_until: datetime | None = None
+
+    @property
+    def lock_deadline(self) -> datetime | None:
+        """Until when this delivery holds its lock at the least: as the host renews it (``lock_held_until``),
+        or else the lock it came with. The leases and the waits of the delivery are decided on it."""
+        return self.lock_held_until or self.locked_until_utc

@@ -78,7 +78,7 @@ class SideEffect:
             id=identity.side_effect_id(self.consumer, self.name, order_id), order_id=order_id,
             consumer=self.consumer, effect=self.name, idempotency_key=identity.effect_key(self.consumer, self.name,
                                                                                          order_id),
-            status=EffectStatus.IN_PROGRESS, attempt=1, lease_until=self._lease_until(message.locked_until_utc),
+            status=EffectStatus.IN_PROGRESS, attempt=1, lease_until=self._lease_until(message.lock_deadline),
             message_sequence=message.sequence_number, request_hash=request_hash,
         )
 
@@ -135,11 +135,11 @@ class SideEffect:
             if current.lease_until > self.clock() and not _same_message(current, message):
                 return Result(Outcome.IN_PROGRESS, f"{self.name}: claimed by message {current.message_sequence},"
                                                    f" attempt {current.attempt}, whose redeliveries finish it")
-            if message.locked_until_utc is not None and message.locked_until_utc.timestamp() <= self.clock():
-                # Our lock has run out: the message is someone else's now, and so is the claim.
+            if (deadline := message.lock_deadline) is not None and deadline.timestamp() <= self.clock():
+                # Our lock has run out, renewals included: the message is someone else's now, and so is the claim.
                 return Result(Outcome.TRANSIENT, f"{self.name}: this delivery's lock ran out")
             taken = await self._patch(current, attempt=current.attempt + 1, message_sequence=message.sequence_number,
-                                      lease_until=self._lease_until(message.locked_until_utc))
+                                      lease_until=self._lease_until(message.lock_deadline))
             if taken is not None:
                 return taken
         return Result(Outcome.TRANSIENT, f"{self.name}: the claim kept changing under us")

@@ -75,9 +75,11 @@ properties = st.fixed_dictionaries(
 
 def assert_settled_once(deliver: Deliverer, body: bytes, **props: Any) -> None:
     [settlement] = deliver(body, **props)
+    if settlement.reason == "LimitExceeded":  # only a body past 256 KB
+        assert len(body) > 256 * 1024 and "262144" in (settlement.description or "")
     assert settlement.action in {"complete", "deadletter"}, "only a crash could abandon with an in-memory store"
     if settlement.action == "deadletter":
-        assert settlement.reason in {"InvalidMessage", "PayloadMismatch"}
+        assert settlement.reason in {"InvalidMessage", "PayloadMismatch", "LimitExceeded"}
         assert settlement.description
 
 
@@ -152,5 +154,6 @@ def test_broken_events_end_in_one_settlement(
     assert outcome_counts()[("process_order_event", "error")] == errors_before, "a crash, not a decision"
     assert settlement.action in {"complete", "deadletter", "abandon"}
     if settlement.action == "deadletter":
-        assert settlement.reason in {"InvalidMessage", "PayloadMismatch", "InvalidTransition", "OutOfOrder"}
+        assert settlement.reason in {"InvalidMessage", "PayloadMismatch", "InvalidTransition", "LimitExceeded",
+                                     "OutOfOrder"}
         assert settlement.description

@@ -165,11 +165,12 @@ def test_a_copy_takes_over_a_claim_whose_lease_expired(
     app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer, real: HttpFulfilment,
 ) -> None:
     order_id, body = new_order()
-    app_on_cosmos.reconfigure(fulfilment=CrashAfterCall(real))
-    lock_ends = datetime.now(UTC) + timedelta(seconds=1)
-    deliver_order(body, message_id=order_id, locked_until=lock_ends, sequence_number=1)
+    # A one-second lease: the host renews the claimant's lock for minutes, so its lease ends by the setting.
+    app_on_cosmos.reconfigure(fulfilment=CrashAfterCall(real), side_effect_lease_seconds=1)
+    lease_ends = time.time() + 1
+    deliver_order(body, message_id=order_id, sequence_number=1)
     app_on_cosmos.reconfigure(fulfilment=real)
-    time.sleep(max(0.0, lock_ends.timestamp() - time.time()) + 0.2)
+    time.sleep(max(0.0, lease_ends - time.time()) + 0.2)
     assert deliver_order(body, message_id=order_id, sequence_number=2)[0].action == "complete"
     finished = record(app_on_cosmos, order_id)
     assert (finished["status"], finished["attempt"], finished["messageSequence"]) == ("completed", 2, 2)
