@@ -104,9 +104,18 @@ class ServiceBusSender:
             await credential.close()
 
 
+# What a batch adds on the wire to the messages the SDK counts: azure-servicebus 7.15 counts neither the
+# batch's envelope nor the first message's properties that it copies onto it (its MessageId, up to 128
+# characters, and SessionId), 21 to about 300 bytes, and a batch that passes the entity's size is refused
+# whole (MessageSizeExceeded). The .NET SDK reserves room for them; so does this adapter.
+BATCH_ENVELOPE_BYTES = 1024
+
+
 async def _batches(sender: Any, messages: Sequence[OutgoingMessage]) -> list[Any]:
-    """The messages in ServiceBusMessageBatch objects, each filled up to the link's maximum batch size."""
-    batches = [await sender.create_message_batch()]
+    """The messages in ServiceBusMessageBatch objects, each filled up to the link's maximum message size less
+    the batch's envelope (BATCH_ENVELOPE_BYTES)."""
+    limit = (await sender.create_message_batch()).max_size_in_bytes - BATCH_ENVELOPE_BYTES
+    batches = [await sender.create_message_batch(max_size_in_bytes=limit)]
     for message in messages:
         sdk_message = to_sdk(message)
         try:
@@ -114,7 +123,7 @@ async def _batches(sender: Any, messages: Sequence[OutgoingMessage]) -> list[Any
         except MessageSizeExceededError:
             if len(batches[-1]) == 0:
                 raise  # one message larger than a batch: the send fails, and the caller leaves it pending
-            batches.append(await sender.create_message_batch())
+            batches.append(await sender.create_message_batch(max_size_in_bytes=limit))
             batches[-1].add_message(sdk_message)
     return batches
 

@@ -67,6 +67,13 @@ QUEUES: dict[str, dict[str, Any]] = {
     "value-body": {},
     "decimal-property": {},
     "decimal-refused": {},
+    "size-standard": {},
+    "size-premium": {"MaxMessageSizeInKilobytes": 1024},
+    "size-sdk-test": {},
+    "size-batch": {},
+    "size-full-batch": {},
+    "size-large-batch": {"MaxMessageSizeInKilobytes": 2048},
+    "size-scheduled": {},
 }
 
 TOPICS: dict[str, dict[str, Any]] = {
@@ -101,6 +108,7 @@ TOPICS: dict[str, dict[str, Any]] = {
         ],
     },
     "topic-dlq": {"Properties": {}, "Subscriptions": [{"Name": "sub", "Properties": {"MaxDeliveryCount": 1}}]},
+    "size-topic": {"Properties": {"MaxMessageSizeInKilobytes": 1024}, "Subscriptions": [{"Name": "all"}]},
 }
 
 

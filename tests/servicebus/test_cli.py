@@ -76,6 +76,15 @@ def run_cli(*arguments: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=30, check=False)
 
 
+def test_a_max_message_size_outside_the_premium_range_stops_the_start(tmp_path: Path) -> None:
+    config = tmp_path / "Config.json"
+    queue = {"Name": "q", "Properties": {"MaxMessageSizeInKilobytes": 256}}
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [{"Name": "x", "Queues": [queue]}]}}))
+    result = run_cli("--config", str(config), "--port", "0")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "Queues[0].Properties.MaxMessageSizeInKilobytes: expected an integer from 1024 to 102400" in result.stderr
+
+
 def test_a_port_in_use_is_one_line_naming_the_port(tmp_path: Path) -> None:
     config = tmp_path / "Config.json"
     config.write_text(json.dumps(CONFIG))

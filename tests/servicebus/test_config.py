@@ -40,8 +40,10 @@ def test_missing_properties_take_the_emulator_defaults() -> None:
     assert queue.settings.dead_lettering_on_message_expiration is False
     assert queue.settings.requires_session is False
     assert queue.requires_duplicate_detection is False and queue.duplicate_detection_window == 20
+    assert queue.max_message_size == 256 * 1024  # the Standard tier's
     [topic] = config.topics
     assert topic.default_message_ttl == 3600
+    assert topic.max_message_size == 256 * 1024
     assert topic.subscriptions[0].rules is None  # no Rules: every message matches
 
 
@@ -50,6 +52,31 @@ def test_the_repository_example_config_loads() -> None:
     assert {q.name for q in config.queues} >= {"orders"}
     orders = next(q for q in config.queues if q.name == "orders")
     assert orders.settings.max_delivery_count == 10 and orders.requires_duplicate_detection
+
+
+def test_max_message_size_in_kilobytes_sets_a_queues_and_a_topics_limit_in_bytes() -> None:
+    config = load_config(
+        _config(
+            queues=[{"Name": "q", "Properties": {"MaxMessageSizeInKilobytes": 1024}}],
+            topics=[{"Name": "t", "Properties": {"MaxMessageSizeInKilobytes": 102400}}],
+        )
+    )
+    assert config.queues[0].max_message_size == 1024 * 1024
+    assert config.topics[0].max_message_size == 100 * 1024 * 1024
+
+
+@pytest.mark.parametrize("value", [256, 1023, 102401, "1024", 1024.0, True])
+def test_max_message_size_outside_the_premium_range_is_refused_at_start_up(value: object) -> None:
+    document = _config(queues=[{"Name": "q", "Properties": {"MaxMessageSizeInKilobytes": value}}])
+    path = r"Queues\[0\]\.Properties\.MaxMessageSizeInKilobytes"
+    with pytest.raises(ConfigError, match=path + ": expected an integer from 1024 to 102400"):
+        load_config(document)
+
+
+def test_a_subscription_has_no_max_message_size_of_its_own() -> None:
+    subscription = {"Name": "s", "Properties": {"MaxMessageSizeInKilobytes": 1024}}
+    with pytest.raises(ConfigError, match="unknown property MaxMessageSizeInKilobytes"):
+        load_config(_config(topics=[{"Name": "t", "Subscriptions": [subscription]}]))
 
 
 def test_correlation_filter_fields_are_read() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from devservers.servicebus.config import load_config
+from devservers.servicebus.errors import MESSAGE_SIZE_EXCEEDED
 from devservers.servicebus.store import (
     MESSAGE_LOCK_LOST,
     SESSION_CANNOT_BE_LOCKED,
@@ -195,3 +196,20 @@ def test_sending_without_session_id_to_a_session_queue_is_refused() -> None:
     with pytest.raises(BrokerError, match="SessionId"):
         queue.intake.send([_envelope(session_id="ok"), _envelope()], T0)
     assert queue.messages == {}  # a batch is all or nothing
+
+
+def test_a_message_over_the_entitys_size_is_refused_with_message_size_exceeded() -> None:
+    intake = _queue().intake
+    intake.check_size(256 * 1024)
+    with pytest.raises(BrokerError) as refused:
+        intake.check_size(256 * 1024 + 1)
+    assert refused.value.condition == MESSAGE_SIZE_EXCEEDED
+    assert "262145 bytes" in refused.value.description and "262144 bytes" in refused.value.description
+
+
+def test_a_batch_is_held_to_1_mb_where_the_entity_takes_larger_messages() -> None:
+    intake = _queue(MaxMessageSizeInKilobytes=2048).intake
+    intake.check_size(2048 * 1024)
+    intake.check_size(1024 * 1024, batch=True)
+    with pytest.raises(BrokerError, match=r"limit \(1048576 bytes\)"):
+        intake.check_size(1024 * 1024 + 1, batch=True)

@@ -7,6 +7,10 @@ most 5 minutes, TTL at least 5 minutes, ...) are deliberately not enforced: test
 durations such as a 2 s lock or a 1 s TTL. Formats are checked strictly, and every error names the
 JSON path of the offending value, because a typo in a test config should fail loudly at start-up
 rather than turn into a silently different entity.
+
+One property is this broker's own, not the emulator's: ``MaxMessageSizeInKilobytes`` on a queue or
+topic stands for the Premium tier's per-entity message size (ARM's ``maxMessageSizeInKilobytes``) and
+is held to ARM's range: an entity Service Bus cannot have would test nothing real.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ DEFAULT_LOCK_DURATION = 60.0
 DEFAULT_MESSAGE_TTL = 3600.0
 DEFAULT_DUPLICATE_WINDOW = 20.0
 DEFAULT_MAX_DELIVERY_COUNT = 3
+#: Service Bus Standard's (and the emulator's) message size, header and properties included.
+DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
+#: ARM's range for a Premium entity's maxMessageSizeInKilobytes.
+MAX_MESSAGE_SIZE_KB_RANGE = (1024, 102400)
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,8 @@ class QueueConfig:
     settings: ReceiverSettings = field(default_factory=ReceiverSettings)
     requires_duplicate_detection: bool = False
     duplicate_detection_window: float = DEFAULT_DUPLICATE_WINDOW
+    #: The largest encoded message (or batch transfer) the queue takes, in bytes.
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,8 @@ class TopicConfig:
     default_message_ttl: float = DEFAULT_MESSAGE_TTL
     requires_duplicate_detection: bool = False
     duplicate_detection_window: float = DEFAULT_DUPLICATE_WINDOW
+    #: The largest encoded message (or batch transfer) the topic takes, in bytes.
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     subscriptions: tuple[SubscriptionConfig, ...] = ()
 
 
@@ -152,9 +164,13 @@ _RECEIVER_PROPERTIES = {
     "MaxDeliveryCount",
     "RequiresSession",
 }
-_DUPLICATE_PROPERTIES = {"DuplicateDetectionHistoryTimeWindow", "RequiresDuplicateDetection"}
-_QUEUE_PROPERTIES = _RECEIVER_PROPERTIES | _DUPLICATE_PROPERTIES
-_TOPIC_PROPERTIES = {"DefaultMessageTimeToLive"} | _DUPLICATE_PROPERTIES
+_SENDABLE_PROPERTIES = {
+    "DuplicateDetectionHistoryTimeWindow",
+    "MaxMessageSizeInKilobytes",  # this broker's own (see the module docstring)
+    "RequiresDuplicateDetection",
+}
+_QUEUE_PROPERTIES = _RECEIVER_PROPERTIES | _SENDABLE_PROPERTIES
+_TOPIC_PROPERTIES = {"DefaultMessageTimeToLive"} | _SENDABLE_PROPERTIES
 _CORRELATION_FIELDS = {
     "CorrelationId": "correlation_id",
     "MessageId": "message_id",
@@ -229,6 +245,19 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{self.path}.{key}: expected an integer >= 1, got {value!r}")
         return value
+
+    def max_message_size(self, key: str) -> int:
+        """Bytes from a size in kilobytes within ARM's range; the Standard tier's size when absent."""
+        value = self.value.get(key)
+        if value is None:
+            return DEFAULT_MAX_MESSAGE_SIZE
+        low, high = MAX_MESSAGE_SIZE_KB_RANGE
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(
+                f"{self.path}.{key}: expected an integer from {low} to {high} (the Premium tier's range; leave it "
+                f"out for the Standard tier's 256 KB), got {value!r}"
+            )
+        return value * 1024
 
     def optional_name(self, key: str) -> str | None:
         value = self.value.get(key)
@@ -325,6 +354,7 @@ def parse_config(document: Any) -> NamespaceConfig:
                 duplicate_detection_window=props.duration(
                     "DuplicateDetectionHistoryTimeWindow", DEFAULT_DUPLICATE_WINDOW
                 ),
+                max_message_size=props.max_message_size("MaxMessageSizeInKilobytes"),
             )
         )
     topics = []
@@ -359,6 +389,7 @@ def parse_config(document: Any) -> NamespaceConfig:
                 duplicate_detection_window=props.duration(
                     "DuplicateDetectionHistoryTimeWindow", DEFAULT_DUPLICATE_WINDOW
                 ),
+                max_message_size=props.max_message_size("MaxMessageSizeInKilobytes"),
                 subscriptions=tuple(subscriptions),
             )
         )

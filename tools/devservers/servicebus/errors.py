@@ -7,6 +7,7 @@ __all__ = [
     "ARGUMENT_OUT_OF_RANGE",
     "MESSAGE_LOCK_LOST",
     "MESSAGE_NOT_FOUND",
+    "MESSAGE_SIZE_EXCEEDED",
     "NOT_ALLOWED",
     "NOT_FOUND",
     "NOT_IMPLEMENTED",
@@ -14,6 +15,7 @@ __all__ = [
     "SESSION_LOCK_LOST",
     "TIMEOUT",
     "BrokerError",
+    "message_size_exceeded",
     "session_lock_lost",
 ]
 
@@ -28,6 +30,7 @@ MESSAGE_NOT_FOUND = "com.microsoft:message-not-found"
 ARGUMENT_ERROR = "com.microsoft:argument-error"
 ARGUMENT_OUT_OF_RANGE = "com.microsoft:argument-out-of-range"
 TIMEOUT = "com.microsoft:timeout"
+MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"  # AMQP's own condition, as Service Bus sends it
 
 
 class BrokerError(Exception):
@@ -46,4 +49,12 @@ def session_lock_lost(session_id: str) -> BrokerError:
         SESSION_LOCK_LOST,
         f"The session lock has expired on the MessageSession '{session_id}'. Accept a new MessageSession.",
         410,
+    )
+
+
+def message_size_exceeded(size: int, limit: int, path: str) -> BrokerError:
+    """The error for a message (or batch) larger than its entity takes, worded as Service Bus words it."""
+    return BrokerError(
+        MESSAGE_SIZE_EXCEEDED,
+        f"The received message (size:{size} bytes) exceeds the limit ({limit} bytes) currently allowed on '{path}'.",
     )

@@ -129,8 +129,9 @@ def _schedule(node: ReceivableEntity | Topic, request: Request) -> Response:
     target = _sendable(node)
     envelopes = []
     for item in request.body["messages"]:
-        parsed = wire.parse_message(bytes(item["message"]))
-        envelopes.append(wire.envelope_of(parsed))
+        raw = bytes(item["message"])
+        target.intake.check_size(len(raw))
+        envelopes.append(wire.envelope_of(wire.parse_message(raw)))
     numbers = target.intake.send(envelopes, request.now)
     return _ok({"sequence-numbers": wire.long_array(numbers)})
 

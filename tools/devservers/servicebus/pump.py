@@ -54,13 +54,21 @@ class DeliveryPump:
         return data
 
     def store(self, delivery: Delivery, info: LinkInfo, data: bytes) -> None:
-        """Enqueue a message (or a batch) sent on a send link; a refusal rejects the transfer with the reason."""
+        """Enqueue a message (or a batch) sent on a send link; a refusal rejects the transfer with the reason.
+
+        The size checked is the whole transfer, as Service Bus counts it: for a batch, every message in it
+        and the batch's own envelope.
+        """
         assert info.target is not None
+        intake = info.target.intake
         try:
+            intake.check_size(len(data))
             parsed = wire.parse_message(data)
             batch = wire.unpack_batch(parsed)
+            if batch is not None:
+                intake.check_size(len(data), batch=True)
             messages = batch if batch is not None else [parsed]
-            numbers = info.target.intake.send([wire.envelope_of(m) for m in messages], time.time())
+            numbers = intake.send([wire.envelope_of(m) for m in messages], time.time())
         except wire.DecodeError as err:
             requestlog.refused("send", info.address, DECODE_ERROR)
             _reject(delivery, DECODE_ERROR, str(err))

@@ -19,8 +19,9 @@ from proton import Connection, Link, Terminus, symbol
 
 from devservers.servicebus import requestlog
 from devservers.servicebus.amqp import INCOMING_CREDIT, Kind, LinkInfo, condition, entity_path, info_of
+from devservers.servicebus.config import DEFAULT_MAX_MESSAGE_SIZE
 from devservers.servicebus.errors import NOT_ALLOWED, TIMEOUT, BrokerError, session_lock_lost
-from devservers.servicebus.store import Namespace, ReceivableEntity, SessionLockExpired
+from devservers.servicebus.store import Namespace, Queue, ReceivableEntity, SessionLockExpired, Topic
 
 __all__ = ["LinkRouter", "LinkTable"]
 
@@ -29,7 +30,6 @@ LOCKED_UNTIL_UTC = symbol("com.microsoft:locked-until-utc")
 OPERATION_TIMEOUT = symbol("com.microsoft:timeout")
 #: .NET ticks (100 ns) at the Unix epoch: Service Bus's locked-until-utc is a .NET DateTime.
 DOTNET_EPOCH_TICKS = 621355968000000000
-MAX_MESSAGE_SIZE = 256 * 1024  # Standard tier and emulator; the SDK sizes batches from it
 DEFAULT_SESSION_WAIT = 60.0  # Service Bus's default operation timeout when the link names none
 MANAGEMENT_SUFFIX = "/$management"
 
@@ -142,7 +142,7 @@ class LinkRouter:
             self.open_session_link(link, info)
         else:
             if client_sends:
-                link.max_message_size = MAX_MESSAGE_SIZE
+                link.max_message_size = _max_message_size(info)
             link.open()
             _log_attach(info)
         if client_sends:
@@ -229,6 +229,14 @@ class LinkRouter:
             requested = filters[SESSION_FILTER]
             session_id = None if requested is None else str(requested)
             info.session = entity.sessions.accept(session_id, info, time.time())
+
+
+def _max_message_size(info: LinkInfo) -> int:
+    """What a link the client sends on advertises: its queue's or topic's limit, which the SDK sizes batches from."""
+    entity = info.target if info.target is not None else info.node
+    if isinstance(entity, Queue | Topic):
+        return entity.intake.max_message_size
+    return DEFAULT_MAX_MESSAGE_SIZE
 
 
 def _log_attach(info: LinkInfo) -> None:

@@ -50,6 +50,7 @@ from devservers.servicebus.errors import (
     SESSION_CANNOT_BE_LOCKED,
     SESSION_LOCK_LOST,
     BrokerError,
+    message_size_exceeded,
 )
 from devservers.servicebus.locks import LockTable
 from devservers.servicebus.messages import Envelope, MessageState, ReadyQueue, StoredMessage
@@ -78,6 +79,8 @@ __all__ = [
 DEAD_LETTER_QUEUE = "$DeadLetterQueue"
 TRANSFER_DEAD_LETTER_QUEUE = "$Transfer/$DeadLetterQueue"
 MAX_FORWARD_HOPS = 4  # Service Bus dead-letters a message that would take a fifth auto-forwarding hop
+#: Service Bus refuses a batch over 1 MB even where an entity takes larger messages (Premium, large messages).
+MAX_BATCH_SIZE = 1024 * 1024
 
 
 class Outcome(enum.Enum):
@@ -396,14 +399,23 @@ class _IntakeOwner(Protocol):
 
 
 class Intake:
-    """What queues and topics share as send targets: sequence numbers, duplicate detection, scheduling."""
+    """What queues and topics share as send targets: size limit, sequence numbers, duplicate detection, scheduling."""
 
-    def __init__(self, owner: _IntakeOwner, requires_duplicate_detection: bool, window: float) -> None:
+    def __init__(
+        self, owner: _IntakeOwner, requires_duplicate_detection: bool, window: float, max_message_size: int
+    ) -> None:
         self._owner = owner
+        self.max_message_size = max_message_size
         self._next_sequence_number = itertools.count(1)
         self._duplicates = _DuplicateDetector(window) if requires_duplicate_detection else None
         self.scheduled: dict[int, StoredMessage] = {}
         self._due: Deadlines[int] = Deadlines()
+
+    def check_size(self, size: int, *, batch: bool = False) -> None:
+        """Refuse (message-size-exceeded) an encoded message or batch transfer of ``size`` bytes over the limit."""
+        limit = min(self.max_message_size, MAX_BATCH_SIZE) if batch else self.max_message_size
+        if size > limit:
+            raise message_size_exceeded(size, limit, self._owner.path)
 
     def new_message(self, envelope: Envelope, now: float) -> StoredMessage:
         ttl = self._owner.message_ttl(envelope)
@@ -469,7 +481,9 @@ class Queue(ReceivableEntity):
     def __init__(self, namespace: Namespace, config: QueueConfig) -> None:
         super().__init__(namespace, config.name, config.settings)
         self.name = config.name
-        self.intake = Intake(self, config.requires_duplicate_detection, config.duplicate_detection_window)
+        self.intake = Intake(
+            self, config.requires_duplicate_detection, config.duplicate_detection_window, config.max_message_size
+        )
         # Peek shows scheduled messages too, as Service Bus's does.
         self.browser = MessageBrowser(self, self.intake.scheduled)
 
@@ -514,7 +528,9 @@ class Topic:
         self.namespace = namespace
         self.name = self.path = config.name
         self.default_message_ttl = config.default_message_ttl
-        self.intake = Intake(self, config.requires_duplicate_detection, config.duplicate_detection_window)
+        self.intake = Intake(
+            self, config.requires_duplicate_detection, config.duplicate_detection_window, config.max_message_size
+        )
         self.subscriptions = {s.name.lower(): Subscription(namespace, self, s) for s in config.subscriptions}
 
     def __repr__(self) -> str:
