@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import http.client
+import json
 import ssl
 import time
 import uuid
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from azure.core import MatchConditions
+from azure.core.exceptions import HttpResponseError
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey, exceptions
 
 from devservers import cosmos_setup
@@ -465,6 +467,62 @@ def test_id_over_255_characters_is_400(orders: ContainerProxy) -> None:
     assert _ids(orders, "o1") == {"i" * 255}
 
 
+def test_id_with_slash_backslash_question_mark_or_hash_is_400(
+    cosmos_endpoint: CosmosEndpoint, orders: ContainerProxy
+) -> None:
+    # The SDK itself refuses such an id on create_item, upsert_item and replace_item (ValueError, nothing
+    # sent); a batch sends it as it is, and the server must refuse it.
+    with pytest.raises(ValueError, match="illegal chars"):
+        orders.create_item({"id": "a/b", "orderId": "o1"})
+    orders.create_item({"id": "kept", "orderId": "o1"})
+    # Cosmos documents '/' and '\\' as refused by the service. '?' and '#' it stores, but this SDK puts the
+    # id into the item's URL unescaped, so such an item cannot be read, replaced or deleted by id; the
+    # local server refuses them too, at the write (stricter than the service).
+    forbidden = ["/", "\\"] + (["?", "#"] if cosmos_endpoint.local else [])
+    for char in forbidden:
+        bad = {"id": f"a{char}b", "orderId": "o1"}
+        assert _batch_status(orders, ("create", (bad,)), "o1") == 400, char
+        assert _batch_status(orders, ("upsert", (bad,)), "o1") == 400, char
+    assert _ids(orders, "o1") == {"kept"}
+
+
+def test_partition_key_value_over_2048_bytes_is_400(orders: ContainerProxy) -> None:
+    assert orders.read()["partitionKey"].get("version") == 2  # large partition keys: the SDK's default
+    orders.create_item({"id": "a", "orderId": "k" * 2048})
+    orders.create_item({"id": "b", "orderId": "\u20ac" * 682})  # 2,046 bytes of UTF-8
+    for key in ("k" * 2049, "\u20ac" * 683):  # 2,049 bytes: bytes count, not characters
+        item = {"id": "new", "orderId": key}
+        for write in (orders.create_item, orders.upsert_item):
+            assert _status_and_code(functools.partial(write, item)) == (400, "BadRequest")
+        # Cosmos may refuse the batch as a whole (its partition key header is too long) or its operation.
+        with pytest.raises(HttpResponseError) as refused:
+            orders.execute_item_batch([("create", (item,))], partition_key=key)
+        failure = refused.value
+        if isinstance(failure, exceptions.CosmosBatchOperationError):
+            assert failure.operation_responses[0]["statusCode"] == 400
+        else:
+            assert failure.status_code == 400
+    every = orders.query_items("SELECT c.id FROM c", enable_cross_partition_query=True)
+    assert sorted(item["id"] for item in every) == ["a", "b"]
+
+
+def test_patch_of_more_than_10_operations_is_400_alone_or_in_a_batch(orders: ContainerProxy) -> None:
+    orders.create_item({"id": "p", "orderId": "o1", "n": 0})
+    eleven = [{"op": "set", "path": f"/f{i}", "value": i} for i in range(11)]
+    orders.patch_item("p", "o1", eleven[:10])
+    assert _status_and_code(lambda: orders.patch_item("p", "o1", eleven)) == (400, "BadRequest")
+    holds = "from c where c.n = 0"
+    assert _status_and_code(lambda: orders.patch_item("p", "o1", eleven, filter_predicate=holds)) == (400, "BadRequest")
+
+    with pytest.raises(exceptions.CosmosBatchOperationError) as err:
+        orders.execute_item_batch(
+            [("create", ({"id": "side-effect", "orderId": "o1"},)), ("patch", ("p", eleven))], partition_key="o1"
+        )
+    assert [op["statusCode"] for op in err.value.operation_responses] == [424, 400]
+    assert _ids(orders, "o1") == {"p"}
+    assert "f10" not in orders.read_item("p", "o1")
+
+
 def test_item_over_2_mb_is_413_request_entity_too_large(orders: ContainerProxy) -> None:
     orders.create_item({"id": "big", "orderId": "o1", "pad": "x" * (ITEM_LIMIT_BYTES - 1024)})
     too_big = {"id": "big", "orderId": "o1", "pad": "x" * ITEM_LIMIT_BYTES}
@@ -496,6 +554,69 @@ def test_writes_with_no_response_answer_an_empty_body_and_the_new_etag(orders: C
     assert len({answer.get_response_headers()["etag"] for answer in answers}) == 4
     assert orders.read_item("a", "o1")["n"] == 4
     assert orders.upsert_item({"id": "a", "orderId": "o1", "n": 5})["n"] == 5  # without it, the whole document
+
+
+# Query pages: at most x-ms-max-item-count items (100 when the SDK sends none, as it does without
+# max_item_count), at most 4 MB of them, and the rest through x-ms-continuation.
+
+PAGE_LIMIT_BYTES = 4 * 1024 * 1024
+
+
+def _pages(container: ContainerProxy, query: str, **options: Any) -> list[list[Any]]:
+    return [list(page) for page in container.query_items(query, **options).by_page()]
+
+
+def _json_bytes(rows: list[Any]) -> int:
+    return len(json.dumps(rows, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def test_query_without_max_item_count_comes_in_pages_of_at_most_100(
+    cosmos_endpoint: CosmosEndpoint, orders: ContainerProxy
+) -> None:
+    for first in range(0, 250, 100):
+        orders.execute_item_batch(
+            [("create", ({"id": f"d{n:03d}", "orderId": "o1", "n": n},)) for n in range(first, min(first + 100, 250))],
+            partition_key="o1",
+        )
+    every = [f"d{n:03d}" for n in range(250)]
+    for scope in ({"partition_key": "o1"}, {"enable_cross_partition_query": True}):
+        pages = _pages(orders, "SELECT * FROM c", **scope)
+        assert len(pages) >= 3 and all(len(page) <= 100 for page in pages), [len(page) for page in pages]
+        assert sorted(row["id"] for page in pages for row in page) == every
+        # ORDER BY and TOP page the same way, in their order; an aggregate is one row.
+        ordered = _pages(orders, "SELECT VALUE c.n FROM c ORDER BY c.n DESC", **scope)
+        assert all(len(page) <= 100 for page in ordered) and len(ordered) >= 3
+        assert [n for page in ordered for n in page] == list(range(249, -1, -1))
+        top = _pages(orders, "SELECT TOP 220 VALUE c.n FROM c ORDER BY c.n", **scope)
+        assert all(len(page) <= 100 for page in top) and [n for page in top for n in page] == list(range(220))
+        assert [n for page in _pages(orders, "SELECT VALUE COUNT(1) FROM c", **scope) for n in page] == [250]
+        # -1: the service chooses the page size, up to 4 MB; here that is every row at once.
+        dynamic = _pages(orders, "SELECT * FROM c", max_item_count=-1, **scope)
+        assert sorted(row["id"] for page in dynamic for row in page) == every
+        if cosmos_endpoint.local:
+            assert [len(page) for page in dynamic] == [250]
+
+
+def test_query_pages_hold_at_most_4_mb(cosmos_endpoint: CosmosEndpoint, orders: ContainerProxy) -> None:
+    pad = "x" * 1_500_000
+    for n in range(3):
+        orders.create_item({"id": f"big{n}", "orderId": "o1", "pad": pad}, no_response=True)
+    orders.create_item({"id": "small", "orderId": "o2"})
+    for options in ({}, {"max_item_count": -1}, {"max_item_count": 3}):
+        for scope in ({"partition_key": "o1"}, {"enable_cross_partition_query": True}):
+            pages = _pages(orders, "SELECT * FROM c", **options, **scope)
+            assert all(_json_bytes(page) <= PAGE_LIMIT_BYTES for page in pages), [len(page) for page in pages]
+            assert all(len([row for row in page if row["id"] != "small"]) <= 2 for page in pages)
+            expected = {"big0", "big1", "big2"} | ({"small"} if "enable_cross_partition_query" in scope else set())
+            ids = [row["id"] for page in pages for row in page]
+            assert sorted(ids) == sorted(expected), (options, scope)
+            ordered = _pages(orders, "SELECT c.id, c.pad FROM c ORDER BY c.id DESC", **options, **scope)
+            assert all(_json_bytes(page) <= PAGE_LIMIT_BYTES for page in ordered)
+            assert [row["id"] for page in ordered for row in page] == sorted(expected, reverse=True)
+    if cosmos_endpoint.local:  # a row larger than 4 MB by itself still comes, alone in its page
+        tripled = _pages(orders, "SELECT c.id, c.pad AS a, c.pad AS b, c.pad AS d FROM c", partition_key="o1")
+        assert [len(page) for page in tripled] == [1, 1, 1]
+        assert sorted(row["id"] for page in tripled for row in page) == ["big0", "big1", "big2"]
 
 
 # --- 8. change feed -------------------------------------------------------------------------------

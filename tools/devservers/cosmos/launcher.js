@@ -24,9 +24,16 @@
  *   4. a query with a partition key header is not restricted to that partition;
  *   5. a patch filter predicate is lower-cased before it is evaluated ("c.Version" -> "c.version");
  *   6. the CLI answers every request with `connection: close` (~36 creates/s from Python);
- *   7. it accepts what Cosmos refuses (a container defaultTtl or item `ttl` other than -1 or
- *      1..2147483647, ids over 255 characters, items over 2 MB) and ignores `Prefer: return=minimal`
- *      (the SDK's no_response=True), answering with the whole document instead of an empty body;
+ *   7. it accepts what Cosmos refuses: a container defaultTtl or item `ttl` other than -1 or
+ *      1..2147483647, ids over 255 characters or with / or \ in them (and ? or #, which the service
+ *      stores but the Python SDK then cannot address by id: refused here too), partition key values
+ *      over 2,048 bytes, items over 2 MB; a patch of more than 10 operations it did refuse, but only
+ *      once the document was found and its filter predicate held (404 and 412 came first). It answers
+ *      a query or read feed without x-ms-max-item-count in one page, every row at once, and any page
+ *      whatever its size, where Cosmos sends at most 100 items when the header is absent (the SDK
+ *      sends none without max_item_count) and at most 4 MB of them in any page (-1: as many as fit),
+ *      the rest through x-ms-continuation. And it ignores `Prefer: return=minimal` (the SDK's
+ *      no_response=True), answering with the whole document instead of an empty body;
  *   8. the change feed is a stub: with `A-IM: Incremental feed` the first read returns every document
  *      and any read with a continuation answers 304, so a reader never sees a later change;
  *   9. a request costs what the whole container does, where Cosmos's indexes make it cost what it
@@ -54,7 +61,12 @@
  *        SELECT * FROM c, pages of 1,000           4.9   1,936.4   ~670,792  |       5.3   181.1   597.5
  *
  *      (~: extrapolated from its first 60 s.) What remains O(N) is a cross-partition scan itself (no
- *      property index), and ORDER BY, TOP and aggregates, which evaluate their whole scope per page.
+ *      property index), and ORDER BY, TOP and aggregates, which evaluate their whole scope per page;
+ *      since 7. pages every query (100 items unless the request says otherwise), reading an ORDER BY
+ *      or TOP query to its end costs its scope once per page. The "after" figures predate 7.'s page
+ *      limits; measured since side by side with the launcher without them (same machine, same time,
+ *      both slowed by other work on it), no operation was slower beyond the run-to-run spread (a full
+ *      read of 40,000 in pages of 1,000: 1,362 ms with them, 2,521 ms without).
  * Also: error bodies are given Cosmos' {"code", "message"} shape, document routes on a missing
  * container answer 404 instead of crashing, and replacing a container keeps its documents.
  *
@@ -75,7 +87,12 @@ const QUERY_PINNED_VERSION = "0.7.2";
 const MAX_BATCH_OPERATIONS = 100; // Cosmos limits a transactional batch to 100 operations...
 const MAX_BATCH_BYTES = 2 * 1024 * 1024; // ...and 2 MB.
 const MAX_ITEM_BYTES = 2 * 1024 * 1024; // An item is at most 2 MB of JSON...
-const MAX_ID_LENGTH = 255; // ...and its id at most 255 characters.
+const MAX_ID_LENGTH = 255; // ...and its id at most 255 characters, none of them / \ ? or #...
+const ID_FORBIDDEN = /[/\\?#]/;
+const MAX_PARTITION_KEY_BYTES = 2048; // ...and its partition key value at most 2,048 bytes (large partition keys).
+const MAX_PATCH_OPERATIONS = 10; // A patch (point or in a batch) has at most 10 operations.
+const DEFAULT_PAGE_ITEMS = 100; // A query page without x-ms-max-item-count holds at most 100 items...
+const MAX_PAGE_BYTES = 4 * 1024 * 1024; // ...and any page at most 4 MB of them (but always at least one).
 const MAX_TTL = 2147483647; // defaultTtl and ttl: -1 or 1 to 2^31 - 1 seconds.
 
 function fail(message) {
@@ -398,6 +415,13 @@ function rollBack(documents, undo) {
 // becomes the answer (withCosmosErrors below, and each operation of a batch).
 //   - An item is at most 2 MB as JSON: larger ones get 413 RequestEntityTooLarge.
 //   - Its id is at most 255 characters: 400.
+//   - Its id holds none of / \ ? #: 400. Cosmos documents / and \ as refused by the service; ? and #
+//     it stores, but the Python SDK puts the id into the item's URL unescaped, so such an item cannot
+//     be read, replaced or deleted by id (the SDK refuses all four on create_item, upsert_item and
+//     replace_item itself; a batch sends them as they are). Refused here on every path: stricter.
+//   - Its partition key value is at most 2,048 bytes of UTF-8 (large partition keys, partitionKey
+//     version 2, the SDK's default): 400. The same limit applies to a version-1 container here; its
+//     101-byte rule is not modelled.
 //   - Its `ttl`, when present, must be -1 (never expire) or 1 to 2147483647 seconds: 0, other
 //     negative numbers, null or a non-integer get 400. The azure-cosmos test suite expects 400 for
 //     0, -10 and null on a container with TTL on; this server refuses them whatever the container's
@@ -407,12 +431,22 @@ function rollBack(documents, undo) {
 // ---------------------------------------------------------------------------------------------
 const isValidTtl = value => value === -1 || (Number.isInteger(value) && value >= 1 && value <= MAX_TTL);
 
-function checkDocument(doc) {
+function checkDocument(documents, doc) {
   if (Buffer.byteLength(JSON.stringify(doc)) > MAX_ITEM_BYTES) {
     throw new CosmosError(413, "Request size is too large.");
   }
   if (typeof doc.id === "string" && doc.id.length > MAX_ID_LENGTH) {
     throw new CosmosError(400, `The id is ${doc.id.length} characters long; at most ${MAX_ID_LENGTH} are allowed.`);
+  }
+  if (typeof doc.id === "string" && ID_FORBIDDEN.test(doc.id)) {
+    throw new CosmosError(400, `The input name '${doc.id}' is invalid. Ensure to provide a unique non-empty string ` +
+      "that does not contain '/', '\\', '?' or '#'.");
+  }
+  const key = documents._getPartition(doc);
+  const keyBytes = typeof key === "string" ? Buffer.byteLength(key) : 0;
+  if (keyBytes > MAX_PARTITION_KEY_BYTES) {
+    throw new CosmosError(400, `The partition key value is ${keyBytes} bytes long; at most ` +
+      `${MAX_PARTITION_KEY_BYTES} bytes are allowed.`);
   }
   if (Object.prototype.hasOwnProperty.call(doc, "ttl") && !isValidTtl(doc.ttl)) {
     throw new CosmosError(400, `The input ttl '${doc.ttl}' is invalid. Ensure to provide a nonzero positive ` +
@@ -430,13 +464,13 @@ function checkContainer(container) {
 
 const baseDocumentCreate = Items.prototype.create;
 Documents.prototype.create = function createChecked(data) {
-  checkDocument(data);
+  checkDocument(this, data);
   return baseDocumentCreate.call(this, data);
 };
 
 const baseDocumentReplace = Items.prototype.replace;
 Documents.prototype.replace = function replaceChecked(data, original) {
-  checkDocument(data);
+  checkDocument(this, data);
   return baseDocumentReplace.call(this, data, original);
 };
 
@@ -461,6 +495,13 @@ function conditionQuery(condition) {
 
 const basePatchOperation = patchOps.patchOperation;
 patchOps.patchOperation = function patchOperation(collection, input) {
+  // 7. The package refuses more than 10 operations too, but only once the document has been found and
+  // the predicate has held (404 or 412 first). Refused here first, as a malformed request, whatever the
+  // document (an assumption about the order in which Cosmos checks: not compared with Azure).
+  if (Array.isArray(input.operations) && input.operations.length > MAX_PATCH_OPERATIONS) {
+    return errorResult(400, `The number of patch operations can't exceed ${MAX_PATCH_OPERATIONS}; ` +
+      `the request has ${input.operations.length}.`);
+  }
   if (!input.condition) return basePatchOperation(collection, input);
   const partition = partitionHeader.parsePartitionKey(input.partitionKey, input.id);
   const doc = collection.document(input.id, partition).read();
@@ -503,6 +544,11 @@ patchOps.patchOperation = function patchOperation(collection, input) {
 //     and sorts every document again. The chunk's page is the one the whole scan gives: the same rows
 //     from the same starting point, and the same continuation token.
 // ORDER BY, TOP and aggregates still evaluate their whole scope (partition or container) per page.
+// Page sizes (7.): a page holds at most x-ms-max-item-count rows, 100 when the header is absent, and
+// with -1 as many as 4 MB allows; a page whose rows' JSON is over 4 MB is computed again holding the
+// rows that fit (at least one, however large), from the same start, so that the engine's continuation
+// resumes after its last row. Every paginated query pages so, by the engine's own continuation: ORDER
+// BY and TOP too. An aggregate is one row, in one page.
 // ---------------------------------------------------------------------------------------------
 const COMPACT_INDEX_ABOVE = 1000; // stale entries tolerated, on top of as many as the live documents
 const FIRST_CHUNK = 256; // documents, at least; or twice the page size
@@ -653,7 +699,9 @@ function appendInPlace(node) {
   }
 }
 
-// Queries whose page is paginate(rows sorted by _rid): evaluated document by document (see above).
+// Queries answered with paginate(...) (every one but aggregates), and of those the ones whose page is
+// paginate(rows sorted by _rid): evaluated document by document (see above).
+const PAGINATED = new WeakMap();
 const BY_DOCUMENT = new WeakMap();
 const baseTransform = queryTransformer.default;
 queryTransformer.default = sqlAst => {
@@ -661,9 +709,11 @@ queryTransformer.default = sqlAst => {
   appendInPlace(compiled);
   const [statement] = compiled.body.body;
   const answer = statement && statement.argument;
-  BY_DOCUMENT.set(sqlAst, Boolean(answer && answer.type === "CallExpression"
-    && isIdentifier(answer.callee.property, "paginate") && answer.arguments.length === 4
-    && sqlAst.body && !sqlAst.body.top && !sqlAst.body.orderBy));
+  const paginated = Boolean(answer && answer.type === "CallExpression" && answer.callee.type === "MemberExpression"
+    && isIdentifier(answer.callee.property, "paginate"));
+  PAGINATED.set(sqlAst, paginated);
+  BY_DOCUMENT.set(sqlAst, paginated && answer.arguments.length === 4
+    && Boolean(sqlAst.body && !sqlAst.body.top && !sqlAst.body.orderBy));
   return compiled;
 };
 
@@ -688,24 +738,53 @@ function runQuery(documents, sql, parameters, { partition, maxItemCount, continu
   const container = documents._parent.read();
   const q = documents._getQuery(sql); // a syntax error propagates as the package lets it (400)
   const options = {
-    parameters, udf: documents._userDefinedFunctions(), maxItemCount, continuation,
+    parameters, udf: documents._userDefinedFunctions(), continuation,
     compositeIndexes: ((container.indexingPolicy ? container.indexingPolicy.compositeIndexes : null) || []),
   };
   try {
+    if (!q.code) throw new Error("Missing code"); // compiles it, and so fills BY_DOCUMENT and PAGINATED
     const rids = scopeRids(documents, partition);
-    const start = maxItemCount > 0 && q.code && BY_DOCUMENT.get(q.ast) ? continuationStart(rids, continuation) : -1;
-    if (start < 0) return q.exec(documentsOf(documents, rids, 0, Infinity).docs, options);
-    for (let size = Math.max(2 * maxItemCount, FIRST_CHUNK); ;) {
-      const { docs, end } = documentsOf(documents, rids, start, size);
-      const page = q.exec(docs, options);
-      if (page.continuation || end >= rids.length) return page;
-      // Too few rows: the next chunk (from the same start) is sized by the rows this one gave.
-      const rows = page.result.length;
-      size = rows ? Math.max(2 * size, Math.ceil((1.5 * size * (maxItemCount + 1)) / rows)) : Infinity;
-    }
+    let page = evaluatePage(documents, q, rids, options, pageItems(maxItemCount));
+    const fit = rowsWithin(page.result, MAX_PAGE_BYTES);
+    // Over 4 MB: the page of the rows that fit, from the same start, with the engine's own continuation.
+    if (fit < page.result.length && PAGINATED.get(q.ast)) page = evaluatePage(documents, q, rids, options, fit);
+    return page;
   } catch (err) {
     err.badRequest = true;
     throw err;
+  }
+}
+
+/** Items a page may hold: x-ms-max-item-count; 100 when it is absent; Infinity (4 MB decides) for -1. */
+function pageItems(maxItemCount) {
+  if (maxItemCount === null || maxItemCount === undefined || Number.isNaN(maxItemCount)) return DEFAULT_PAGE_ITEMS;
+  return maxItemCount > 0 ? maxItemCount : Infinity;
+}
+
+/** How many of the rows, from the first, fit in `budget` bytes of JSON; at least one. */
+function rowsWithin(rows, budget) {
+  if (rows.length <= 1) return rows.length;
+  let bytes = 0;
+  for (let i = 0; i < rows.length; i += 1) {
+    const text = JSON.stringify(rows[i]);
+    bytes += (text === undefined ? 4 : Buffer.byteLength(text)) + (i > 0 ? 1 : 0); // the comma between rows
+    if (bytes > budget) return Math.max(i, 1);
+  }
+  return rows.length;
+}
+
+/** The page of at most `limit` rows after the continuation: from a chunk of the scope where the query allows it. */
+function evaluatePage(documents, q, rids, options, limit) {
+  const paged = { ...options, maxItemCount: Number.isFinite(limit) ? limit : undefined };
+  const start = Number.isFinite(limit) && BY_DOCUMENT.get(q.ast) ? continuationStart(rids, options.continuation) : -1;
+  if (start < 0) return q.exec(documentsOf(documents, rids, 0, Infinity).docs, paged);
+  for (let size = Math.max(2 * limit, FIRST_CHUNK); ;) {
+    const { docs, end } = documentsOf(documents, rids, start, size);
+    const page = q.exec(docs, paged);
+    if (page.continuation || end >= rids.length) return page;
+    // Too few rows: the next chunk (from the same start) is sized by the rows this one gave.
+    const rows = page.result.length;
+    size = rows ? Math.max(2 * size, Math.ceil((1.5 * size * (limit + 1)) / rows)) : Infinity;
   }
 }
 
