@@ -26,6 +26,7 @@ from shared.handlers import reports
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.outbox import OutboxPublisher
 from shared.handlers.place_order import OrderServices, place_order
+from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.sender import MessageSender
 from shared.ports.store import DocumentStore
@@ -39,9 +40,11 @@ class App:
     """The handlers and the delivery policy, bound to one set of settings, ports and clock."""
 
     def __init__(self, settings: Settings, *, store: DocumentStore | None, fulfilment: FulfilmentService | None,
-                 sender: MessageSender | None, clock: Clock, sleep: Sleep, record: Recorder) -> None:
+                 sender: MessageSender | None, clock: Clock, sleep: Sleep, record: Recorder,
+                 releases: type[Releases] = Releases) -> None:
         self.settings = settings
         self.clock = clock
+        self._releases = releases
         self._store, self._fulfilment, self._sender = store, fulfilment, sender
         self._sleep = sleep
         self._record = record
@@ -52,11 +55,12 @@ class App:
 
     async def handle_order(self, message: InboundMessage) -> Result:
         """Apply one OrderPlaced delivery."""
-        return await place_order(message, OrderServices(self.store(), self.fulfilment(), self.settings, self.clock))
+        return await place_order(message, OrderServices(self.store(), self.fulfilment(), self.settings, self.clock,
+                                                        self._releases))
 
     async def handle_event(self, message: InboundMessage) -> Result:
         """Apply one lifecycle event."""
-        return await apply_order_event(message, self.store(), self.settings, self.clock)
+        return await apply_order_event(message, self.store(), self.settings, self.clock, self._releases)
 
     def publisher(self) -> OutboxPublisher:
         """The outbox publisher over the store and the sender."""
@@ -126,14 +130,16 @@ class App:
 def build(
     settings: Settings, *, store: DocumentStore | None = None, fulfilment: FulfilmentService | None = None,
     sender: MessageSender | None = None, clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
-    record: Recorder = record_delivery,
+    record: Recorder = record_delivery, releases: type[Releases] = Releases,
 ) -> App:
     """The app over ``settings``: the ports handed in, or made from the settings on first use.
 
     ``clock`` is the handlers' and the delivery policy's time; ``sleep`` is the wait before an abandon;
-    ``record`` logs and counts each delivery. The simulator hands in its own three.
+    ``record`` logs and counts each delivery. The simulator hands in its own three. ``releases`` writes the
+    releases of parked events in batches inside Cosmos DB's limits; the simulator's tests plant a broken one.
     """
-    return App(settings, store=store, fulfilment=fulfilment, sender=sender, clock=clock, sleep=sleep, record=record)
+    return App(settings, store=store, fulfilment=fulfilment, sender=sender, clock=clock, sleep=sleep, record=record,
+               releases=releases)
 
 
 def from_environment() -> App:

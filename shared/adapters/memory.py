@@ -6,12 +6,13 @@ simulator that runs on them runs on the real thing's behaviour.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from shared.adapters.reservations import ReservationLedger
 from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, PublishError, StoreError
@@ -31,6 +32,7 @@ from shared.ports.store import (
 )
 
 _Key = tuple[str, str]
+_Json = TypeVar("_Json")
 
 
 class InMemoryStore:
@@ -38,14 +40,16 @@ class InMemoryStore:
 
     TTL follows Cosmos DB: with ``default_ttl`` None, expiry is off; -1 turns it on without a
     default, and a document's own ``ttl`` (seconds, -1 = never) then applies. A query page holds at most
-    ``page_items`` documents, whatever page size is asked for, as Cosmos DB's pages are bounded too: the
-    simulator sets it small, so that its readers cross pages.
+    ``page_items`` documents, whatever page size is asked for, as Cosmos DB's pages are bounded too; with
+    ``empty_first_page``, every query answers an empty page first, as Cosmos DB may while more follow (across
+    partition ranges). The simulator sets both, so that its readers cross pages.
     """
 
     def __init__(self, *, default_ttl: int | None = None, clock: Callable[[], float] = time.time,
-                 page_items: int = MAX_PAGE_ITEMS) -> None:
+                 page_items: int = MAX_PAGE_ITEMS, empty_first_page: bool = False) -> None:
         self._default_ttl = default_ttl
         self._page_items = page_items
+        self._empty_first_page = empty_first_page
         self._clock = clock
         self._documents: dict[_Key, Document] = {}
         self._lock = threading.Lock()
@@ -57,13 +61,13 @@ class InMemoryStore:
         check_item(document)
         with self._lock:
             self.requests += 1
-            return copy.deepcopy(self._create(self._documents, document))
+            return _json_copy(self._create(self._documents, document))
 
     async def read(self, doc_id: str, partition_key: str) -> Document:
         """Return a copy of the stored document or raise NotFound."""
         with self._lock:
             self.requests += 1
-            return copy.deepcopy(self._get(self._documents, partition_key, doc_id))
+            return _json_copy(self._get(self._documents, partition_key, doc_id))
 
     async def query_pages(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
@@ -76,6 +80,10 @@ class InMemoryStore:
         for name in (*conditions, *([before[0]] if before else [])):
             check_field(name)
         size, after = max(1, min(page_size, self._page_items)), ("", "")
+        if self._empty_first_page:
+            with self._lock:
+                self.requests += 1
+            yield []
         while True:
             with self._lock:
                 self.requests += 1
@@ -85,7 +93,7 @@ class InMemoryStore:
                     and (partition_key is None or d.get("orderId") == partition_key)
                     and all(d.get(k) == v for k, v in conditions.items())
                     and (before is None or _less(d.get(before[0]), before[1])))
-                page = [copy.deepcopy(d) for _, d in found[:size]]
+                page = [_json_copy(d) for _, d in found[:size]]
             yield page
             if len(found) <= size:
                 return
@@ -104,12 +112,12 @@ class InMemoryStore:
                 except StoreError as exc:
                     raise BatchFailed(index, exc) from exc
             self._documents = working
-            return copy.deepcopy(results)
+            return _json_copy(results)
 
     def documents(self) -> list[Document]:
         """Every live stored document, for assertions in tests."""
         with self._lock:
-            return [copy.deepcopy(d) for d in self._documents.values() if not self._expired(d)]
+            return [_json_copy(d) for d in self._documents.values() if not self._expired(d)]
 
     def _apply(self, docs: dict[_Key, Document], partition_key: str, op: BatchOperation) -> Document:
         if isinstance(op, Create):
@@ -121,7 +129,8 @@ class InMemoryStore:
                 raise PreconditionFailed(f"etag of {op.doc_id} changed", status=412)
             if not _condition_holds(current, op.condition):
                 raise PreconditionFailed(f"condition on {op.doc_id} does not hold", status=412)
-            patched = self._stamp({**copy.deepcopy(current), **copy.deepcopy(dict(op.set_fields))})
+            # Stored documents are never changed in place, so the new version may share the fields it keeps.
+            patched = self._stamp({**current, **_json_copy(dict(op.set_fields))})
             docs[(partition_key, op.doc_id)] = patched
             return patched
         if isinstance(op, Delete):
@@ -134,7 +143,7 @@ class InMemoryStore:
         current = self._get(docs, partition_key, op.document["id"])
         if op.if_match is not None and current["_etag"] != op.if_match:
             raise PreconditionFailed(f"etag of {op.document['id']} changed", status=412)
-        replaced = self._stamp(copy.deepcopy(op.document))
+        replaced = self._stamp(_json_copy(op.document))
         docs[(partition_key, op.document["id"])] = replaced
         return replaced
 
@@ -143,7 +152,7 @@ class InMemoryStore:
         existing = docs.get(key)
         if existing is not None and not self._expired(existing):
             raise AlreadyExists(f"document {document['id']} already exists", status=409)
-        stored = self._stamp(copy.deepcopy(document))
+        stored = self._stamp(_json_copy(document))
         docs[key] = stored
         return stored
 
@@ -184,6 +193,13 @@ def _condition_holds(document: Document, condition: Mapping[str, Any]) -> bool:
         if actual not in expected if isinstance(expected, tuple) else actual != expected:
             return False
     return True
+
+
+def _json_copy(value: _Json) -> _Json:
+    """A copy of a JSON value, as Cosmos DB would hand it back: through JSON (tuples become lists), and about
+    five times faster than ``copy.deepcopy`` for the large orders the simulator writes."""
+    copied: _Json = msgspec.json.decode(msgspec.json.encode(value), type=type(value))
+    return copied
 
 
 def _position(document: Document) -> tuple[str, str]:

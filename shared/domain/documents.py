@@ -146,6 +146,24 @@ class OrderDocument(StoredDocument, kw_only=True, tag="order"):
         )
 
 
+class OrderState(msgspec.Struct, kw_only=True, rename="camel"):
+    """What a decision on a stored order reads of it: its state, version, count of parked events and
+    requestHash. Its lines are not decoded, which the largest orders (a thousand of them) make worth it."""
+
+    status: str
+    version: int
+    parked: int = 0
+    request_hash: str
+
+    @classmethod
+    def of(cls, document: Mapping[str, Any]) -> OrderState:
+        """The state of a stored order; UnreadableDocument if these fields do not decode here."""
+        try:
+            return msgspec.convert(document, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            raise unreadable(document, str(exc)) from exc
+
+
 class PendingOrder(StoredDocument, kw_only=True, tag="order-pending"):
     """Holds an order's id while events that came before OrderPlaced are parked; the order replaces it."""
 

@@ -38,9 +38,11 @@ from shared.settings import Settings
 
 
 async def apply_order_event(
-    message: InboundMessage, store: DocumentStore, settings: Settings, clock: Callable[[], float] = time.time
+    message: InboundMessage, store: DocumentStore, settings: Settings, clock: Callable[[], float] = time.time,
+    releases: type[Releases] = Releases,
 ) -> Result:
-    """Apply one lifecycle event exactly once for this consumer, in order, or park it until it can be."""
+    """Apply one lifecycle event exactly once for this consumer, in order, or park it until it can be;
+    ``releases`` writes what a release decides."""
     try:
         event = parse_event(message)
     except InvalidMessage as exc:
@@ -48,13 +50,13 @@ async def apply_order_event(
     except LimitExceeded as exc:
         return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
     hash_, consumer = event.request_hash(), settings.consumer_name
-    releases = Releases(store, consumer, settings.parked_set_aside_ttl_seconds)
-    writes = EventWrites(releases, InboxMarker.of(event, consumer, hash_, settings.dedup_ttl_seconds), event)
+    writes = EventWrites(releases(store, consumer, settings.parked_set_aside_ttl_seconds),
+                         InboxMarker.of(event, consumer, hash_, settings.dedup_ttl_seconds), event)
     try:
         outcome, description = await _apply(writes, message, clock)
     except AlreadySeen as seen:
         if seen.stored_hash == hash_:
-            return await _duplicate(releases, event.order_id, hash_, finish=seen.releasing)
+            return await _duplicate(writes.releases, event.order_id, hash_, finish=seen.releasing)
         if seen.stored_hash is None:
             return Result(Outcome.UNREADABLE, f"event {event.source} {event.id} (messageId {message.message_id})"
                                               f" already seen by {consumer}: {seen}; no requestHash reads there to"

@@ -41,12 +41,14 @@ RESERVE_STOCK = "reserve-stock"
 
 @dataclass(frozen=True)
 class OrderServices:
-    """What process_order works with: the store, the fulfilment service, the settings and a clock."""
+    """What process_order works with: the store, the fulfilment service, the settings, a clock, and the writer
+    of releases (``Releases``, the one that plans their batches)."""
 
     store: DocumentStore
     fulfilment: FulfilmentService
     settings: Settings
     clock: Callable[[], float] = field(default=time.time)
+    releases: type[Releases] = Releases
 
 
 async def place_order(message: InboundMessage, services: OrderServices) -> Result:
@@ -67,7 +69,7 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
                                    destination=settings.outbox_destination,
                                    requires_session=settings.outbox_requires_session, now=services.clock()),
         effect.claim(order.order_id, message, hash_))
-    releases = Releases(services.store, settings.consumer_name, settings.parked_set_aside_ttl_seconds)
+    releases = services.releases(services.store, settings.consumer_name, settings.parked_set_aside_ttl_seconds)
     try:
         written = await _write(intake, releases, effect)
         if isinstance(written, Result):

@@ -32,6 +32,7 @@ from shared.domain.documents import (
     EventRecord,
     InboxMarker,
     OrderDocument,
+    OrderState,
     OutboxEntry,
     ParkedEvent,
     ParkedStatus,
@@ -96,7 +97,7 @@ async def read_order(store: DocumentStore, order_id: str) -> Stored:
     except NotFound:
         return Stored(Order(order_id))
     if OrderDocument.is_kind(document):
-        placed = OrderDocument.from_document(document)
+        placed = OrderState.of(document)
         return Stored(Order(order_id, placed.status, placed.version, placed.parked), document, placed.request_hash)
     if PendingOrder.is_kind(document):
         return Stored(Order(order_id, parked=PendingOrder.from_document(document).parked), document)

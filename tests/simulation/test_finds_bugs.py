@@ -1,5 +1,5 @@
-"""The simulator can fail: each classic bug of an idempotent consumer, planted in a wrapper here, is found within
-200 seeds.
+"""The simulator can fail: each classic bug of an idempotent consumer, and each limit ignored, planted in a wrapper
+here, is found within 200 seeds.
 
 Each test wires one broken port or handler into the run and asserts that a violation of the rule the
 bug breaks shows up within MAX_SEEDS seeds, and that the correct system passes that same seed: the
@@ -19,6 +19,7 @@ from shared.domain.documents import OrderDocument, OutboxEntry, OutboxStatus
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
 from shared.errors import AlreadyExists, BatchFailed, NotFound
+from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService, Reply
 from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Document, DocumentStore, Patch, Replace
 from simulation.run import simulate
@@ -159,6 +160,41 @@ def test_a_redelivery_that_cannot_take_over_its_own_claim_is_found_as_a_side_eff
 
 def test_an_order_rewritten_from_its_typed_model_is_found_as_another_writers_field_dropped() -> None:
     assert_found(Wiring(store=OrderRewrittenFromItsModel), "foreign-fields", about="order ")
+
+
+class FirstPageOnly(_Delegating):
+    """Bug 6: the read of what waits takes the query's first page for the whole of it (what a reader of a
+    bounded, unordered read did): an event in turn on a later page is never released."""
+
+    def query_pages(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                    before: tuple[str, Any] | None = None, page_size: int = MAX_PAGE_ITEMS,
+                    ) -> AsyncIterator[list[Document]]:
+        pages = self.store.query_pages(conditions, partition_key=partition_key, before=before, page_size=page_size)
+        if conditions.get("type") != "parked-event":
+            return pages
+        return _first(pages)
+
+
+async def _first(pages: AsyncIterator[list[Document]]) -> AsyncIterator[list[Document]]:
+    async for page in pages:
+        yield page
+        return
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetIgnored(Releases):
+    """Bug 7: a release written in one batch whatever it holds, Cosmos DB's 100 operations and 2 MB ignored."""
+
+    max_operations: int = 10**9
+    max_bytes: int = 10**12
+
+
+def test_a_release_that_reads_only_the_first_page_is_found_as_an_event_left_parked() -> None:
+    assert_found(Wiring(store=FirstPageOnly), "stuck", about="event ")
+
+
+def test_a_release_that_ignores_the_batch_budget_is_found_as_a_valid_event_or_order_dead_lettered() -> None:
+    assert_found(Wiring(releases=BudgetIgnored), "settlement")
 
 
 class SuspendsOnOutboxMark(_Delegating):

@@ -42,7 +42,7 @@ def order(rng: random.Random, now: datetime | None = None) -> dict[str, Any]:
              for _ in range(rng.randint(1, 4))]
     placed = (now or datetime.now(UTC)) - timedelta(seconds=rng.randint(0, 3600))
     return _body(OrderPlaced(
-        order_id=f"ord-{_uuid(rng)}",
+        order_id=f"ord-{uuid_from(rng)}",
         customer_id=f"cust-{rng.randint(1, 50000):05d}",
         currency=rng.choice(CURRENCIES),
         items=items,
@@ -60,7 +60,7 @@ def order_events(rng: random.Random, placed: dict[str, Any]) -> list[dict[str, A
         when += timedelta(minutes=rng.randint(1, 120))
         events.append(_body(KINDS[event_type].model(
             specversion="1.0",
-            id=f"evt-{_uuid(rng)}",
+            id=f"evt-{uuid_from(rng)}",
             source=EVENT_SOURCE,
             type=event_type,
             subject=placed_order.order_id,
@@ -84,9 +84,9 @@ def _lifecycle(rng: random.Random, placed: OrderPlaced) -> list[tuple[str, Event
     """What happens to an order after it is placed: the type and data of each event, in sequence."""
     if rng.random() < 0.15:
         return [(ORDER_CANCELLED, OrderCancelledData(sequence=2, reason=rng.choice(CANCEL_REASONS)))]
-    payment = PaymentCapturedData(sequence=2, payment_id=f"pay-{_uuid(rng)}", amount=placed.total,
+    payment = PaymentCapturedData(sequence=2, payment_id=f"pay-{uuid_from(rng)}", amount=placed.total,
                                   currency=placed.currency)
-    shipment = OrderShippedData(sequence=3, shipment_id=f"shp-{_uuid(rng)}", carrier=rng.choice(CARRIERS),
+    shipment = OrderShippedData(sequence=3, shipment_id=f"shp-{uuid_from(rng)}", carrier=rng.choice(CARRIERS),
                                 tracking_number=f"TRK{rng.randint(10**9, 10**10 - 1)}")
     return [(PAYMENT_CAPTURED, payment), (ORDER_SHIPPED, shipment)]
 
@@ -135,7 +135,8 @@ def _price(rng: random.Random) -> str:
     return str(Decimal(rng.randint(99, 19999)) / 100)
 
 
-def _uuid(rng: random.Random) -> str:
+def uuid_from(rng: random.Random) -> str:
+    """A version-4 UUID drawn from ``rng``, so that traffic replays by seed."""
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 

@@ -148,6 +148,9 @@ class FaultyStore:
         self._store = store
         self._chaos = chaos
         self._history = history
+        # How near the limits the run came: queries read past their first page, batches of 90 operations or
+        # more, the largest batch.
+        self.limits: Counter[str] = Counter()
 
     async def create(self, document: Document) -> Document:
         """Create, as the store does; see DocumentStore."""
@@ -167,16 +170,22 @@ class FaultyStore:
     ) -> AsyncIterator[list[Document]]:
         """Query, as the store does, under chaos at every page (each is a request); see DocumentStore."""
         pages = self._store.query_pages(conditions, partition_key=partition_key, before=before, page_size=page_size)
+        read = 0
         while True:
             try:
                 page = await self._chaos.through("store.query", lambda: anext(pages), refuse=_store_unavailable,
                                                  lose=_store_timeout)
             except StopAsyncIteration:
+                self.limits["queries"] += 1
+                self.limits["queries_past_a_page"] += read > 1
                 return
+            read += 1
             yield page
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         """Execute a transactional batch, as the store does; see DocumentStore."""
+        self.limits["batches_of_90_or_more"] += len(operations) >= 90
+        self.limits["largest_batch"] = max(self.limits["largest_batch"], len(operations))
         call = f"store.batch {partition_key[:12]} [{_operations(operations)}]" if self._chaos.tracing else "store.batch"
         return await self._chaos.through(call, lambda: self._batch(partition_key, operations),
                                    refuse=_store_unavailable, lose=_store_timeout)

@@ -28,6 +28,8 @@ class RunReport:
     foreign_races: Counter[str] = field(default_factory=Counter)
     events_queue: str = "sessions"  # how the seed's events queue delivered: "sessions", or "plain" (no sessions)
     concurrent_events: int = 0  # event deliveries that began while another of the same order's was running
+    storm: bool = False  # one order was a storm (simulation.workload)
+    limits: Counter[str] = field(default_factory=Counter)  # proxies.FaultyStore.limits
 
     def replay(self) -> str:
         """The one-line command that replays this run with its trace."""
@@ -60,6 +62,10 @@ class Totals:
     failing: list[int] = field(default_factory=list)
     events_queues: Counter[str] = field(default_factory=Counter)  # seeds by events-queue mode
     concurrent_events: int = 0
+    storms: int = 0
+    past_a_page: int = 0  # seeds where a query was read past its first page
+    full_batches: int = 0  # batches of 90 operations or more
+    largest_batch: int = 0
 
     def add(self, report: RunReport) -> None:
         """Count one run in."""
@@ -74,6 +80,10 @@ class Totals:
         self.foreign_races.update(report.foreign_races)
         self.events_queues[report.events_queue] += 1
         self.concurrent_events += report.concurrent_events
+        self.storms += report.storm
+        self.past_a_page += report.limits["queries_past_a_page"] > 0
+        self.full_batches += report.limits["batches_of_90_or_more"]
+        self.largest_batch = max(self.largest_batch, report.limits["largest_batch"])
         if report.resent_past_window:
             self.resent_past_window.append(report.seed)
         if report.violations:
@@ -94,6 +104,9 @@ class Totals:
             f" (given up {self.foreign_races['gave_up']}), documents gone first {self.foreign_races['gone']}",
             f"events queue {_counts(self.events_queues)} seeds; {self.concurrent_events} event deliveries began beside"
             f" another of their order's",
+            f"limits       storms in {self.storms} seeds; a query read past its first page in {self.past_a_page}"
+            f" ({self.past_a_page / max(self.seeds, 1):.0%}); {self.full_batches} batches of 90 to 100 operations,"
+            f" the largest {self.largest_batch}",
             f"violations   {sum(self.violations.values())}: {_counts(self.violations) or 'none'}",
             f"OrderAccepted resent past the destination's detection window in {len(self.resent_past_window)} seeds"
             f" (the design's limit, not a violation){': ' if self.resent_past_window else ''}"

@@ -6,13 +6,19 @@ content under the same id, sent only once the original has left the queue, so th
 is well defined; and its lifecycle events on the order's session, often out of sequence and sometimes
 before the order itself. Besides: invalid messages (bad JSON, a missing field, MessageId other than
 orderId, an event whose MessageId is not its id).
+
+In a quarter of the runs one order is a storm, the platform's limits its input: its OrderPlaced is held
+back (half the time with a body near 256 KB, a thousand lines) while a producer that rebuilds its events
+on every retry sends each of them tens to a hundred and twenty times, each copy under a new id, and
+tens of out-of-turn events follow that can never apply (versions past the order's last). The release
+that comes then passes a transactional batch's 100 operations, and a query page many times over.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -21,18 +27,24 @@ import msgspec
 from sbctl import generate
 from shared.delivery import SETTLEMENTS
 from shared.domain.lifecycle import KINDS
-from shared.domain.orders import OrderPlaced
+from shared.domain.orders import MAX_ITEMS, OrderPlaced
 from shared.domain.outcomes import Outcome
+from shared.domain.rules import MAX_BODY_BYTES
 from shared.settings import Settings
 from simulation.scheduler import Clock
 
 INVALID = SETTLEMENTS[Outcome.INVALID].reason
 MISMATCH = SETTLEMENTS[Outcome.PAYLOAD_MISMATCH].reason
+FORBIDDEN = SETTLEMENTS[Outcome.INVALID_TRANSITION].reason
+STORM_RATE = 0.25  # the share of runs with a storm order
+STORM_COPIES = (10, 120)  # copies of each event rebuilt under new ids
+STORM_OUT_OF_TURN = (10, 80)  # events past the order's last version
 
 
 @dataclass(frozen=True)
 class Outgoing:
-    """A message a producer sends, and the dead-letter reason it must end with (None: it must be completed)."""
+    """A message a producer sends, and the dead-letter reason it must end with (None: it must be completed);
+    with ``or_dead_lettered``, it may instead end dead-lettered with that reason."""
 
     tag: int
     queue: str
@@ -42,6 +54,7 @@ class Outgoing:
     session_id: str | None
     correlation_id: str | None
     expect: str | None = None
+    or_dead_lettered: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,11 +69,13 @@ class Send:
 
 @dataclass(frozen=True)
 class EventPlan:
-    """A valid lifecycle event of an order."""
+    """A valid lifecycle event of an order; ``aliases``, the ids of its copies rebuilt under new ids, of which
+    (with its own) exactly one applies."""
 
     event_id: str
     sequence: int
     type: str
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,10 +107,13 @@ class Workload:
 
 
 def build_workload(rng: random.Random, settings: Settings, clock: Clock, window: float) -> Workload:
-    """The traffic of one run: 3 to 8 orders with their copies and events, and up to 3 invalid messages."""
+    """The traffic of one run: 3 to 8 orders with their copies and events, up to 3 invalid messages, and in a
+    quarter of the runs a storm on one order."""
     builder = _Builder(rng, settings, clock, window)
-    for _ in range(rng.randint(3, 8)):
-        builder.order()
+    count = rng.randint(3, 8)
+    storm = rng.randrange(count) if rng.random() < STORM_RATE else None
+    for index in range(count):
+        builder.order(storm=index == storm)
     for _ in range(rng.randint(0, 3)):
         builder.invalid()
     return Workload(tuple(builder.scripts), tuple(builder.messages), tuple(builder.orders))
@@ -113,9 +131,9 @@ class _Builder:
         self.bodies: list[dict[str, Any]] = []
 
     def message(self, queue: str, label: str, message_id: str | None, body: bytes, *, session_id: str | None = None,
-                expect: str | None = None) -> Outgoing:
+                expect: str | None = None, or_dead_lettered: str | None = None) -> Outgoing:
         outgoing = Outgoing(len(self.messages), queue, label, message_id, body, session_id,
-                            f"corr-{session_id or message_id}", expect)
+                            f"corr-{session_id or message_id}", expect, or_dead_lettered)
         self.messages.append(outgoing)
         return outgoing
 
@@ -125,16 +143,19 @@ class _Builder:
             return sent + self.rng.uniform(1.0, self.window * 0.9)
         return sent + self.window + self.rng.uniform(1.0, 300.0)
 
-    def order(self) -> None:
+    def order(self, *, storm: bool = False) -> None:
         rng, orders = self.rng, self.settings.orders_queue
         body = generate.order(rng, self.now)
+        if storm and rng.random() < 0.5:
+            body = large(rng, body)
         order_id = body["orderId"]
-        sent = rng.uniform(60.0, 400.0)
+        # A storm's order is held back while its events are rebuilt and resent ahead of it.
+        sent = rng.uniform(400.0, 900.0) if storm else rng.uniform(60.0, 400.0)
         original = self.message(orders, "order", order_id, msgspec.json.encode(body))
         script = [Send(sent, original)]
         if rng.random() < 0.3:
             script.append(Send(self.copy_time(sent), self.message(orders, "exact copy", order_id, original.body)))
-        if rng.random() < 0.3:
+        if rng.random() < 0.3 and len(original.body) < MAX_BODY_BYTES // 2:  # reformatted, it grows
             copy = self.message(orders, "reformatted copy", order_id, reformatted(rng, body))
             script.append(Send(self.copy_time(sent), copy))
         if rng.random() < 0.2:
@@ -142,17 +163,21 @@ class _Builder:
                                    expect=MISMATCH)
             script.append(Send(sent + self.window + rng.uniform(1.0, 300.0), altered, after=original.tag))
         self.scripts.append(tuple(sorted(script, key=lambda s: s.at)))
-        events = generate.order_events(rng, body) if rng.random() < 0.8 else []
-        self.orders.append(OrderPlan(order_id, msgspec.convert(body, OrderPlaced).request_hash(), tuple(
-            EventPlan(e["id"], e["data"]["sequence"], e["type"]) for e in events)))
-        self.bodies.append(body)
+        events = generate.order_events(rng, body) if storm or rng.random() < 0.8 else []
+        plans = [EventPlan(e["id"], e["data"]["sequence"], e["type"]) for e in events]
         if events:
-            self.events(order_id, sent, events)
+            self.events(order_id, sent, events, storm=storm)
+        if storm:
+            plans = self.storm(order_id, sent, events, plans)
+        self.orders.append(OrderPlan(order_id, msgspec.convert(body, OrderPlaced).request_hash(), tuple(plans)))
+        self.bodies.append(body)
 
-    def events(self, order_id: str, order_sent: float, events: list[dict[str, Any]]) -> None:
-        """The order's events on its session: spaced out, shuffled half the time, early a third of the time."""
+    def events(self, order_id: str, order_sent: float, events: list[dict[str, Any]], *, storm: bool = False) -> None:
+        """The order's events on its session: spaced out, shuffled half the time, early a third of the time (a
+        storm's always)."""
         rng, queue = self.rng, self.settings.order_events_queue
-        start = order_sent - rng.uniform(1.0, 60.0) if rng.random() < 0.3 else order_sent + rng.uniform(1.0, 120.0)
+        early = storm or rng.random() < 0.3
+        start = order_sent - rng.uniform(1.0, 60.0) if early else order_sent + rng.uniform(1.0, 120.0)
         times = sorted(start + rng.uniform(0.0, 60.0) for _ in events)
         if rng.random() < 0.5:
             rng.shuffle(times)
@@ -164,12 +189,38 @@ class _Builder:
             if rng.random() < 0.15:
                 copy = self.message(queue, f"{label} exact copy", event["id"], sent.body, session_id=order_id)
                 script.append(Send(self.copy_time(at), copy))
-            if rng.random() < 0.1:
+            if not storm and rng.random() < 0.1:  # in a storm another may take its version: then it is stale
                 altered = self.message(queue, f"{label} altered copy", event["id"],
                                        msgspec.json.encode(generate.altered(rng, event)), session_id=order_id,
                                        expect=MISMATCH)
                 script.append(Send(at + self.window + rng.uniform(1.0, 300.0), altered, after=sent.tag))
         self.scripts.append(tuple(sorted(script, key=lambda s: s.at)))
+
+    def storm(self, order_id: str, order_sent: float, events: list[dict[str, Any]],
+              plans: list[EventPlan]) -> list[EventPlan]:
+        """A producer that rebuilds each event under a new id on every retry, mostly while the order is held
+        back, and events past the order's last version, which can never apply: the order ends shipped or
+        cancelled, so each is rejected when it is released, or dead-lettered InvalidTransition if it comes
+        after. The plans, with each event's rebuilt copies as its aliases."""
+        rng, queue = self.rng, self.settings.order_events_queue
+        window = (order_sent - 380.0, order_sent + 60.0)
+        script, aliases = [], []
+        for event in events:
+            label = f"event v{event['data']['sequence']} rebuilt"
+            copies = [{**event, "id": f"evt-{generate.uuid_from(rng)}"} for _ in range(rng.randint(*STORM_COPIES))]
+            for copy in copies:
+                message = self.message(queue, label, copy["id"], msgspec.json.encode(copy), session_id=order_id)
+                script.append(Send(rng.uniform(*window), message))
+            aliases.append(tuple(c["id"] for c in copies))
+        last = events[-1]["data"]["sequence"]
+        for sequence in range(last + 1, last + 1 + rng.randint(*STORM_OUT_OF_TURN)):
+            junk = {**rng.choice(events), "id": f"evt-{generate.uuid_from(rng)}"}
+            junk = {**junk, "data": {**junk["data"], "sequence": sequence}}
+            message = self.message(queue, f"event v{sequence} out of turn for good", junk["id"],
+                                   msgspec.json.encode(junk), session_id=order_id, or_dead_lettered=FORBIDDEN)
+            script.append(Send(rng.uniform(*window), message))
+        self.scripts.append(tuple(sorted(script, key=lambda s: s.at)))
+        return [replace(plan, aliases=copies) for plan, copies in zip(plans, aliases, strict=True)]
 
     def invalid(self) -> None:
         """One invalid message: each is dead-lettered InvalidMessage and leaves no trace in the store."""
@@ -190,6 +241,17 @@ class _Builder:
             message = self.message(events, kind, f"{event['id']}-other", msgspec.json.encode(event),
                                    session_id=owner["orderId"], expect=INVALID)
         self.scripts.append((Send(rng.uniform(0.0, 600.0), message),))
+
+
+def large(rng: random.Random, body: dict[str, Any]) -> dict[str, Any]:
+    """The order with as many lines as an order may hold (1,000), its skus as long as its body may grow to
+    just under 256 KB: the largest order the app takes, near the message's limit."""
+    items = [{"sku": "", "quantity": 1, "unitPrice": "1"} for _ in range(MAX_ITEMS)]
+    bare = len(msgspec.json.encode({**body, "items": items, "total": str(MAX_ITEMS)}))
+    length = min(255, (MAX_BODY_BYTES - bare) // MAX_ITEMS - rng.randint(0, 8))
+    for n, item in enumerate(items):
+        item["sku"] = f"SKU-{n:04d}-".ljust(length, "x")
+    return {**body, "items": items, "total": str(MAX_ITEMS)}
 
 
 def reformatted(rng: random.Random, body: dict[str, Any]) -> bytes:

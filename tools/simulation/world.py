@@ -17,6 +17,7 @@ from shared.delivery import SETTLEMENTS, Handler
 from shared.domain.documents import OutboxEntry
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
+from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.store import DocumentStore, query_all
 from shared.settings import Settings
@@ -32,6 +33,7 @@ T = TypeVar("T")
 # under which a producer's retry can meet its original still being processed.
 DETECTION_WINDOWS_SECONDS = (60.0, 600.0)
 SETTINGS = Settings(fulfillment_url="http://fulfilment.simulated", abandon_delay_seconds=10.0)
+PAGE_ITEMS = (1, 2, 3)
 # The fulfilment fake draws reservation ids from uuid4, outside the seed: masked, so that traces replay alike.
 _RANDOM_IDS = re.compile(r"res-[0-9a-f-]{36}")
 
@@ -48,6 +50,7 @@ class Wiring:
     store: Callable[[DocumentStore], DocumentStore] = _unchanged
     fulfilment: Callable[[FulfilmentService], FulfilmentService] = _unchanged
     handle_order: Callable[[Handler], Handler] = _unchanged
+    releases: type[Releases] = Releases
 
 
 def chaos_profile(rng: random.Random) -> ChaosProfile:
@@ -81,23 +84,31 @@ class World:
         self.chaos = Chaos(self.sched, chaos_profile(rng), settings.servicebus_lock_duration_seconds,
                            release=self._release_session, releasable=self._holds_session)
         self.broker = Broker(self.sched, settings, detection_window=self.detection_window)
-        self.store = InMemoryStore(default_ttl=-1, clock=self.clock)
+        # Query pages far smaller than Cosmos DB's 100, and in half the runs an empty page before the first
+        # documents (as Cosmos DB answers across partition ranges), so that releases and sweeps cross pages in
+        # most runs, as they do on Azure once a backlog passes a page.
+        self.page_items = rng.choice(PAGE_ITEMS)
+        self.store = InMemoryStore(default_ttl=-1, clock=self.clock, page_items=self.page_items,
+                                   empty_first_page=rng.random() < 0.5)
         self.fulfilment = InMemoryFulfilment()
         self.sender = RecordingSender(detection_window_seconds=self.detection_window, clock=self.clock,
                                       destinations=[settings.outbox_destination])
         self.feed = Signal()
         self.changed = Signal()  # the app wrote: what the enrichment job waits for
         self.history = History(lambda: self.sched.notify(self.feed), lambda: self.sched.notify(self.changed))
+        self.store_proxy = FaultyStore(self.store, self.chaos, self.history)
         # The app as production builds it, over the faulty ports, on simulated time.
         self.app = bootstrap.build(
-            settings, store=wiring.store(FaultyStore(self.store, self.chaos, self.history)),
+            settings, store=wiring.store(self.store_proxy),
             fulfilment=wiring.fulfilment(FaultyFulfilment(self.fulfilment, self.chaos)),
             sender=FaultySender(self.sender, self.chaos), clock=self.clock, sleep=self._sleep, record=self._record,
+            releases=wiring.releases,
         )
         self.handlers: dict[str, Handler] = {settings.orders_queue: wiring.handle_order(self.app.handle_order),
                                              settings.order_events_queue: self.app.handle_event}
         self.outbox = self.app.publisher()
         self.workload: Workload = build_workload(rng, settings, self.clock, self.detection_window)
+        self.storm = any(plan.events and plan.events[0].aliases for plan in self.workload.orders)
         self.accepted: dict[int, BrokerMessage] = {}  # workload tag -> the broker message it became
         self.producing = len(self.workload.scripts)
         self.busy = 0  # deliveries and publisher runs under way
