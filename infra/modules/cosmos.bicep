@@ -66,11 +66,14 @@ resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2
   properties: {
     resource: {
       id: ordersContainerName
+      // Large partition keys (version 2): a key's value hashed whole, up to 2 KB; version 1 hashes its first
+      // 101 bytes. An order's id is at most 128 characters (up to 512 bytes). Set only when the container is made.
       partitionKey: {
         paths: [
           '/orderId'
         ]
         kind: 'Hash'
+        version: 2
       }
       defaultTtl: -1
       indexingPolicy: loadJsonContent('../orders-indexing-policy.json')

@@ -17,6 +17,7 @@ from tests.devservers.helptext import REPO_ROOT, options_without_help, run_modul
 from tests.host.conftest import NEEDS_313, WHOLE_STACK
 
 SMOKE = ("--orders", "80", "--rate", "6", "--hosts", "4")
+STORM = ("--storm-orders", "1", "--storm-copies", "30")  # 60 copies and 15 events past the end, for one order
 
 
 def _chaos(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -28,10 +29,13 @@ def _chaos(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @WHOLE_STACK
 @pytest.mark.timeout(900)
 def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp_path: Path) -> None:
-    run = _chaos(tmp_path, "--seed", "4")
+    run = _chaos(tmp_path, "--seed", "4", *STORM)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     assert figures["violations"] == []
+    storm = figures["storm"]
+    assert (storm["orders held back"], storm["events past the last version"]) == (1, 15)
+    assert storm["of which rejected on release"] + storm["of which dead-lettered InvalidTransition"] == 15
     assert (figures["orders written"], figures["reservations"], figures["OrderAccepted"]) == (80, 80, 80)
     faults = figures["faults"]
     for kind in ("throttle", "unavailable", "reset", "delay", "lose_response"):
@@ -58,11 +62,11 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
 @WHOLE_STACK
 @pytest.mark.timeout(900)
 def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_holds(tmp_path: Path) -> None:
-    run = _chaos(tmp_path, "--seed", "4", "--events-queue", "plain", "--no-upgrade")
+    run = _chaos(tmp_path, "--seed", "4", "--events-queue", "plain", "--no-upgrade", "--storm-orders", "0")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     assert figures["violations"] == [] and figures["events parked"] > 0
-    assert figures["replay"].endswith("--events-queue plain")
+    assert figures["replay"].endswith("--events-queue plain --storm-orders 0")
     logs = (tmp_path / "hosts.log").read_text()
     assert "delivery process_order_event " in logs and "process_order_event session " not in logs
 
@@ -71,11 +75,11 @@ def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_
 @WHOLE_STACK
 @pytest.mark.timeout(900)
 def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_command(tmp_path: Path) -> None:
-    run = _chaos(tmp_path, "--seed", "3", "--plant", "fresh-reservation-key")
+    run = _chaos(tmp_path, "--seed", "3", "--plant", "fresh-reservation-key", "--storm-orders", "0")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     assert any(v.endswith(" reservations") and not v.endswith(": 1 reservations") for v in figures["violations"])
-    replay = "python -m chaos --orders 80 --hosts 4 --seed 3 --rate 6 --plant fresh-reservation-key"
+    replay = "python -m chaos --orders 80 --hosts 4 --seed 3 --rate 6 --plant fresh-reservation-key --storm-orders 0"
     assert f"with seed 3; replay: {replay}" in run.stdout and figures["replay"] == replay
 
 

@@ -3,7 +3,8 @@
 Starts the local stack (broker, Cosmos server, fulfilment stand-in) and competing local Functions
 hosts, each behind its own Cosmos and fulfilment fault proxies (chaos/faults.py); sends the demo's
 scenario (orders, producer retries inside and outside the detection window, reused ids, malformed
-messages, events out of order within their sessions) while requests fail at random and hosts and
+messages, events out of order within their sessions, and a storm phase: a few orders held back while
+their events are rebuilt and resent under new ids, then the orders) while requests fail at random and hosts and
 workers are killed, at random moments and at chosen ones; from half-way through the sending, replaces
 the hosts one by one by hosts on a generated next version of the app (a rolling upgrade, while the
 old ones still run: chaos/versions.py); stops killing once everything is sent,
@@ -15,7 +16,7 @@ along. Prints the table and keeps it as chaos.json and chaos.md, with the hosts'
 observed (what could not be checked is said instead of the table).
 
     python -m chaos [--orders 3500] [--hosts 4] [--seed 1] [--rate 24] [--results results/chaos] [--plant NAME]
-                    [--no-upgrade] [--events-queue sessions|plain]
+                    [--no-upgrade] [--events-queue sessions|plain] [--storm-orders 4] [--storm-copies 120]
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from demo.stack import ROOT, Stack
 
 SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
 UPGRADE_SHARE = 0.4  # of the sending time, from its half-way point, over which the hosts are upgraded
+STORMS, STORM_COPIES = 4, 120  # the storm phase: orders, and copies of each of their events
 
 
 def replay_command(options: Options) -> str:
@@ -51,7 +53,9 @@ def replay_command(options: Options) -> str:
     return (f"python -m chaos --orders {options.orders} --hosts {options.hosts} --seed {options.seed}"
             f" --rate {options.rate:g}" + (f" --plant {options.plant}" if options.plant else "")
             + ("" if options.upgrade else " --no-upgrade")
-            + ("" if options.events_sessions else " --events-queue plain"))
+            + ("" if options.events_sessions else " --events-queue plain")
+            + ("" if options.storms == STORMS else f" --storm-orders {options.storms}")
+            + ("" if options.storm_copies == STORM_COPIES else f" --storm-copies {options.storm_copies}"))
 
 
 @dataclass(frozen=True)
@@ -66,13 +70,15 @@ class Options:
     plant: str | None
     upgrade: bool = True
     events_sessions: bool = True
+    storms: int = STORMS
+    storm_copies: int = STORM_COPIES
 
 
 def run(options: Options) -> int:
     """One chaos run; 0 when every invariant holds."""
     orders, hosts, seed, rate, results, plant = (options.orders, options.hosts, options.seed, options.rate,
                                                   options.results, options.plant)
-    scenario = plan(orders, seed)
+    scenario = plan(orders, seed, storms=options.storms, storm_copies=options.storm_copies)
     print(f"chaos: {orders} orders, {len(scenario.everything())} messages, {hosts} hosts, seed {seed}"
           + (f", planted bug {plant!r}" if plant else "") + ("" if options.upgrade else ", no rolling upgrade")
           + ("" if options.events_sessions else ", events without sessions"),
@@ -194,11 +200,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events-queue", choices=("sessions", "plain"), default="sessions",
                         help="the app's events on a session queue (default) or on a plain one, where one order's"
                              " events run at once on different hosts (ORDER_EVENTS_SESSIONS false)")
+    parser.add_argument("--storm-orders", dest="storms", type=int, default=STORMS,
+                        help="orders of the storm phase (default 4): each held back while its events are rebuilt and"
+                             " resent under new ids, then sent after everything else")
+    parser.add_argument("--storm-copies", type=int, default=STORM_COPIES,
+                        help="copies of each of a storm order's events, each under a new id (default 120), and half as"
+                             " many events past the order's last version")
     args = parser.parse_args(argv)
-    if args.orders < 1 or args.hosts < 2 or args.rate <= 0:
-        parser.error("--orders must be at least 1, --hosts at least 2 and --rate above 0")
+    if args.orders < 1 or args.hosts < 2 or args.rate <= 0 or not 0 <= args.storms <= args.orders \
+            or args.storm_copies < 0:
+        parser.error("--orders must be at least 1, --hosts at least 2, --rate above 0, --storm-orders from 0 to"
+                     " --orders and --storm-copies at least 0")
     return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant, args.upgrade,
-                       args.events_queue == "sessions"))
+                       args.events_queue == "sessions", args.storms, args.storm_copies))
 
 
 if __name__ == "__main__":

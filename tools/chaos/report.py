@@ -16,7 +16,7 @@ from typing import Any
 from chaos.versions import Upgrade
 from demo import report as demo_report
 from demo.probe import LatencyProbe
-from demo.scenario import Scenario
+from demo.scenario import NEVER_APPLIES, Scenario
 
 _PARKED = re.compile(r"delivery process_order_event messageId=(\S+) outcome=parked")
 _HOST_FAILED = re.compile(r"devservers\.host process_\w+ messageId=\S+ outcome=Failed")
@@ -52,6 +52,7 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
         # Each event parked at least once; the invariants (every event applied, none left parked) say
         # that each was released.
         "parked events released": len(set(_PARKED.findall(seen.logs))),
+        "storm": _storm(scenario, seen, result.figures["dead letters"]),
         "replay": run.replay,
     })
     if run.probe is not None:
@@ -71,6 +72,19 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
     if outcomes.get("error"):
         result.violations.append(f"{outcomes['error']} deliveries ended with outcome error (an unexpected exception)")
     return result
+
+
+def _storm(scenario: Scenario, seen: demo_report.Observed, dead_letters: dict[str, int]) -> dict[str, int]:
+    """The storm phase: its orders held back, the events sent for them, those that could never apply, and how
+    those ended."""
+    held = {planned.message_id for planned in scenario.held}
+    rejected = sum(1 for d in seen.documents if d.get("type") == "parked-event" and d.get("status") == "rejected"
+                   and d.get("orderId") in held)
+    return {"orders held back": len(held),
+            "events sent for them": sum(1 for p in scenario.events if p.session_id in held),
+            "events past the last version": scenario.count(NEVER_APPLIES),
+            "of which rejected on release": rejected,
+            "of which dead-lettered InvalidTransition": dead_letters.get("InvalidTransition", 0)}
 
 
 def unobserved(run: Run, phase: str, error: BaseException) -> demo_report.Report:
@@ -106,12 +120,24 @@ def table(result: demo_report.Report) -> str:
         *[(f"dead letters {reason}", f"{count} (planned {f['dead letters planned'].get(reason, 0)})")
           for reason, count in sorted({**f["dead letters planned"], **f["dead letters"]}.items())],
         ("events parked, then released", str(f["parked events released"])),
+        *_storm_rows(f),
         ("reservations / OrderAccepted", f"{f['reservations']} / {f['OrderAccepted']}"),
         *_upgrade_rows(f),
         ("invariant violations", str(len(result.violations))),
         ("elapsed", f"{f['seconds']} s"),
     ]
     return _markdown([*rows, *_latency_rows(f)])
+
+
+def _storm_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    storm = f.get("storm") or {}
+    if not storm.get("orders held back"):
+        return []
+    return [("storm: orders held back / events sent for them", f"{storm['orders held back']} /"
+                                                                f" {storm['events sent for them']}"),
+            ("storm: past the last version / rejected / InvalidTransition",
+             f"{storm['events past the last version']} / {storm['of which rejected on release']}"
+             f" / {storm['of which dead-lettered InvalidTransition']}")]
 
 
 def _markdown(rows: list[tuple[str, str]]) -> str:

@@ -224,12 +224,14 @@ def start_senders(client: ServiceBusClient, scenario: Scenario, sent_at: dict[st
 def late_then_drain(stack: Stack, watch: Watch, client: ServiceBusClient, scenario: Scenario,
                     sent_at: dict[str, float], *,
                     deadline: float, label: str, on_sent: Callable[[], None] | None = None) -> bool:
-    """Send the late copies and reused ids, then wait until everything has drained; False at ``deadline``.
+    """Send the storms' orders held back, then the late copies and reused ids, then wait until everything has
+    drained; False at ``deadline``.
 
     The late ones go once their originals are written (so "first" is well defined) and the detection
     window of the last original has passed (so the broker lets them through). ``on_sent`` runs once
     they are sent, before the wait.
     """
+    send(client, "orders", scenario.held, sent_at)  # storms' orders, held back until the rest was sent
     window_ends = time.time() + DETECTION_WINDOW_SECONDS + 1
     while watch.orders_written() < len(scenario.orders) and time.time() < deadline:
         time.sleep(2)

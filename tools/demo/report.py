@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from demo.scenario import Scenario
+from demo.scenario import NEVER_APPLIES, Scenario
 from shared.domain.lifecycle import KINDS
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
@@ -162,8 +162,12 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
     records = Counter((d["orderId"], d["sequence"]) for k in KINDS.values() for d in by_type[k.record_type])
     if any(count != 1 for count in records.values()):
         found.append("an event was recorded more than once")
-    if reasons != scenario.planned_dead_letters():
-        found.append(f"dead letters {dict(reasons)} differ from the plan {dict(scenario.planned_dead_letters())}")
+    reasons = Counter(reasons)
+    forbidden, never = reasons.pop("InvalidTransition", 0), scenario.count(NEVER_APPLIES)
+    if reasons != scenario.planned_dead_letters() or forbidden > never:
+        found.append(f"dead letters {dict(reasons)}, InvalidTransition {forbidden}, differ from the plan"
+                     f" {dict(scenario.planned_dead_letters())}, InvalidTransition at most {never} (events past"
+                     " their order's last version)")
     in_flight = [undone for d in seen.documents if (undone := left_undone(d)) is not None]
     if in_flight or seen.queues_left:
         found.append(f"{len(in_flight)} documents and {seen.queues_left} messages still in flight"

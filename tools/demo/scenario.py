@@ -5,6 +5,10 @@ right after their original (inside the queue's duplicate-detection window, so th
 them), late copies sent after the window (they reach the consumer, which absorbs them), reused ids
 with other content (sent late too: inside the window the broker would drop them as duplicates),
 malformed messages, and events shuffled within their session.
+
+A storm (chaos's storm phase) is an order whose OrderPlaced is held back while a producer that rebuilds
+its events on every retry sends each of them many times, each under a new id, and events past the
+order's last version follow that can never apply; the order goes once everything else was sent.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ LATE_COPY_RATE = 0.03
 REUSED_ID_RATE = 0.01
 MALFORMED_RATE = 0.01
 SHUFFLED_RATE = 0.2
+# An event past its order's last version: it ends rejected, kept with the reason (parked before the order
+# ended), or dead-lettered InvalidTransition (it came after).
+NEVER_APPLIES = "rejected-or-InvalidTransition"
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,8 @@ class Planned:
     message_id: str
     body: bytes
     session_id: str | None = None
-    expect: str = "applied"  # applied | absorbed-by-broker | absorbed-by-consumer | InvalidMessage | PayloadMismatch
+    # applied | absorbed-by-broker | absorbed-by-consumer | InvalidMessage | PayloadMismatch | NEVER_APPLIES
+    expect: str = "applied"
 
 
 @dataclass
@@ -43,6 +51,7 @@ class Scenario:
     first: list[Planned] = field(default_factory=list)  # orders, early copies, malformed: in send order
     events: list[Planned] = field(default_factory=list)  # lifecycle events, each session in its planned order
     late: list[Planned] = field(default_factory=list)  # sent once the detection window has passed
+    held: list[Planned] = field(default_factory=list)  # storms' orders: sent once everything else was sent
     orders: dict[str, dict[str, Any]] = field(default_factory=dict)
     lifecycles: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # Sent after the rest has drained, at a steady rate below capacity, in order, with no trouble: what the
@@ -62,7 +71,7 @@ class Scenario:
 
     def everything(self) -> list[Planned]:
         """Every planned message."""
-        return [*self.first, *self.events, *self.late]
+        return [*self.first, *self.events, *self.held, *self.late]
 
     def planned_dead_letters(self) -> Counter[str]:
         """Dead letters by reason, as planned."""
@@ -77,14 +86,19 @@ def _encoded(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def plan(orders: int, seed: int, steady_orders: int = 0) -> Scenario:
-    """The scenario for ``orders`` orders from ``seed``, and ``steady_orders`` more for the steady phase."""
+def plan(orders: int, seed: int, steady_orders: int = 0, *, storms: int = 0, storm_copies: int = 120) -> Scenario:
+    """The scenario for ``orders`` orders from ``seed``, and ``steady_orders`` more for the steady phase. The
+    first ``storms`` orders are storms, each event rebuilt ``storm_copies`` times and half as many events past
+    the order's last version."""
     rng = random.Random(seed)  # noqa: S311 - test traffic, reproducible by seed
     scenario = Scenario()
-    for _ in range(orders):
+    for index in range(orders):
         body = generate.order(rng)
         order_id = body["orderId"]
         scenario.orders[order_id] = body
+        if index < storms:
+            _storm(rng, scenario, body, storm_copies)
+            continue
         scenario.first.append(Planned("orders", order_id, _encoded(body)))
         if rng.random() < EARLY_COPY_RATE:
             scenario.first.append(Planned("orders", order_id, _encoded(body), expect="absorbed-by-broker"))
@@ -113,3 +127,26 @@ def plan(orders: int, seed: int, steady_orders: int = 0) -> Scenario:
         scenario.steady += [Planned("orders", order_id, _encoded(body)),
                             *(Planned("order-events", e["id"], _encoded(e), session_id=order_id) for e in lifecycle)]
     return scenario
+
+
+def _storm(rng: random.Random, scenario: Scenario, body: dict[str, Any], copies: int) -> None:
+    """A storm on one order: its events, each with ``copies`` rebuilt under new ids, and ``copies // 2`` past its
+    last version, shuffled on its session; the order itself held back."""
+    order_id = body["orderId"]
+    lifecycle = generate.order_events(rng, body)
+    scenario.lifecycles[order_id] = lifecycle
+    scenario.held.append(Planned("orders", order_id, _encoded(body)))
+    storm = []
+    for event in lifecycle:
+        storm.append(Planned("order-events", event["id"], _encoded(event), session_id=order_id))
+        for _ in range(copies):
+            copy = {**event, "id": f"evt-{generate.uuid_from(rng)}"}
+            storm.append(Planned("order-events", copy["id"], _encoded(copy), session_id=order_id,
+                                 expect="absorbed-by-consumer"))
+    last = lifecycle[-1]["data"]["sequence"]
+    for sequence in range(last + 1, last + 1 + copies // 2):
+        junk = {**rng.choice(lifecycle), "id": f"evt-{generate.uuid_from(rng)}"}
+        junk["data"] = {**junk["data"], "sequence": sequence}
+        storm.append(Planned("order-events", junk["id"], _encoded(junk), session_id=order_id, expect=NEVER_APPLIES))
+    rng.shuffle(storm)
+    scenario.events += storm
