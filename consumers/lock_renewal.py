@@ -50,14 +50,18 @@ def renewal_seconds(environ: Mapping[str, str] = os.environ, host_json: Path = H
 
 
 def timespan_seconds(text: str) -> float:
-    """A host.json TimeSpan in seconds; a negative one (the infinite TimeSpan) is inf. ValueError otherwise."""
+    """A host.json TimeSpan in seconds; the infinite TimeSpan (-1 ms) is inf. ValueError otherwise."""
     match = _TIMESPAN.match(text.strip())
     if match is None:
         raise ValueError(f"maxAutoLockRenewalDuration {text!r} is not a TimeSpan such as 00:05:00")
-    if match["sign"]:
-        return math.inf
     hours = int(match["days"] or 0) * 24 + int(match["hours"])
-    return (hours * 60 + int(match["minutes"])) * 60 + float(match["seconds"])
+    seconds = (hours * 60 + int(match["minutes"])) * 60 + float(match["seconds"])
+    if match["sign"]:
+        # The extension takes no negative duration but Timeout.InfiniteTimeSpan (-1 ms): renewal for ever.
+        if abs(seconds - 0.001) > 1e-9:
+            raise ValueError(f"maxAutoLockRenewalDuration {text!r} is negative; only -00:00:00.001 (for ever) is")
+        return math.inf
+    return seconds
 
 
 def held_until(locked_until: datetime | None, started: datetime, renewal: float) -> datetime | None:

@@ -71,6 +71,8 @@ def test_the_renewal_is_read_from_host_json_and_the_app_setting_overrides_it() -
     assert lock_renewal.renewal_seconds({lock_renewal.OVERRIDE: "-00:00:00.0010000"}) == float("inf")
     with pytest.raises(ConfigurationError, match=f"{lock_renewal.OVERRIDE}: .*not a TimeSpan"):
         lock_renewal.renewal_seconds({lock_renewal.OVERRIDE: "five minutes"})
+    with pytest.raises(ConfigurationError, match="negative"):
+        lock_renewal.renewal_seconds({lock_renewal.OVERRIDE: "-00:01:00"})
 
 
 def test_a_message_lock_is_held_until_the_later_of_its_own_end_and_the_renewals_end() -> None:

@@ -34,10 +34,14 @@ WHOLE_STACK = pytest.mark.xdist_group("whole-stack")
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_APP = Path(__file__).resolve().parent / "rules_app"
+SETTLEMENT_APP = Path(__file__).resolve().parent / "settlement_app"
 ROOT_CONFIG = json.loads((ROOT / "infra/local/servicebus/Config.json").read_text())
 RULE_QUEUES = {"raises": {"MaxDeliveryCount": 3}, "settles-late": {}, "unsettled": {"LockDuration": "PT2S"},
                "slow": {}, "hangs": {}, "in-sessions": {"RequiresSession": True},
                "slow-sessions": {"RequiresSession": True, "MaxDeliveryCount": 3},
+               # the settlement app's; Service Bus's shortest lock, which a function outlives only if it is renewed
+               "dead-letters": {}, "renews": {"LockDuration": "PT5S"},
+               "renews-sessions": {"RequiresSession": True, "LockDuration": "PT5S"},
                # without duplicate detection, so that copies under one MessageId reach the consumers
                "orders-plain": {}, "order-accepted-plain": {}}
 

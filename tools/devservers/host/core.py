@@ -3,7 +3,8 @@ a listener per trigger the worker reports.
 
 Settings are ``local.settings.json``'s ``Values`` with the process environment winning, as
 ``func start`` does; ``host.json`` gives the Service Bus options and ``functionTimeout``, and an app
-setting ``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls`` overrides its value. An
+setting ``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls`` overrides its value; names
+match whatever their case, as the host's configuration does. An
 invocation that outlives ``functionTimeout``, or a worker that exits, restarts the worker, as the host
 does: every invocation in flight dies with it, and their messages are abandoned. ``stop`` stops receiving,
 lets what runs finish, then stops the worker.
@@ -32,7 +33,9 @@ from devservers.host.settlement import Deliveries, add_settlement
 
 logger = logging.getLogger("devservers.host")
 START_WAIT_SECONDS = 120
-_DURATION = re.compile(r"^(?:(?P<days>\d+)\.)?(?P<hours>\d+):(?P<minutes>\d+):(?P<seconds>\d+(?:\.\d+)?)$")
+# .NET's TimeSpan.Parse forms, which the host's configuration binder reads host.json with: d, or [d.]hh:mm[:ss[.f]].
+_DURATION = re.compile(r"^(?:(?P<only_days>\d+)|(?:(?P<days>\d+)\.)?(?P<hours>\d+):(?P<minutes>\d+)"
+                       r"(?::(?P<seconds>\d+(?:\.\d+)?))?)$")
 
 
 class Listener(Protocol):
@@ -46,12 +49,24 @@ class Listener(Protocol):
 
 
 def timespan_seconds(text: str) -> float:
-    """A host.json TimeSpan such as ``00:05:00`` or ``1.02:00:00``, in seconds."""
-    match = _DURATION.match(text.strip())
+    """A host.json TimeSpan such as ``00:05:00``, ``1.02:00:00``, ``00:30`` or ``0`` (days), in seconds."""
+    match = _DURATION.match(str(text).strip())
     if match is None:
         raise HostError(f"host.json: {text!r} is not a TimeSpan such as 00:05:00")
+    if match["only_days"] is not None:
+        return int(match["only_days"]) * 86400.0
     days = int(match["days"] or 0)
-    return ((days * 24 + int(match["hours"])) * 60 + int(match["minutes"])) * 60 + float(match["seconds"])
+    return ((days * 24 + int(match["hours"])) * 60 + int(match["minutes"])) * 60 + float(match["seconds"] or 0)
+
+
+def _flag(value: object) -> bool:
+    """A host.json boolean, or an app setting's text for one (``false`` from an app setting is false)."""
+    return value.strip().lower() == "true" if isinstance(value, str) else bool(value)
+
+
+def _get(node: dict[str, Any], key: str, default: Any = None) -> Any:
+    """``node[key]`` whatever the key's case, as the host's configuration reads host.json and app settings."""
+    return next((value for name, value in node.items() if name.lower() == key.lower()), default)
 
 
 @dataclass(frozen=True)
@@ -79,37 +94,46 @@ class HostConfig:
 
     def service_bus(self) -> ServiceBusOptions:
         """extensions.serviceBus, with the host's defaults."""
-        section = self.host_json.get("extensions", {}).get("serviceBus", {})
+        section = _get(_get(self.host_json, "extensions", {}), "serviceBus", {})
         defaults = ServiceBusOptions()
+        idle = _get(section, "sessionIdleTimeout")
         return ServiceBusOptions(
-            max_concurrent_calls=int(section.get("maxConcurrentCalls", defaults.max_concurrent_calls)),
-            max_concurrent_sessions=int(section.get("maxConcurrentSessions", defaults.max_concurrent_sessions)),
-            max_auto_lock_renewal_seconds=timespan_seconds(section.get("maxAutoLockRenewalDuration", "00:05:00")),
-            prefetch_count=int(section.get("prefetchCount", defaults.prefetch_count)),
-            auto_complete_messages=bool(section.get("autoCompleteMessages", True)),
-            session_idle_timeout_seconds=(timespan_seconds(section["sessionIdleTimeout"])
-                                          if section.get("sessionIdleTimeout") else None),
-            try_timeout_seconds=timespan_seconds(str(section.get("clientRetryOptions", {}).get(
-                "tryTimeout", "00:01:00"))),
+            max_concurrent_calls=int(_get(section, "maxConcurrentCalls", defaults.max_concurrent_calls)),
+            max_concurrent_sessions=int(_get(section, "maxConcurrentSessions", defaults.max_concurrent_sessions)),
+            max_auto_lock_renewal_seconds=timespan_seconds(_get(section, "maxAutoLockRenewalDuration", "00:05:00")),
+            prefetch_count=int(_get(section, "prefetchCount", defaults.prefetch_count)),
+            auto_complete_messages=_flag(_get(section, "autoCompleteMessages", True)),
+            session_idle_timeout_seconds=timespan_seconds(idle) if idle else None,
+            try_timeout_seconds=timespan_seconds(_get(_get(section, "clientRetryOptions", {}), "tryTimeout",
+                                                      "00:01:00")),
         )
 
     def function_timeout(self) -> float | None:
         """functionTimeout in seconds; None for ``-1`` (no limit)."""
-        text = str(self.host_json.get("functionTimeout", "00:05:00"))
+        text = str(_get(self.host_json, "functionTimeout", "00:05:00"))
         return None if text.strip() == "-1" else timespan_seconds(text)
 
 
 def _overridden(host_json: dict[str, Any], settings: dict[str, str]) -> dict[str, Any]:
-    """host.json with the app settings ``AzureFunctionsJobHost__a__b`` applied at path a.b, as the host does."""
+    """host.json with the app settings ``AzureFunctionsJobHost__a__b`` applied at path a.b, as the host does:
+    each part names the key of host.json that matches it whatever the case, or a new one."""
     for name, value in settings.items():
-        if not name.startswith("AzureFunctionsJobHost__"):
+        if not name.lower().startswith("azurefunctionsjobhost__"):
             continue
         *parents, leaf = name.split("__")[1:]
         node = host_json
         for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+            key = _key(node, part)
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[_key(node, leaf)] = value
     return host_json
+
+
+def _key(node: dict[str, Any], part: str) -> str:
+    """The key of ``node`` that ``part`` names whatever the case; ``part`` itself when there is none."""
+    return next((name for name in node if name.lower() == part.lower()), part)
 
 
 class Host:
@@ -196,8 +220,12 @@ class Host:
     def stop(self, grace: float = 30.0) -> None:
         """Stop receiving, let in-flight invocations finish, stop the worker and the server."""
         self._stopping.set()
-        for listener in self._listeners:
-            listener.stop()
+        # All at once: each waits for its in-flight invocations, and a session slot for its accept (up to 5 s).
+        stopping = [threading.Thread(target=listener.stop, name="stop-listener") for listener in self._listeners]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
         with self._worker_lock:
             worker, self._worker = self._worker, None
         if worker is not None:

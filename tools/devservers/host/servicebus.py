@@ -7,7 +7,8 @@ over its messages one by one, and lets it go after ``sessionIdleTimeout`` withou
 Functions host's session processor does; unset, that is the client's try timeout, 60 s). The message
 goes to the worker in the host's ``model_binding_data`` layout (the 16-byte lock token, then the whole
 encoded AMQP message). While the function runs the
-lock is renewed, up to ``maxAutoLockRenewalDuration``, and the message can be settled through the
+message's lock (for a session, from its acceptance on, the session's lock) is renewed as the host renews it,
+up to ``maxAutoLockRenewalDuration`` (``devservers.host.locks``), and the message can be settled through the
 Settlement service. Afterwards the host's rules apply: a function that failed has its message
 abandoned unless it settled it; one that succeeded is completed when ``autoCompleteMessages`` is
 true, and otherwise left alone (its lock expires; a warning says so).
@@ -25,11 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from azure.servicebus import NEXT_AVAILABLE_SESSION, AutoLockRenewer, ServiceBusClient, ServiceBusReceivedMessage
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusReceivedMessage
 from azure.servicebus._pyamqp._encode import encode_annotations, encode_payload, encode_value
 from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
+from devservers.host.locks import LockRenewal
 from devservers.host.process import Function
 from devservers.host.protos import protos
 from devservers.host.settlement import Deliveries, Delivery
@@ -144,8 +146,6 @@ class ServiceBusListener:
         self.entity = str(trigger.get("queueName") or f"{trigger['topicName']}/{trigger['subscriptionName']}")
         self._sessions = bool(trigger.get("isSessionsEnabled"))
         self._auto_complete = bool(trigger.get("autoCompleteMessages", options.auto_complete_messages))
-        self._renewer = AutoLockRenewer(max_lock_renewal_duration=options.max_auto_lock_renewal_seconds,
-                                        max_workers=4)
         self._slots = options.max_concurrent_sessions if self._sessions else options.max_concurrent_calls
         # Closing a receiver takes about half a second (the SDK joins its keep-alive thread); a slot hands
         # that to these threads and takes its next session at once.
@@ -168,7 +168,6 @@ class ServiceBusListener:
         for thread in self._threads:
             thread.join()
         self._closer.shutdown(wait=True)
-        self._renewer.close()
 
     def _receiver(self) -> Any:
         trigger = self.function.trigger
@@ -194,19 +193,34 @@ class ServiceBusListener:
                     self._failed(exc)
                 continue
             accepted = time.monotonic()
+            renewal = self._session_renewal(receiver) if self._sessions else None
             try:
-                if self._sessions:
-                    self._renewer.register(receiver, receiver.session)
                 handled, idle = self._drain(receiver)
             except ServiceBusError as exc:
                 self._failed(exc)
                 continue
             finally:
+                if renewal is not None:
+                    renewal.stop()
                 self._closer.submit(self._close, receiver)
             if self._sessions:
                 logger.info("%s session %s released after %d messages, %.2f s idle, %.2f s held, accepted in %.2f s",
                             self.function.name, receiver.session.session_id, handled, idle,
                             time.monotonic() - accepted, accepted - began)
+
+    def _session_renewal(self, receiver: Any) -> LockRenewal:
+        """Renew the session lock from its acceptance, for maxAutoLockRenewalDuration counted once from then."""
+        session = receiver.session
+        return LockRenewal(f"{self.function.name} session {session.session_id}", session.renew_lock,
+                           lambda: session.locked_until_utc, self._options.max_auto_lock_renewal_seconds).start()
+
+    def _message_renewal(self, receiver: Any, message: ServiceBusReceivedMessage) -> LockRenewal | None:
+        """Renew a message's lock from now, just before its function runs; a session message has the session's."""
+        if self._sessions:
+            return None
+        return LockRenewal(f"{self.function.name} messageId={message.message_id}",
+                           lambda: receiver.renew_message_lock(message), lambda: message.locked_until_utc,
+                           self._options.max_auto_lock_renewal_seconds).start()
 
     def _failed(self, exc: ServiceBusError) -> None:
         logger.warning("%s: receiving from %s failed (%s: %s); retrying", self.function.name, self.entity,
@@ -234,9 +248,17 @@ class ServiceBusListener:
         return handled, time.monotonic() - idle_since
 
     def _handle(self, receiver: Any, message: ServiceBusReceivedMessage) -> None:
+        # As the host's processor: the lock is renewed from just before the function runs until the function and
+        # the host's own settlement are over; a message left unsettled then keeps only its LockDuration.
+        renewal = self._message_renewal(receiver, message)
+        try:
+            self._invoke_and_settle(receiver, message)
+        finally:
+            if renewal is not None:
+                renewal.stop()
+
+    def _invoke_and_settle(self, receiver: Any, message: ServiceBusReceivedMessage) -> None:
         delivery = Delivery(receiver, message)
-        if not self._sessions:
-            self._renewer.register(receiver, message)
         token = self._deliveries.register(delivery)
         started = time.perf_counter()
         running, timer = threading.Event(), None

@@ -4,7 +4,9 @@ A message can be settled only while its invocation runs: the listener registers 
 it invokes the function and unregisters it afterwards, and a call for a lock token not registered
 fails with FAILED_PRECONDITION "LockToken ... not found", as the host answers. Each call is carried
 out with the azure-servicebus receiver that received the message; an SDK failure (typically a lost
-lock) goes back to the worker as an error, so its settle call raises.
+lock) goes back to the worker as an error, so its settle call raises. A dead-letter reason or description
+over 4,096 characters is refused before the broker is asked, as the .NET SDK refuses it, and the message
+stays locked and unsettled.
 
 ``SettlementService`` reads the requests and answers; what carries each call out is a backend:
 ``LiveDeliveries`` here, a recording one in the tests' fake host, which serves this same service.
@@ -27,6 +29,9 @@ from google.protobuf.empty_pb2 import Empty
 from google.protobuf.timestamp_pb2 import Timestamp
 
 _Answer = TypeVar("_Answer")
+# Azure.Messaging.ServiceBus: Constants.MaxDeadLetterReasonLength, which AmqpReceiver.DeadLetterInternalAsync checks
+# deadLetterReason and deadLetterErrorDescription against (Argument.AssertNotTooLong) before any network call.
+MAX_DEAD_LETTER_REASON_LENGTH = 4096
 
 
 @dataclass
@@ -217,7 +222,9 @@ class LiveDeliveries:
         self._settle(token, "abandon")
 
     def deadletter(self, token: str, reason: str | None, description: str | None, properties_to_modify: bytes) -> None:
-        """Dead-letter the message."""
+        """Dead-letter the message; a reason or description over 4,096 characters is refused, the message untouched."""
+        self._find(token)  # an unknown token is FAILED_PRECONDITION first, as the host looks the token up first
+        check_dead_letter_lengths(reason, description)
         self._settle(token, "dead_letter", reason=reason, error_description=description)
 
     def defer(self, token: str, properties_to_modify: bytes) -> None:
@@ -262,6 +269,21 @@ class LiveDeliveries:
         except (ServiceBusError, ValueError) as exc:  # ValueError: the SDK's answer for a closed receiver
             raise Refused(grpc.StatusCode.UNKNOWN, f"renewing the lock of session {session_id} failed: {exc}") from exc
         return session.locked_until_utc or datetime.now(UTC) + timedelta(minutes=1)
+
+
+def check_dead_letter_lengths(reason: str | None, description: str | None) -> None:
+    """Refuse a dead-letter reason or description longer than the .NET SDK allows, with the host's answer.
+
+    The extension's SettlementService (Microsoft.Azure.WebJobs.Extensions.ServiceBus, src/Grpc/SettlementService.cs)
+    turns every exception of a settlement into ``RpcException(new Status(StatusCode.Unknown, ex.ToString()))``;
+    here that is the ArgumentOutOfRangeException of Argument.AssertNotTooLong, without the .NET stack trace. The
+    length is .NET's ``string.Length``: UTF-16 code units, so a character outside the BMP counts two.
+    """
+    for name, value in (("deadLetterReason", reason), ("deadLetterErrorDescription", description)):
+        if value is not None and len(value.encode("utf-16-le")) // 2 > MAX_DEAD_LETTER_REASON_LENGTH:
+            raise Refused(grpc.StatusCode.UNKNOWN,
+                          f"System.ArgumentOutOfRangeException: The argument '{name}' cannot exceed "
+                          f"{MAX_DEAD_LETTER_REASON_LENGTH} characters. (Parameter '{name}')")
 
 
 def add_settlement(server: grpc.Server, deliveries: Deliveries) -> None:
