@@ -45,7 +45,7 @@ from azurefunctions.extensions.bindings.servicebus import (
 )
 
 from devservers.host.servicebus import binding_data
-from devservers.host.settlement import Refused, SettlementService
+from devservers.host.settlement import Refused, SettlementService, check_dead_letter_lengths
 
 __all__ = [
     "ACTIONS",
@@ -286,7 +286,9 @@ class SettlementRecorder:
         self._answer(Settlement("abandon", lock_token=token, properties_to_modify=properties_to_modify))
 
     def deadletter(self, token: str, reason: str | None, description: str | None, properties_to_modify: bytes) -> None:
-        """Record a dead-letter with its reason and description (None when the client left them unset)."""
+        """Record a dead-letter with its reason and description (None when the client left them unset); refuse a
+        reason or description over 4,096 characters, as the host's Settlement service does."""
+        check_dead_letter_lengths(reason, description)
         self._answer(Settlement("deadletter", lock_token=token, reason=reason, description=description,
                                 properties_to_modify=properties_to_modify))
 

@@ -78,6 +78,14 @@ def test_deadletter_carries_reason_and_description(fake_host: FakeHost) -> None:
     )
 
 
+def test_a_deadletter_description_over_4096_characters_is_refused_as_the_host_refuses_it(fake_host: FakeHost) -> None:
+    actions = fake_host.message_actions()
+    actions.deadletter(_message(), deadletter_reason="InvalidMessage", deadletter_error_description="x" * 4096)
+    with pytest.raises(Exception, match="cannot exceed 4096 characters"):
+        actions.deadletter(_message(), deadletter_reason="InvalidMessage", deadletter_error_description="x" * 4097)
+    assert len(fake_host.recorder.all()) == 1
+
+
 def test_deadletter_without_reason_sends_none(fake_host: FakeHost) -> None:
     fake_host.message_actions().deadletter(_message(), deadletter_reason="", deadletter_error_description=None)
     [recorded] = fake_host.recorder.all()
