@@ -211,16 +211,16 @@ class Releases:
             try:
                 while start < len(done.steps):
                     parts, taken = self.plan(_patch_on(order_id, etag), done, start)
-                    etag, start = (await _write(self.store, order_id, parts, _RELEASE_CONFLICTS))["order"]["_etag"], \
-                        start + taken
+                    written = await _write(self.store, order_id, parts, _RELEASE_CONFLICTS)
+                    etag, start = written["order"]["_etag"], start + taken
                 return
             except OrderChanged:
                 pass
             stored = await self.read(order_id)
             if stored is None or stored.document is None:
                 return
-            done, start, etag = stored.order.release(await waiting(self.store, self.consumer, order_id)), 0, \
-                stored.document["_etag"]
+            done = stored.order.release(await waiting(self.store, self.consumer, order_id))
+            start, etag = 0, stored.document["_etag"]
         raise TransientStoreError(f"order {order_id} kept changing under its release; the rest waits for a redelivery")
 
     async def finish(self, order_id: str) -> Release | None:
