@@ -62,7 +62,8 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
 @WHOLE_STACK
 @pytest.mark.timeout(900)
 def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_holds(tmp_path: Path) -> None:
-    run = _chaos(tmp_path, "--seed", "4", "--events-queue", "plain", "--no-upgrade", "--storm-orders", "0")
+    run = _chaos(tmp_path, "--seed", "4", "--orders", "50", "--events-queue", "plain", "--no-upgrade",
+                 "--storm-orders", "0")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     assert figures["violations"] == [] and figures["events parked"] > 0
@@ -75,11 +76,14 @@ def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_
 @WHOLE_STACK
 @pytest.mark.timeout(900)
 def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_command(tmp_path: Path) -> None:
-    run = _chaos(tmp_path, "--seed", "3", "--plant", "fresh-reservation-key", "--storm-orders", "0")
+    # Smaller than the smoke run, 40 orders on 2 hosts: enough calls retried after a lost answer to reserve twice.
+    run = _chaos(tmp_path, "--seed", "3", "--orders", "40", "--hosts", "2", "--plant", "fresh-reservation-key",
+                 "--storm-orders", "0")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
-    assert any(v.endswith(" reservations") and not v.endswith(": 1 reservations") for v in figures["violations"])
-    replay = "python -m chaos --orders 80 --hosts 4 --seed 3 --rate 6 --plant fresh-reservation-key --storm-orders 0"
+    assert any(v.endswith(" reservations") and not v.endswith(": 1 reservations") for v in figures["violations"]), \
+        figures["violations"][:10]
+    replay = "python -m chaos --orders 40 --hosts 2 --seed 3 --rate 6 --plant fresh-reservation-key --storm-orders 0"
     assert f"with seed 3; replay: {replay}" in run.stdout and figures["replay"] == replay
 
 
