@@ -167,12 +167,24 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
     if reasons != scenario.planned_dead_letters() or forbidden > never:
         found.append(f"dead letters {dict(reasons)}, InvalidTransition {forbidden}, differ from the plan"
                      f" {dict(scenario.planned_dead_letters())}, InvalidTransition at most {never} (events past"
-                     " their order's last version)")
+                     " their order's last version)" + _traced(seen, reasons - scenario.planned_dead_letters()))
     in_flight = [undone for d in seen.documents if (undone := left_undone(d)) is not None]
     if in_flight or seen.queues_left:
         found.append(f"{len(in_flight)} documents and {seen.queues_left} messages still in flight"
                      + "".join(f"; {undone}" for undone in in_flight[:3]))
     return found
+
+
+def _traced(seen: Observed, unplanned: Counter[str]) -> str:
+    """The first few dead letters of a reason the plan has too many of, each with what its deliveries
+    logged, in order: the app's outcomes and the hosts' settlements, before the broker gave up."""
+    traced = []
+    for message in [m for m in seen.dead_letters if str(m.dead_letter_reason) in unplanned][:3]:
+        outcomes = [m["outcome"] for m in _DELIVERY.finditer(seen.logs) if m["id"] == str(message.message_id)]
+        settled = [m["settlement"] for m in _SETTLED.finditer(seen.logs) if m["id"] == str(message.message_id)]
+        traced.append(f"; {message.message_id} {message.dead_letter_reason}: the app logged {outcomes}, the hosts"
+                      f" settled {settled}, described {str(message.dead_letter_error_description)[:200]!r}")
+    return "".join(traced)
 
 
 def _copies(seen: Observed, order_id: str) -> str:
