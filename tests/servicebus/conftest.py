@@ -59,6 +59,7 @@ QUEUES: dict[str, dict[str, Any]] = {
     "sessions-state": {"RequiresSession": True, "LockDuration": "PT5S"},
     "sessions-empty": {"RequiresSession": True},
     "sessions-expiry": {"RequiresSession": True, "LockDuration": "PT2S"},
+    "sessions-closed": {"RequiresSession": True, "MaxDeliveryCount": 10},
     "sessions-required": {"RequiresSession": True},
     "not-sessionful": {},
     "deferred-missing": {},

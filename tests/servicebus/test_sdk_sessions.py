@@ -109,3 +109,23 @@ def test_sending_without_session_id_to_a_session_queue_is_rejected(sb: Handlers)
 def test_session_receiver_on_a_queue_without_sessions_is_refused(sb: Handlers) -> None:
     with pytest.raises(ServiceBusError, match="does not require sessions"):
         sb.receiver("not-sessionful", session_id="s").__enter__()
+
+
+def test_a_session_closed_with_its_message_unsettled_gives_it_back_uncounted(sb: Handlers) -> None:
+    # Service Bus's "Impact of delivery count" (message sessions): a session closed with messages not completed
+    # does not increment their delivery count; an expired session lock does (the test above), as an abandon does.
+    queue = "sessions-closed"
+    with opened(sb.sender(queue), sb.receiver(queue, session_id="s")) as (sender, receiver):
+        sender.send_messages(_messages(("s", "m")))
+        [message] = collect(receiver, 1)
+        assert message.delivery_count == 0
+    for _ in range(12):  # more than MaxDeliveryCount: closing the session never dead-letters the message
+        with opened(sb.receiver(queue, session_id="s")) as (again,):
+            [redelivered] = collect(again, 1)
+            assert (str(redelivered), redelivered.delivery_count) == ("m", 0)
+    with opened(sb.receiver(queue, session_id="s")) as (again,):
+        [redelivered] = collect(again, 1)
+        again.abandon_message(redelivered)
+        [abandoned] = collect(again, 1)
+        assert abandoned.delivery_count == 1
+        again.complete_message(abandoned)

@@ -10,7 +10,8 @@
 - On a session queue, one receiver holds a session (its lock renewed with each message it takes) and
   gets the session's messages strictly in sequence order, one at a time: an abandoned message comes
   back before anything behind it. A receiver whose session lock ran out loses the session to the next;
-  so does one whose session is let go mid-processing (a chaos fault), while its delivery runs on.
+  so does one whose session is let go mid-processing (a chaos fault), while its delivery runs on; a
+  session let go (closed) does not count the delivery of its unsettled message, a lock that ran out does.
 """
 
 from __future__ import annotations
@@ -189,7 +190,10 @@ class Queue:
             return False
         if lock is not None and lock.receiver == delivery.receiver:
             del self._session_locks[message.session_id or ""]
-        self._return(message)
+        # A session closed under an unsettled message does not count its delivery (Service Bus, "Impact of
+        # delivery count"; the local broker does the same): the message comes back as it was, uncounted.
+        message.deliveries -= 1
+        message.state = State.AVAILABLE
         self._sched.notify(self._ready)
         return True
 

@@ -110,9 +110,8 @@ def in_sessions(msg: servicebus.ServiceBusReceivedMessage,
 def slow_sessions(msg: servicebus.ServiceBusReceivedMessage,
                   message_actions: servicebus.ServiceBusMessageActions) -> None:
     """Holds its delivery until the next delivery of the same message has started (at most 30 s), and
-    for a second on the third, the queue's last (tests/host/conftest.py): long enough for its session
-    to be let go under it and for another slot to run the message in parallel, however loaded the
-    machine is; then completes."""
+    for a second from the third on: long enough for its session to be let go under it and for another
+    slot to run the message in parallel, however loaded the machine is; then completes."""
     journal("slow_sessions", msg, "started")
     mine = starts("slow_sessions", msg)
     deadline = time.monotonic() + (30 if mine < 3 else 1)

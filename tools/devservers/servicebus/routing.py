@@ -85,8 +85,10 @@ class LinkTable:
         """Every recorded receiver link, in the order they attached."""
         return list(self._receivers.values())
 
-    def forget(self, info: LinkInfo) -> None:
-        """Drop a link's state. Message locks stay until they expire; a session lock ends now."""
+    def forget(self, info: LinkInfo, *, closed_by_client: bool = False) -> None:
+        """Drop a link's state. Message locks stay until they expire; a session lock ends now. The messages
+        it held come back uncounted when the client closed the link, counted otherwise (a connection lost:
+        on Service Bus the session lock would run out, which counts; here it ends at once)."""
         if info.closed:
             return
         info.closed = True
@@ -94,7 +96,7 @@ class LinkTable:
         self._receivers.pop(info.link_id, None)
         self._by_connection.get(info.connection_id, set()).discard(info.link_id)
         if info.session is not None and info.entity is not None:
-            info.entity.sessions.release(info.session.session_id, info, time.time())
+            info.entity.sessions.release(info.session.session_id, info, time.time(), expired=not closed_by_client)
 
     def forget_connection(self, connection: Connection) -> bool:
         """Drop a connection and every link on it; False if it was never registered."""
@@ -162,7 +164,7 @@ class LinkRouter:
         """The client detached ``link``: forget it and close our end."""
         info = info_of(link)
         if info is not None:
-            self._table.forget(info)
+            self._table.forget(info, closed_by_client=True)
         if not link.state & Link.LOCAL_CLOSED:
             link.close()
 

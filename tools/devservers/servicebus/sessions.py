@@ -51,6 +51,8 @@ class _SessionHost(Protocol):
 
     def fail_delivery(self, message: StoredMessage, now: float) -> None: ...
 
+    def undo_delivery(self, message: StoredMessage, now: float) -> None: ...
+
 
 class SessionRegistry:
     """The sessions of one entity, by id; every operation that takes ``now`` runs the entity's timers first."""
@@ -132,16 +134,23 @@ class SessionRegistry:
         """Replace the session's state (which outlives its lock)."""
         self.owned(session_id, owner, now).state = state
 
-    def release(self, session_id: str, owner: object, now: float) -> None:
-        """End ``owner``'s lock on a session; its unsettled messages count as failed deliveries."""
+    def release(self, session_id: str, owner: object, now: float, *, expired: bool = False) -> None:
+        """End ``owner``'s lock on a session. Its unsettled messages come back: as failed deliveries when the
+        lock ``expired``, uncounted when the receiver closed the session, as Service Bus does ("Impact of
+        delivery count" in its message-sessions documentation: a session closed with messages not completed
+        does not increment their delivery count; one whose lock expires does)."""
         session = self._sessions.get(session_id)
         if session is None or session.owner is not owner:
             return
+        expired = expired or session.locked_until <= now  # closed after its lock ran out, before a timer saw it
         session.owner = None
         session.locked_until = 0.0
         for message in self._entity.locks.held_by(owner, session_id):
             self._entity.locks.revoke(message, session_id)
-            self._entity.fail_delivery(message, now)
+            if expired:
+                self._entity.fail_delivery(message, now)
+            else:
+                self._entity.undo_delivery(message, now)
         self._forget_if_idle(session_id)
 
     def expire(self, now: float) -> list[tuple[str, object]]:
@@ -151,7 +160,7 @@ class SessionRegistry:
             session = self._sessions.get(session_id)
             if session is not None and session.owner is not None and session.locked_until <= now:
                 ended.append((session_id, session.owner))
-                self.release(session_id, session.owner, now)
+                self.release(session_id, session.owner, now, expired=True)
         return ended
 
     def ids(self) -> list[str]:

@@ -18,7 +18,8 @@ Conventions follow Service Bus as the ``azure-servicebus`` SDK observes it:
   exceed it.
 * Locks of a non-session message outlive the link and the connection that received it: Service Bus
   keeps them until they expire, so a crashed consumer's messages come back only after LockDuration.
-  Session messages are locked by their session's lock, which ends with the receiver's link.
+  Session messages are locked by their session's lock, which ends with the receiver's link: a session
+  closed with unsettled messages gives them back uncounted, one whose lock expires counts a delivery.
 * Duplicate detection remembers a MessageId for a fixed window from its first send; a repeat within
   the window is accepted by the broker and dropped.
 """
@@ -300,8 +301,7 @@ class ReceivableEntity:
         elif outcome is Outcome.ABANDON:
             self.fail_delivery(message, now)
         elif outcome is Outcome.RELEASE:
-            message.delivery_count = max(0, message.delivery_count - 1)
-            self._return(message, now)
+            self.undo_delivery(message, now)
         elif outcome is Outcome.DEFER:
             message.state = MessageState.DEFERRED
             self._return(message, now)
@@ -331,6 +331,11 @@ class ReceivableEntity:
             )
         else:
             self._return(message, now)
+
+    def undo_delivery(self, message: StoredMessage, now: float) -> None:
+        """A delivery that does not count (a released message, a session closed under it): back, uncounted."""
+        message.delivery_count = max(0, message.delivery_count - 1)
+        self._return(message, now)
 
     def _return(self, message: StoredMessage, now: float) -> None:
         """An unlocked message goes back: expired, still deferred, or available again."""
