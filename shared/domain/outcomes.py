@@ -21,6 +21,18 @@ def is_transient(status: int | None) -> bool:
     return status in TRANSIENT_STATUSES
 
 
+# What a service following the IETF Idempotency-Key draft (and Stripe) answers a request whose key another
+# request still being processed holds. Cosmos DB's 409 (the id is taken) is no such answer: this rule is for
+# calls made under an idempotency key only.
+KEY_IN_USE = 409
+
+
+def is_transient_under_key(status: int | None) -> bool:
+    """Whether a call made under an idempotency key may succeed if made again later: a transient status, or
+    the key still held by a concurrent request (the first call's, which a redelivery's takeover may overlap)."""
+    return is_transient(status) or status == KEY_IN_USE
+
+
 # An abandon must reach the broker while the lock still holds, or the message waits out the lock.
 LOCK_MARGIN_SECONDS = 5.0
 

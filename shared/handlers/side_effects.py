@@ -13,7 +13,8 @@ concurrent copies one gets 409. Nothing here waits or asks to be tried again lat
 delivery holds the effect.
 
 The effect knows nothing of what it calls. The call answers with a ``Reply`` (its status, and a
-reference or a reason); ``is_transient`` decides on the status as it does for every downstream. The
+reference or a reason); ``is_transient_under_key`` decides on the status: a transient status, as for every
+downstream, or 409, the key still held by a concurrent request (a takeover overlapping the first call). The
 verdict is a ``Result`` in the one vocabulary of outcomes: the caller's ``done`` when the effect
 happened (now or before), IN_PROGRESS when another message holds it, TRANSIENT, DOWNSTREAM_REJECTED.
 """
@@ -31,7 +32,7 @@ import msgspec
 from shared.domain import identity
 from shared.domain.documents import EffectStatus, SideEffectRecord
 from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result, is_transient
+from shared.domain.outcomes import Outcome, Result, is_transient_under_key
 from shared.errors import (
     AlreadyExists,
     BatchFailed,
@@ -114,7 +115,7 @@ class SideEffect:
         except DownstreamUnavailable as exc:
             await self._release(record)
             return Result(Outcome.TRANSIENT, f"{self.name}: {exc}")
-        if is_transient(reply.status):
+        if is_transient_under_key(reply.status):  # 409: the first call, which this one overlaps, still runs
             await self._release(record)
             return Result(Outcome.TRANSIENT, f"{self.name}: HTTP {reply.status}")
         status = EffectStatus.COMPLETED if 200 <= reply.status < 300 else EffectStatus.FAILED

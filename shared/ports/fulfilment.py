@@ -21,8 +21,9 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 class Reply:
     """The service's answer: HTTP status and JSON body (empty when the body was not a JSON object).
 
-    A 2xx reserved the stock (``reservationId``); a status ``is_transient`` says so may succeed later;
-    any other refused the reservation for good (``reason``).
+    A 2xx reserved the stock (``reservationId``); a status ``is_transient_under_key`` says so may succeed
+    later (409 among them: the key held by a concurrent request); any other refused the reservation for
+    good (``reason``).
     """
 
     status: int

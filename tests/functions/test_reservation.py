@@ -121,7 +121,7 @@ def test_unreachable_service_abandons(app_on_cosmos: Harness, deliver_order: Del
     assert deliver_order(body, message_id=order_id)[0].action == "abandon"
 
 
-@pytest.mark.parametrize("status", [400, 404, 409, 422])
+@pytest.mark.parametrize("status", [400, 404, 422])
 def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
     app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
 ) -> None:
@@ -200,3 +200,20 @@ def test_a_takeover_and_its_finish_on_cosmos_keep_the_fields_this_version_does_n
     finished = record(app_on_cosmos, order_id)
     assert (finished["status"], finished["attempt"], finished["responseStatus"]) == ("completed", 2, 201)
     assert {k: finished[k] for k in foreign} == foreign
+
+
+def test_a_409_for_a_key_in_use_is_transient_and_the_next_delivery_reserves_once(
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer
+) -> None:
+    # A service following the IETF Idempotency-Key draft answers 409 to a request whose key a concurrent one
+    # holds (a takeover overlapping the first call): the delivery waits inside its lock and is abandoned, the
+    # record released, never marked failed nor the message dead-lettered.
+    order_id, body = new_order()
+    fulfilment.fail_next(409, reason="a request with this Idempotency-Key is being processed")
+    [settled, *_] = deliver_order(body, message_id=order_id, sequence_number=3)
+    assert settled.action == "abandon"
+    released = record(app_on_cosmos, order_id)
+    assert released["status"] == "in_progress" and released["leaseUntil"] <= time.time()
+    assert deliver_order(body, message_id=order_id, sequence_number=3)[0].action == "complete"
+    assert record(app_on_cosmos, order_id)["status"] == "completed"
+    assert [c.status for c in fulfilment.calls(key_of(order_id))] == [409, 201]  # one reservation, by the second

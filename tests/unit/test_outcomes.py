@@ -1,0 +1,24 @@
+"""Which statuses may turn into success if asked again: for every downstream, and under an idempotency key."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.domain.outcomes import KEY_IN_USE, is_transient, is_transient_under_key
+
+
+@pytest.mark.parametrize("status", [408, 429, 449, 500, 502, 503, 504])
+def test_a_transient_status_is_transient_everywhere(status: int) -> None:
+    assert is_transient(status) and is_transient_under_key(status)
+
+
+def test_409_is_transient_only_under_an_idempotency_key() -> None:
+    # Cosmos DB's 409 says an id is taken, for good; a service under the IETF Idempotency-Key draft answers 409
+    # while another request holds the key, and asked again later it answers the first request's reply.
+    assert KEY_IN_USE == 409
+    assert not is_transient(409) and is_transient_under_key(409)
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 410, 412, 422, 501, 505])
+def test_other_failures_refuse_for_good(status: int) -> None:
+    assert not is_transient(status) and not is_transient_under_key(status)
