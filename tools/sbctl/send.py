@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -92,8 +93,9 @@ def read_jsonl(path: Path) -> list[Envelope]:
     return envelopes
 
 
-def generated(kind: str, count: int, rng: random.Random) -> Iterator[Envelope]:
-    """``count`` realistic orders; or, for ``events``, the lifecycle events of exactly those orders.
+def generated(kind: str, count: int, rng: random.Random, now: datetime | None = None) -> Iterator[Envelope]:
+    """``count`` realistic orders, placed in the hour before ``now`` (the clock's, unless given); or, for
+    ``events``, the lifecycle events of exactly those orders.
 
     Each order draws from its own generator, seeded from ``rng``, and its events from another: so
     the same seed makes the same orders for both kinds, and the events of ``events`` belong to the
@@ -102,7 +104,7 @@ def generated(kind: str, count: int, rng: random.Random) -> Iterator[Envelope]:
     for _ in range(count):
         order_rng = random.Random(rng.getrandbits(64))  # noqa: S311 - test traffic, reproducible by seed
         events_rng = random.Random(rng.getrandbits(64))  # noqa: S311
-        placed = generate.order(order_rng)
+        placed = generate.order(order_rng, now)
         trace = f"trace-{order_rng.getrandbits(64):016x}"
         bodies = [placed] if kind == "orders" else generate.order_events(events_rng, placed)
         for body in bodies:
