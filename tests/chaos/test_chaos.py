@@ -29,7 +29,7 @@ def _chaos(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @WHOLE_STACK
 @pytest.mark.timeout(900)
 def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp_path: Path) -> None:
-    run = _chaos(tmp_path, "--seed", "4", *STORM)
+    run = _chaos(tmp_path, "--seed", "4", *STORM, "--fulfilment", "ietf")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     assert figures["violations"] == []
@@ -37,6 +37,10 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
     assert (storm["orders held back"], storm["events past the last version"]) == (1, 15)
     assert storm["of which rejected on release"] + storm["of which dead-lettered InvalidTransition"] == 15
     assert (figures["orders written"], figures["reservations"], figures["OrderAccepted"]) == (80, 80, 80)
+    # Against a service following the IETF draft: calls met a request in flight under their key (409), and none
+    # came after the service forgot its key.
+    service = figures["fulfilment service"]
+    assert service["answered 409, key in flight"] > 0 and service["keys forgotten, then asked for again"] == 0
     faults = figures["faults"]
     for kind in ("throttle", "unavailable", "reset", "delay", "lose_response"):
         assert faults.get(f"cosmos {kind}", 0) > 0, kind

@@ -21,7 +21,7 @@ def test_an_unplanned_dead_letter_is_traced_through_its_deliveries_and_a_planned
                             dead_letter_error_description="Message could not be consumed after 10 delivery attempts."),
             SimpleNamespace(message_id="evt-2", dead_letter_reason="PayloadMismatch",
                             dead_letter_error_description="x")]
-    seen = report.Observed(documents=[], dead_letters=dead, accepted=[], broker_accepted=0, reservations={}, logs=LOGS,
+    seen = report.Observed(documents=[], dead_letters=dead, accepted=[], broker_accepted=0, reservations=[], logs=LOGS,
                            sent_at={}, elapsed=0.0, queues_left=0)
     traced = report._traced(seen, Counter({"MaxDeliveryCountExceeded": 1}))
     assert traced.startswith("; evt-1 MaxDeliveryCountExceeded: the app logged ['failed'], the hosts settled"

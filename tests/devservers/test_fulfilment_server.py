@@ -58,7 +58,7 @@ def test_first_request_reserves_once(server: FulfilmentServer) -> None:
     assert payload["reservationId"].startswith("res-")
     uuid.UUID(payload["reservationId"].removeprefix("res-"))
     assert server.reservation_count() == 1
-    assert server.reservations() == {"k1": payload}
+    assert server.reservations() == [{**payload, "key": "k1"}]
     assert server.keys() == ["k1"]
     [call] = server.calls("k1")
     assert (call.key, call.status, call.body) == ("k1", 201, _order())
@@ -108,7 +108,7 @@ def test_same_key_different_body_is_422(server: FulfilmentServer) -> None:
 
     assert other.status_code == 422
     assert other.json() == {"reason": "Idempotency-Key reused with a different request"}
-    assert server.reservations() == {"k1": first.json()}
+    assert server.reservations() == [{**first.json(), "key": "k1"}]
     assert [c.status for c in server.calls("k1")] == [201, 422]
 
 
@@ -145,7 +145,7 @@ def test_stall_makes_the_client_time_out_but_the_reservation_is_made(server: Ful
     # The caller's retry with the same key gets the reservation it never saw.
     retry = _reserve(server, "k1")
     assert retry.status_code == 200
-    assert retry.json() == server.reservations()["k1"]
+    assert [{**retry.json(), "key": "k1"}] == server.reservations()
 
 
 def test_lose_makes_the_reservation_and_drops_the_answer(server: FulfilmentServer) -> None:
@@ -158,7 +158,7 @@ def test_lose_makes_the_reservation_and_drops_the_answer(server: FulfilmentServe
     assert [c.status for c in server.calls("k1")] == [201]
     retry = _reserve(server, "k1")  # the caller's retry with the same key gets the reservation it never saw
     assert retry.status_code == 200
-    assert retry.json() == server.reservations()["k1"]
+    assert [{**retry.json(), "key": "k1"}] == server.reservations()
 
 
 def test_lose_through_the_control_endpoint(server: FulfilmentServer) -> None:
@@ -168,6 +168,67 @@ def test_lose_through_the_control_endpoint(server: FulfilmentServer) -> None:
     with pytest.raises(requests.exceptions.ConnectionError):
         _reserve(server, "k9")
     assert server.reservation_count() == 1 and server.pending_faults() == 0
+
+
+def test_ietf_mode_answers_409_to_a_request_under_a_key_another_still_holds() -> None:
+    with FulfilmentServer(ietf=True) as server:
+        server.stall_next(1.0)
+        first: list[requests.Response] = []
+        caller = threading.Thread(target=lambda: first.append(_reserve(server, "k1")), daemon=True)
+        caller.start()
+        assert _wait_for(lambda: server.pending_faults() == 0)  # the first request holds the key, stalled
+        busy = _reserve(server, "k1")
+        assert busy.status_code == 409 and "still being processed" in busy.json()["reason"]
+        other = _reserve(server, "k2")  # another key is not held up
+        caller.join(timeout=5)
+        assert (first[0].status_code, other.status_code) == (201, 201)
+        assert _reserve(server, "k1").status_code == 200  # answered: the key is free again
+        assert [c.status for c in server.calls("k1")] == [409, 201, 200]
+        assert server.reservation_count() == 2
+
+
+def test_without_ietf_mode_a_request_under_a_key_in_flight_is_not_refused(server: FulfilmentServer) -> None:
+    server.stall_next(1.0)
+    first: list[requests.Response] = []
+    caller = threading.Thread(target=lambda: first.append(_reserve(server, "k1")), daemon=True)
+    caller.start()
+    assert _wait_for(lambda: server.pending_faults() == 0)
+    assert _reserve(server, "k1").status_code == 201  # it reserves; the stalled one then repeats it
+    caller.join(timeout=5)
+    assert first[0].status_code == 200 and server.reservation_count() == 1
+
+
+def test_a_forgotten_key_reserves_again_and_both_reservations_are_counted() -> None:
+    with FulfilmentServer(forget_keys_after=0.5) as server:
+        first = _reserve(server, "k1")
+        assert _reserve(server, "k1").status_code == 200  # remembered
+        time.sleep(0.6)
+        again = _reserve(server, "k1")
+        assert (first.status_code, again.status_code) == (201, 201)
+        assert again.json()["reservationId"] != first.json()["reservationId"]
+        assert [r["reservationId"] for r in server.reservations()] == [first.json()["reservationId"],
+                                                                        again.json()["reservationId"]]
+        assert (server.reservation_count(), server.forgotten_keys()) == (2, 1)
+
+
+def test_a_new_reservation_takes_its_processing_time_holding_its_key_and_a_repeat_none() -> None:
+    with FulfilmentServer(ietf=True, processing_seconds=(1.0, 1.0)) as server:
+        first: list[requests.Response] = []
+        caller = threading.Thread(target=lambda: first.append(_reserve(server, "k1")), daemon=True)
+        caller.start()
+        time.sleep(0.3)  # well inside the first request's second of processing
+        assert _reserve(server, "k1").status_code == 409
+        caller.join(timeout=5)
+        assert first[0].status_code == 201
+        server.processing_seconds = (30.0, 30.0)
+        assert _reserve(server, "k1", timeout=5).status_code == 200  # answered from the stored reply, not processed
+
+
+def test_bad_behaviour_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="forget_keys_after"):
+        FulfilmentServer(forget_keys_after=0)
+    with pytest.raises(ValueError, match="processing_seconds"):
+        FulfilmentServer(processing_seconds=(2.0, 1.0))
 
 
 def test_stop_interrupts_a_stall() -> None:
@@ -330,3 +391,6 @@ def test_cli_help_has_help_for_every_option_and_an_example() -> None:
     assert options_without_help(result.stdout) == []
     bad = run_module("devservers.fulfilment", "--port", "-1")
     assert bad.returncode == 2 and "-1 is not a port" in bad.stderr
+    assert "--ietf --forget-keys-after" in result.stdout
+    negative = run_module("devservers.fulfilment", "--forget-keys-after", "-5")
+    assert negative.returncode == 2 and "-5 is negative" in negative.stderr

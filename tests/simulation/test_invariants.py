@@ -34,7 +34,7 @@ def parked(status: ParkedStatus) -> Document:
 
 def demo_in_flight(document: Document) -> list[str]:
     """The demo report's violations over an empty plan and this one document."""
-    seen = Observed(documents=[document], dead_letters=[], accepted=[], broker_accepted=0, reservations={},
+    seen = Observed(documents=[document], dead_letters=[], accepted=[], broker_accepted=0, reservations=[],
                     logs="", sent_at={}, elapsed=1.0, queues_left=0)
     return build(Scenario(), seen).violations
 

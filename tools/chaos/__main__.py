@@ -17,6 +17,7 @@ observed (what could not be checked is said instead of the table).
 
     python -m chaos [--orders 3500] [--hosts 4] [--seed 1] [--rate 24] [--results results/chaos] [--plant NAME]
                     [--no-upgrade] [--events-queue sessions|plain] [--storm-orders 4] [--storm-copies 120]
+                    [--fulfilment standard|ietf]
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from azure.servicebus import ServiceBusClient
 
@@ -46,6 +49,16 @@ from demo.stack import ROOT, Stack
 SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
 UPGRADE_SHARE = 0.4  # of the sending time, from its half-way point, over which the hosts are upgraded
 STORMS, STORM_COPIES = 4, 120  # the storm phase: orders, and copies of each of their events
+# The fulfilment stand-in as a service following the IETF Idempotency-Key draft: a request under a key another
+# still holds is answered 409; each new reservation takes up to 6 s while it holds its key (the stack's read
+# timeout is 2 s: two calls in three time out while the service still works on them, and the next delivery's call,
+# after the 2 s wait before an abandon, meets one in four of them still in flight); and keys are forgotten 120 s
+# after their reservation, twice the longest a claim stays in progress in a run (the lock x MaxDeliveryCount,
+# 6 s x 10), so that a call made on a key after that reserves a second time.
+FULFILMENT_BEHAVIOURS: dict[str, dict[str, Any]] = {
+    "standard": {},
+    "ietf": {"ietf": True, "processing_seconds": (0.0, 6.0), "forget_keys_after": 120.0},
+}
 
 
 def replay_command(options: Options) -> str:
@@ -55,7 +68,8 @@ def replay_command(options: Options) -> str:
             + ("" if options.upgrade else " --no-upgrade")
             + ("" if options.events_sessions else " --events-queue plain")
             + ("" if options.storms == STORMS else f" --storm-orders {options.storms}")
-            + ("" if options.storm_copies == STORM_COPIES else f" --storm-copies {options.storm_copies}"))
+            + ("" if options.storm_copies == STORM_COPIES else f" --storm-copies {options.storm_copies}")
+            + ("" if options.fulfilment == "standard" else f" --fulfilment {options.fulfilment}"))
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,7 @@ class Options:
     events_sessions: bool = True
     storms: int = STORMS
     storm_copies: int = STORM_COPIES
+    fulfilment: str = "standard"
 
 
 def run(options: Options) -> int:
@@ -81,7 +96,8 @@ def run(options: Options) -> int:
     scenario = plan(orders, seed, storms=options.storms, storm_copies=options.storm_copies)
     print(f"chaos: {orders} orders, {len(scenario.everything())} messages, {hosts} hosts, seed {seed}"
           + (f", planted bug {plant!r}" if plant else "") + ("" if options.upgrade else ", no rolling upgrade")
-          + ("" if options.events_sessions else ", events without sessions"),
+          + ("" if options.events_sessions else ", events without sessions")
+          + ("" if options.fulfilment == "standard" else f", a fulfilment service of behaviour {options.fulfilment!r}"),
           flush=True)
     replay = replay_command(options)
     journal = Path(tempfile.mkdtemp(prefix="chaos-journal-")) / "writes.log"
@@ -89,7 +105,8 @@ def run(options: Options) -> int:
     opened: list[Callable[[], object]] = []  # what to stop at the end, last opened first
     phase = "the start of the stack"
     try:
-        stack = Stack.start(lock_seconds=LOCK_SECONDS, events_sessions=options.events_sessions)
+        stack = Stack.start(lock_seconds=LOCK_SECONDS, events_sessions=options.events_sessions,
+                            fulfilment=FULFILMENT_BEHAVIOURS[options.fulfilment])
         opened += [functools.partial(_keep_logs, stack, results), stack.stop]
         chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant))
         opened.append(chaos.close)
@@ -129,7 +146,8 @@ def run(options: Options) -> int:
             seen = observe.observed(stack, watch, client, sent_at, elapsed)
             upgrade = versions.check(journal, seen.documents) if options.upgrade else None
             result = report.build(scenario, seen, dataclasses.replace(
-                so_far(), upgrade=upgrade, drained=None if drained else f"not drained within {deadline:.0f} s"))
+                so_far(), upgrade=upgrade, drained=None if drained else f"not drained within {deadline:.0f} s",
+                fulfilment=_fulfilment_figures(stack, options.fulfilment)))
     except Exception as exc:  # the stack could not be observed, or the driver failed: no verdict on the invariants
         result = report.unobserved(so_far() if "so_far" in locals() else run_so_far, phase, exc)
     finally:
@@ -137,6 +155,16 @@ def run(options: Options) -> int:
             with contextlib.suppress(Exception):
                 stop()
     return _verdict(result, results, seed, replay)
+
+
+def _fulfilment_figures(stack: Stack, behaviour: str) -> dict[str, Any]:
+    """The fulfilment stand-in's behaviour, and what it answered: 409s for a key in flight, keys forgotten."""
+    server = stack.fulfilment
+    keys = server.keys()
+    statuses = Counter(call.status for key in keys for call in server.calls(key))
+    return {"behaviour": behaviour, **FULFILMENT_BEHAVIOURS[behaviour],
+            "answered 409, key in flight": statuses.get(409, 0), "keys forgotten, then asked for again":
+                server.forgotten_keys(), "calls": sum(statuses.values())}
 
 
 def _keep_logs(stack: Stack, results: Path) -> None:
@@ -206,13 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storm-copies", type=int, default=STORM_COPIES,
                         help="copies of each of a storm order's events, each under a new id (default 120), and half as"
                              " many events past the order's last version")
+    parser.add_argument("--fulfilment", choices=sorted(FULFILMENT_BEHAVIOURS), default="standard",
+                        help="the fulfilment stand-in's behaviour: standard (default), or ietf: a request under a key"
+                             " another still holds is answered 409, each new reservation takes up to 6 s, and keys are"
+                             " forgotten 120 s after their reservation")
     args = parser.parse_args(argv)
     if args.orders < 1 or args.hosts < 2 or args.rate <= 0 or not 0 <= args.storms <= args.orders \
             or args.storm_copies < 0:
         parser.error("--orders must be at least 1, --hosts at least 2, --rate above 0, --storm-orders from 0 to"
                      " --orders and --storm-copies at least 0")
     return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant, args.upgrade,
-                       args.events_queue == "sessions", args.storms, args.storm_copies))
+                       args.events_queue == "sessions", args.storms, args.storm_copies, args.fulfilment))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ class Run:
     upgrade: Upgrade | None = None  # what the check of the two versions' writes found (None: no upgrade)
     upgraded: int = 0  # slots moved to the next version
     drained: str | None = None  # why the drain did not end, if it did not
+    fulfilment: dict[str, Any] | None = None  # the stand-in's behaviour and what it answered
 
 
 def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_report.Report:
@@ -55,6 +56,11 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
         "storm": _storm(scenario, seen, result.figures["dead letters"]),
         "replay": run.replay,
     })
+    if run.fulfilment is not None:
+        result.figures["fulfilment service"] = run.fulfilment
+        if run.fulfilment["keys forgotten, then asked for again"]:
+            result.violations.append(f"{run.fulfilment['keys forgotten, then asked for again']} reservation keys were"
+                                     " used again after the service forgot them")
     if run.probe is not None:
         result.figures["local Cosmos server latency"] = run.probe.figures()
         result.violations += run.probe.violations()
@@ -122,6 +128,7 @@ def table(result: demo_report.Report) -> str:
         ("events parked, then released", str(f["parked events released"])),
         *_storm_rows(f),
         ("reservations / OrderAccepted", f"{f['reservations']} / {f['OrderAccepted']}"),
+        *_fulfilment_rows(f),
         *_upgrade_rows(f),
         ("invariant violations", str(len(result.violations))),
         ("elapsed", f"{f['seconds']} s"),
@@ -154,6 +161,16 @@ def write(result: demo_report.Report, results: Path) -> None:
     (results / "chaos.json").write_text(json.dumps(figures, indent=2))
     violations = "".join(f"- {v}\n" for v in result.violations)
     (results / "chaos.md").write_text(f"{table(result)}\n\n{violations}")
+
+
+def _fulfilment_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    service = f.get("fulfilment service")
+    if not service:
+        return []
+    return [("fulfilment service", service["behaviour"]),
+            ("&nbsp;&nbsp;calls / answered 409, key in flight / keys forgotten, then asked again",
+             f"{service['calls']} / {service['answered 409, key in flight']} /"
+             f" {service['keys forgotten, then asked for again']}")]
 
 
 def _upgrade_rows(f: dict[str, Any]) -> list[tuple[str, str]]:

@@ -37,7 +37,7 @@ class Observed:
     dead_letters: list[Any]
     accepted: list[dict[str, Any]]
     broker_accepted: int
-    reservations: dict[str, dict[str, Any]]
+    reservations: list[dict[str, Any]]
     logs: str
     sent_at: dict[str, float]
     elapsed: float
@@ -152,7 +152,7 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
         if final["version"] != 1 + len(lifecycle) or final["status"] != KINDS[lifecycle[-1]["type"]].status_after:
             found.append(f"order {order_id}: {final['status']} at version {final['version']} after"
                          f" {len(lifecycle)} events")
-    reserved = Counter(r.get("orderId") for r in seen.reservations.values())
+    reserved = Counter(r.get("orderId") for r in seen.reservations)
     accepted = Counter(a.get("orderId") for a in seen.accepted)
     for order_id in scenario.orders:
         if reserved[order_id] != 1:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -91,18 +92,20 @@ class Stack:
         return "order-events" if self.events_sessions else "order-events-plain"
 
     @classmethod
-    def start(cls, lock_seconds: int = LOCK_SECONDS, *, events_sessions: bool = True) -> Stack:
-        """Start the broker, the Cosmos server (database and containers made) and the fulfilment stand-in;
-        the app's events go to a session queue, or with ``events_sessions`` false to a plain one."""
+    def start(cls, lock_seconds: int = LOCK_SECONDS, *, events_sessions: bool = True,
+              fulfilment: Mapping[str, Any] | None = None) -> Stack:
+        """Start the broker, the Cosmos server (database and containers made) and the fulfilment stand-in (with
+        ``fulfilment``'s keywords: its behaviours, ``FulfilmentServer``); the app's events go to a session queue,
+        or with ``events_sessions`` false to a plain one."""
         broker = start_broker(broker_config(lock_seconds))
         cosmos = start_cosmos_server()
         ensure_containers(make_client(cosmos.endpoint, verify_tls=False), "sales", container_specs())
-        fulfilment = FulfilmentServer().start()
+        server = FulfilmentServer(**(fulfilment or {})).start()
         values = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
         values.update(
             ServiceBusConnection=broker.connection_string, COSMOS_ENDPOINT=cosmos.endpoint, COSMOS_KEY=cosmos.key,
             CosmosDBConnection=f"AccountEndpoint={cosmos.endpoint}/;AccountKey={cosmos.key};",
-            FULFILLMENT_URL=fulfilment.url, FULFILLMENT_READ_TIMEOUT_SECONDS="2", ABANDON_DELAY_SECONDS="2",
+            FULFILLMENT_URL=server.url, FULFILLMENT_READ_TIMEOUT_SECONDS="2", ABANDON_DELAY_SECONDS="2",
             SERVICEBUS_LOCK_DURATION_SECONDS=str(lock_seconds), OUTBOX_STUCK_AFTER_SECONDS="20",
             OUTBOX_SWEEP_SCHEDULE="*/10 * * * * *",
             # One app: its hosts share a host ID, so each timer occurrence runs in one of them, as on Azure.
@@ -110,7 +113,7 @@ class Stack:
             ORDER_EVENTS_QUEUE="order-events" if events_sessions else "order-events-plain",
             ORDER_EVENTS_SESSIONS=str(events_sessions).lower(),
         )
-        return cls(broker, cosmos, fulfilment, settings_file(values), values, events_sessions=events_sessions)
+        return cls(broker, cosmos, server, settings_file(values), values, events_sessions=events_sessions)
 
     def start_host(self, settings: Path | None = None, app_dir: Path = ROOT) -> HostProcess:
         """Start one more host process, competing with the others; wait until it listens.

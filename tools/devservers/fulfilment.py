@@ -17,6 +17,12 @@ caller's retry paths:
   connection unanswered: the reservation is made and the caller cannot know.
 * Every ``POST /reservations`` (faulted or not) is recorded as a :class:`Call` under its key
   (``""`` when the header is missing).
+* Behaviours of real services, off by default (``--ietf``, ``--forget-keys-after``, ``--processing-seconds``):
+  a request under a key another request still holds is answered 409, as the IETF Idempotency-Key
+  draft and Stripe answer it; keys are forgotten a set time after their first reservation, so that a
+  request under one reserves again; each new reservation takes a processing time (drawn from a range)
+  while it holds its key, and a repeat is answered from the stored reply at once. Every reservation
+  made is kept for counting, a forgotten key's too.
 * Out-of-process control: ``POST /_control`` with ``{"fail": {"status": 503, "count": 2, "reason":
   "..."}}``, ``{"stall": {"seconds": 2, "count": 1}}``, ``{"lose": {"count": 1}}``, ``{"reset": true}``
   (drop queued faults) or ``{"clear": true}`` (forget everything); ``GET /_calls`` answers ``{key: [{"status", "body",
@@ -46,6 +52,7 @@ import errno
 import ipaddress
 import json
 import logging
+import random
 import signal
 import socket
 import sys
@@ -130,12 +137,19 @@ class FulfilmentServer:
     Faults and records survive stop/start; :meth:`clear` forgets them.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, ietf: bool = False,
+                 forget_keys_after: float | None = None, processing_seconds: tuple[float, float] = (0.0, 0.0)) -> None:
         _check_loopback(host)
+        if forget_keys_after is not None and forget_keys_after <= 0:
+            raise ValueError("forget_keys_after must be positive")
+        if not 0 <= processing_seconds[0] <= processing_seconds[1]:
+            raise ValueError("processing_seconds must be a range of non-negative seconds, the least first")
         self.host = host
         self.port = port
+        self.processing_seconds = processing_seconds
+        self._random = random.Random()  # a test double's processing time, not security
         self._lock = threading.Lock()  # makes a reservation and its Call record one step for observers
-        self._ledger = ReservationLedger()
+        self._ledger = ReservationLedger(conflict_in_flight=ietf, forget_after_seconds=forget_keys_after)
         self._faults: deque[_Fail | _Stall | _Lose] = deque()
         self._calls: dict[str, list[Call]] = {}
         self._stopping = threading.Event()
@@ -246,15 +260,20 @@ class FulfilmentServer:
         with self._lock:
             return list(self._calls)
 
-    def reservations(self) -> dict[str, dict[str, Any]]:
-        """Key → the stored 201 reply of the reservation made for it."""
+    def reservations(self) -> list[dict[str, Any]]:
+        """Every reservation made, oldest first: its ``reservationId``, ``orderId`` and ``key``."""
         with self._lock:
             return self._ledger.reservations()
 
     def reservation_count(self) -> int:
-        """How many distinct reservations were made."""
+        """How many reservations were made (a key forgotten and used again makes a second)."""
         with self._lock:
             return self._ledger.count()
+
+    def forgotten_keys(self) -> int:
+        """How many keys were forgotten (``forget_keys_after``) and then asked for again."""
+        with self._lock:
+            return self._ledger.forgotten()
 
     # -- HTTP ------------------------------------------------------------------------------------
 
@@ -293,16 +312,32 @@ class FulfilmentServer:
             fault = self._faults.popleft() if self._faults else None
         if isinstance(fault, _Fail):
             return self._answer(key, body or {}, Reply(fault.status, {"reason": fault.reason}))
-        if isinstance(fault, _Stall) and self._stopping.wait(fault.seconds):
-            raise ConnectionAbortedError("stopping")  # werkzeug then drops the connection unanswered
-        if not key:
-            return self._answer(key, body or {}, Reply(400, {"reason": f"{IDEMPOTENCY_HEADER} header is required"}))
-        if body is None:
-            return self._answer(key, {}, Reply(400, {"reason": "body must be a JSON object"}))
-        reply = self._answer(key, body, None)
+        if key and (busy := self._ledger.begin(key)) is not None:
+            return self._answer(key, body or {}, busy)
+        try:
+            stall = (fault.seconds if isinstance(fault, _Stall) else 0.0) + self._processing_time(key)
+            if stall and self._stopping.wait(stall):
+                raise ConnectionAbortedError("stopping")  # werkzeug then drops the connection unanswered
+            if not key:
+                return self._answer(key, body or {}, Reply(400, {"reason": f"{IDEMPOTENCY_HEADER} header is required"}))
+            if body is None:
+                return self._answer(key, {}, Reply(400, {"reason": "body must be a JSON object"}))
+            reply = self._answer(key, body, None)
+        finally:
+            if key:
+                self._ledger.end(key)
         if isinstance(fault, _Lose):
             raise ConnectionAbortedError("response lost")  # werkzeug then drops the connection unanswered
         return reply
+
+    def _processing_time(self, key: str) -> float:
+        """How long a request takes before it is answered: a new reservation's processing time; a repeat is
+        answered from the stored reply at once."""
+        low, high = self.processing_seconds
+        if not high or self._ledger.remembers(key):
+            return 0.0
+        with self._lock:
+            return self._random.uniform(low, high)
 
     def _answer(self, key: str, body: dict[str, Any], reply: Reply | None) -> Reply:
         """Record the call and return ``reply``; for ``None``, the ledger's reply, made in the same step."""
@@ -376,13 +411,24 @@ def main(argv: list[str] | None = None) -> int:
     """Serve in the foreground until SIGTERM/SIGINT; print ``listening on <url>`` once ready."""
     parser = argparse.ArgumentParser(
         prog="python -m devservers.fulfilment", description="Run the local fulfilment service in the foreground.",
-        epilog=f"example:\n  python -m devservers.fulfilment --port {DEFAULT_PORT} --verbose\n\nexit status: 0 "
+        epilog=f"example:\n  python -m devservers.fulfilment --port {DEFAULT_PORT} --verbose\n"
+               "  python -m devservers.fulfilment --ietf --forget-keys-after 86400 --processing-seconds 0 3\n\n"
+               "exit status: 0 "
                "stopped by SIGTERM or SIGINT; 1 cannot listen (e.g. the port is in use); 2 bad usage",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port (default {DEFAULT_PORT}; 0 = any free)")
+    parser.add_argument("--ietf", action="store_true",
+                        help="answer 409 to a request under a key that another request still holds, as the IETF"
+                             " Idempotency-Key draft does (default: answer requests under one key one at a time)")
+    parser.add_argument("--forget-keys-after", type=_positive_seconds, metavar="SECONDS",
+                        help="forget a key this long after its reservation, so that a request under it reserves"
+                             " again (default: never)")
+    parser.add_argument("--processing-seconds", type=_positive_seconds, nargs=2, metavar=("LEAST", "MOST"),
+                        default=(0.0, 0.0), help="how long each new reservation takes while it holds its key, drawn"
+                                                 " between LEAST and MOST (default: 0 0)")
     parser.add_argument("--verbose", action="store_true",
                         help="log one line per request on stderr (method, path, status, Idempotency-Key; no bodies)")
     args = parser.parse_args(argv)
@@ -397,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        server = FulfilmentServer(args.host, args.port).start()
+        server = FulfilmentServer(args.host, args.port, ietf=args.ietf, forget_keys_after=args.forget_keys_after,
+                                  processing_seconds=tuple(args.processing_seconds)).start()
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -411,6 +458,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     return 0
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative; give seconds of 0 or more")
+    return seconds
 
 
 def _cannot_listen(host: str, port: int, err: OSError) -> str:

@@ -70,7 +70,7 @@ def one_order_each(world: World, documents: list[Document]) -> Iterable[Violatio
 
 def one_reservation_each(world: World, documents: list[Document]) -> Iterable[Violation]:
     """At most one reservation per order at the fulfilment service, and exactly one for every valid order."""
-    counts = Counter(str(reply.get("orderId")) for reply in world.fulfilment.ledger.reservations().values())
+    counts = Counter(str(reply.get("orderId")) for reply in world.fulfilment.ledger.reservations())
     for plan in world.workload.orders:
         count = counts.pop(plan.order_id, 0)
         if count != 1:
