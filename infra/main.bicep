@@ -100,6 +100,7 @@ var ordersQueueName = 'orders'
 // A queue's RequiresSession cannot change once it exists, so each mode has a queue of its own.
 var eventsQueueName = eventsSessions ? 'order-events' : 'order-events-plain'
 var outboxDestinationName = 'order-accepted'
+var outboxRejectedDestinationName = 'order-rejected'
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
   name: 'rg-${environmentName}'
@@ -142,7 +143,10 @@ module serviceBus 'modules/servicebus.bicep' = {
     ordersQueueName: ordersQueueName
     eventsQueueName: eventsQueueName
     eventsRequireSession: eventsSessions
-    outboxDestinationName: outboxDestinationName
+    outboxDestinationNames: [
+      outboxDestinationName
+      outboxRejectedDestinationName
+    ]
   }
 }
 
@@ -183,6 +187,7 @@ module functionApp 'modules/functionapp.bicep' = {
       ORDER_EVENTS_QUEUE: eventsQueueName
       ORDER_EVENTS_SESSIONS: string(eventsSessions)
       OUTBOX_DESTINATION: outboxDestinationName
+      OUTBOX_REJECTED_DESTINATION: outboxRejectedDestinationName
       CONSUMER_NAME: consumerName
       FULFILLMENT_URL: fulfillmentUrl
       // Derived from the parameters that configure the queues, so app and queues cannot disagree.
@@ -205,7 +210,10 @@ module roles 'modules/roles.bicep' = {
       ordersQueueName
       eventsQueueName
     ]
-    sendQueueName: outboxDestinationName
+    sendQueueNames: [
+      outboxDestinationName
+      outboxRejectedDestinationName
+    ]
     cosmosAccountName: cosmos.outputs.name
     databaseName: databaseName
     storageAccountName: storage.outputs.name
@@ -216,6 +224,7 @@ module roles 'modules/roles.bicep' = {
       ordersQueueName
       eventsQueueName
       outboxDestinationName
+      outboxRejectedDestinationName
     ]
   }
 }
@@ -234,6 +243,7 @@ module alerts 'modules/alerts.bicep' = if (!empty(actionGroupId)) {
       ordersQueueName
       eventsQueueName
       outboxDestinationName
+      outboxRejectedDestinationName
     ]
     applicationInsightsName: monitoring.outputs.applicationInsightsName
   }

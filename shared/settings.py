@@ -116,7 +116,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     stuck_report_schedule: Name = setting("STUCK_REPORT_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of "
                                           "`report_stuck`.")
     outbox_destination: Name = setting("OUTBOX_DESTINATION", "order-accepted", "Queue or topic that OrderAccepted "
-                                       "messages are published to.", in_azure=True)
+                                       "messages are published to: an order whose stock is reserved.", in_azure=True)
+    outbox_rejected_destination: Name = setting(
+        "OUTBOX_REJECTED_DESTINATION", "order-rejected", "Queue or topic that OrderRejected messages are published "
+        "to: an order whose reservation the fulfilment service refused for good.", in_azure=True)
     outbox_requires_session: bool = setting("OUTBOX_REQUIRES_SESSION", False, "Set SessionId = orderId on outgoing "
                                             "messages (session-enabled destination).")
     outbox_dispatched_ttl_seconds: Seconds = setting("OUTBOX_DISPATCHED_TTL_SECONDS", 604800, "Lifetime of an "

@@ -2,7 +2,8 @@
 param principalId string
 param serviceBusNamespaceName string
 param receiveQueueNames array
-param sendQueueName string
+@description('The queues the app publishes to: the outbox destinations.')
+param sendQueueNames array
 param cosmosAccountName string
 param databaseName string
 param storageAccountName string
@@ -37,10 +38,10 @@ resource receiveQueues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-previe
   name: name
 }]
 
-resource sendQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' existing = {
+resource sendQueues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' existing = [for name in sendQueueNames: {
   parent: namespace
-  name: sendQueueName
-}
+  name: name
+}]
 
 // Receiver on the two input queues only.
 resource receiverAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in receiveQueueNames: {
@@ -53,16 +54,16 @@ resource receiverAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01
   }
 }]
 
-// Sender on the outbox destination only.
-resource senderAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(sendQueue.id, principalId, roles.serviceBusDataSender)
-  scope: sendQueue
+// Sender on the outbox destinations only.
+resource senderAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in sendQueueNames: {
+  name: guid(sendQueues[i].id, principalId, roles.serviceBusDataSender)
+  scope: sendQueues[i]
   properties: {
     principalId: principalId
     principalType: 'ServicePrincipal'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataSender)
   }
-}
+}]
 
 resource cosmos 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' existing = {
   name: cosmosAccountName

@@ -11,7 +11,8 @@ param ordersQueueName string
 param eventsQueueName string
 @description('Whether the events queue requires sessions (ORDER_EVENTS_SESSIONS).')
 param eventsRequireSession bool = true
-param outboxDestinationName string
+@description('The queues the outbox publishes to: OrderAccepted, OrderRejected.')
+param outboxDestinationNames array
 
 var inputQueue = {
   requiresDuplicateDetection: true
@@ -53,9 +54,9 @@ resource eventsQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview'
   })
 }
 
-resource outboxQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = {
+resource outboxQueues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = [for name in outboxDestinationNames: {
   parent: namespace
-  name: outboxDestinationName
+  name: name
   properties: {
     requiresDuplicateDetection: true
     duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
@@ -65,7 +66,7 @@ resource outboxQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview'
     defaultMessageTimeToLive: 'PT${messageTtlSeconds}S'
     requiresSession: false
   }
-}
+}]
 
 output name string = namespace.name
 output fullyQualifiedNamespace string = '${namespace.name}.servicebus.windows.net'

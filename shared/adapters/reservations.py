@@ -4,6 +4,11 @@ The first request for an Idempotency-Key reserves and answers 201 with a new res
 repeat with the same request answers 200 with the stored reply; the same key with another request
 answers 422. That is the contract the consumer relies on to call again safely after a lost reply.
 
+The service is out of stock of every sku that starts with ``SOLDOUT-``: a request holding one is refused
+for good, 422 with ``{"refusal": "out-of-stock", "reason": ...}``, and the refusal is stored under the key
+like a reservation, so that a repeat is refused alike (however the stock changes meanwhile). That is how
+tests and proofs place orders the warehouse refuses.
+
 Two behaviours of real services can be switched on, so that the proofs meet them:
 
 - **A key in flight** (the IETF Idempotency-Key draft, and Stripe): while a request under a key is
@@ -30,13 +35,25 @@ from shared.ports.fulfilment import Reply
 
 KEY_REUSED = "Idempotency-Key reused with a different request"
 KEY_IN_FLIGHT = "a request with this Idempotency-Key is still being processed"
+SOLD_OUT_PREFIX = "SOLDOUT-"
+OUT_OF_STOCK = "out-of-stock"
 
 
 @dataclass(frozen=True)
 class _Stored:
     request: dict[str, Any]
-    reply: dict[str, Any]
+    reply: Reply
     made_at: float
+
+
+def refusal(request: Mapping[str, Any]) -> Reply | None:
+    """The service's refusal of a request for good (a sku it is out of stock of), or None when it reserves."""
+    items = request.get("items")
+    for item in items if isinstance(items, list) else []:
+        sku = item.get("sku") if isinstance(item, Mapping) else None
+        if isinstance(sku, str) and sku.startswith(SOLD_OUT_PREFIX):
+            return Reply(422, {"refusal": OUT_OF_STOCK, "reason": f"{sku} is out of stock"})
+    return None
 
 
 class ReservationLedger:
@@ -79,7 +96,8 @@ class ReservationLedger:
         return self.forget_after_seconds is not None and self._clock() - stored.made_at >= self.forget_after_seconds
 
     def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
-        """Apply the rule: 201 and a new reservation, 200 and the stored reply, or 422."""
+        """Apply the rule: 201 and a new reservation, 200 and the stored reply, 422 and the stored refusal, or 422
+        for another request under the key."""
         with self._lock:
             stored = self._keys.get(idempotency_key)
             if stored is not None and self._expired(stored):
@@ -87,13 +105,16 @@ class ReservationLedger:
                 self._forgotten += 1
                 stored = None
             if stored is None:
+                refused = refusal(request)
                 body = {"reservationId": f"res-{uuid.uuid4()}", "orderId": request.get("orderId")}
-                self._keys[idempotency_key] = _Stored(copy.deepcopy(dict(request)), body, self._clock())
-                self._made.append({**body, "key": idempotency_key})
-                return Reply(201, dict(body))
+                reply = refused or Reply(201, body)
+                self._keys[idempotency_key] = _Stored(copy.deepcopy(dict(request)), reply, self._clock())
+                if refused is None:
+                    self._made.append({**body, "key": idempotency_key})
+                return Reply(reply.status, dict(reply.body))
             if stored.request != dict(request):
                 return Reply(422, {"reason": KEY_REUSED})
-            return Reply(200, dict(stored.reply))
+            return Reply(200 if stored.reply.status == 201 else stored.reply.status, dict(stored.reply.body))
 
     def reservations(self) -> list[dict[str, Any]]:
         """Every reservation made, oldest first (``reservationId``, ``orderId``, ``key``), a forgotten key's too."""

@@ -20,7 +20,7 @@ docs/design.md ("Schema versions").
 
     order          OrderDocument       the order; events patch its status and version
     order-pending  PendingOrder        stands in for an order whose events came first; becomes the order
-    outbox         OutboxEntry         an OrderAccepted message waiting to be published
+    outbox         OutboxEntry         the order's outcome (OrderAccepted or OrderRejected) waiting to be published
     side-effect    SideEffectRecord    the two-phase record of a call that cannot join a transaction
     inbox          InboxMarker         one consumer has applied (or parked) one event
     parked-event   ParkedEvent         an event that came before its predecessor, waiting for it
@@ -49,6 +49,7 @@ TYPE_FIELD = "type"
 SCHEMA_VERSION = 1
 SCHEMA_FIELD = "schemaVersion"
 ORDER_ACCEPTED = identity.ORDER_ACCEPTED
+ORDER_REJECTED = identity.ORDER_REJECTED
 # Written by Cosmos DB itself; a document written back leaves them to the store.
 SYSTEM_PROPERTIES = frozenset({"_rid", "_self", "_etag", "_attachments", "_ts", "_lsn"})
 
@@ -129,9 +130,10 @@ class OrderDocument(StoredDocument, kw_only=True, tag="order"):
     enqueued_time_utc: str | None
     delivery_count: int | None
     parked: int = 0
-    payment: dict[str, str] | UnsetType = UNSET
-    shipment: dict[str, str] | UnsetType = UNSET
-    cancellation: dict[str, str] | UnsetType = UNSET
+    payment: dict[str, Any] | UnsetType = UNSET
+    shipment: dict[str, Any] | UnsetType = UNSET
+    cancellation: dict[str, Any] | UnsetType = UNSET
+    rejection: dict[str, Any] | UnsetType = UNSET  # the fulfilment service refused the order's reservation
     updated_at: str | UnsetType = UNSET
 
     @classmethod
@@ -179,7 +181,7 @@ class OutboxStatus(StrEnum):
 
 
 class OrderAccepted(msgspec.Struct, frozen=True, rename="camel"):
-    """The OrderAccepted message body that the outbox publishes."""
+    """The OrderAccepted message body: the order was stored and its stock reserved."""
 
     order_id: str
     customer_id: str
@@ -188,8 +190,23 @@ class OrderAccepted(msgspec.Struct, frozen=True, rename="camel"):
     placed_at: str
 
 
+class OrderRejected(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The OrderRejected message body: the fulfilment service refused the order's reservation for good."""
+
+    order_id: str
+    customer_id: str
+    refusal: str  # the service's short code for why (out-of-stock, unknown-sku...)
+    reason: str | None  # the service's words, at most 200 characters
+    rejected_at: str
+
+
 class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
-    """An outgoing message, written in the same batch as the order and published afterwards."""
+    """An outgoing message: the order's outcome, written in the batch that finishes the order's reservation and
+    published afterwards. One per order (its id is the order's), so an order never announces two outcomes.
+
+    The payload is kept as JSON, as it was written: the publisher sends it as stored, so the fields a newer
+    version wrote into it reach the destination.
+    """
 
     status: OutboxStatus
     destination: str
@@ -197,7 +214,7 @@ class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
     correlation_id: str | None
     session_id: str | None
     subject: str
-    payload: OrderAccepted
+    payload: dict[str, Any]
     created_at: float
     dispatched_at: float | UnsetType = UNSET
     ttl: int | UnsetType = UNSET
@@ -207,18 +224,34 @@ class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
         cls, order: OrderPlaced, message: InboundMessage, *, consumer: str, destination: str, requires_session: bool,
         now: float,
     ) -> OutboxEntry:
-        """The pending OrderAccepted entry of a new order; its MessageId is derived, so resends are duplicates."""
+        """The pending OrderAccepted entry of an order whose stock is reserved; its MessageId is derived, so
+        resends are duplicates."""
+        accepted = OrderAccepted(order.order_id, order.customer_id, order.currency_code, order.total, order.placed_at)
         return cls(
             id=identity.outbox_id(consumer, order.order_id),
             order_id=order.order_id, status=OutboxStatus.PENDING, destination=destination,
             message_id=identity.outbox_message_id(consumer, order.order_id),
             correlation_id=message.correlation_id, session_id=order.order_id if requires_session else None,
-            subject=ORDER_ACCEPTED, created_at=now,
-            payload=OrderAccepted(order.order_id, order.customer_id, order.currency_code, order.total, order.placed_at),
+            subject=ORDER_ACCEPTED, created_at=now, payload=msgspec.to_builtins(accepted),
+        )
+
+    @classmethod
+    def order_rejected(
+        cls, order: OrderPlaced, message: InboundMessage, rejected: OrderRejected, *, consumer: str, destination: str,
+        requires_session: bool, now: float,
+    ) -> OutboxEntry:
+        """The pending OrderRejected entry of an order whose reservation the service refused; under the same
+        entry id as OrderAccepted, so that an order holds one outcome or the other, never both."""
+        return cls(
+            id=identity.outbox_id(consumer, order.order_id),
+            order_id=order.order_id, status=OutboxStatus.PENDING, destination=destination,
+            message_id=identity.rejected_message_id(consumer, order.order_id),
+            correlation_id=message.correlation_id, session_id=order.order_id if requires_session else None,
+            subject=ORDER_REJECTED, created_at=now, payload=msgspec.to_builtins(rejected),
         )
 
     def body(self) -> bytes:
-        """The message body: the payload as compact JSON."""
+        """The message body: the payload as stored, as compact JSON (every field kept, a newer version's too)."""
         return msgspec.json.encode(self.payload)
 
     @staticmethod
@@ -231,7 +264,10 @@ class EffectStatus(StrEnum):
     """Status of a side-effect record."""
 
     IN_PROGRESS = "in_progress"
-    COMPLETED = "completed"
+    COMPLETED = "completed"  # the downstream did it
+    REJECTED = "rejected"  # the downstream refused it for good, and said why: the business outcome
+    # Written by versions before REJECTED: any answer that was neither 2xx nor transient. Read as a claim whose
+    # lease has ended, which the next delivery (an operator's resubmission) takes over and calls again.
     FAILED = "failed"
 
 
@@ -250,6 +286,7 @@ class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
     request_hash: str | None = None
     response_status: int | None = None
     reference: str | None = None
+    refusal: str | None = None  # the downstream's code for why it refused, when REJECTED
     reason: str | None = None
     finished_at: float | None = None
 

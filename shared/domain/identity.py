@@ -26,6 +26,7 @@ from typing import Any
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 MAX_LABEL_CHARS = 48
 ORDER_ACCEPTED = "OrderAccepted"
+ORDER_REJECTED = "OrderRejected"
 
 
 def digest(*parts: str) -> str:
@@ -60,13 +61,20 @@ def side_effect_id(consumer: str, effect: str, order_id: str) -> str:
 
 
 def outbox_id(consumer: str, order_id: str) -> str:
-    """The id of an order's OrderAccepted outbox entry."""
+    """The id of an order's outcome entry in the outbox: its OrderAccepted or its OrderRejected, one id for both,
+    so that an order can hold one of them only (it is derived from OrderAccepted's name, as it was before
+    OrderRejected existed)."""
     return derive_id("outbox", consumer, ORDER_ACCEPTED, order_id, label=ORDER_ACCEPTED)
 
 
 def outbox_message_id(consumer: str, order_id: str) -> str:
     """The MessageId OrderAccepted is sent with, so that every resend is a duplicate downstream."""
     return effect_key(consumer, ORDER_ACCEPTED, order_id)
+
+
+def rejected_message_id(consumer: str, order_id: str) -> str:
+    """The MessageId OrderRejected is sent with, so that every resend is a duplicate downstream."""
+    return effect_key(consumer, ORDER_REJECTED, order_id)
 
 
 def inbox_marker_id(consumer: str, source: str, event_id: str) -> str:

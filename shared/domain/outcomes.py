@@ -50,6 +50,7 @@ class Outcome(StrEnum):
     INVALID_TRANSITION = "invalid_transition"
     LIMIT_EXCEEDED = "limit_exceeded"
     PARKED = "parked"
+    REJECTED = "rejected"  # the downstream refused the order's effect for good: a business outcome, announced
     IN_PROGRESS = "in_progress"
     DOWNSTREAM_REJECTED = "downstream_rejected"
     TRANSIENT = "transient"

@@ -1,26 +1,31 @@
 """The idempotent OrderPlaced handler: the create is the duplicate check, then stock is reserved once.
 
-One transactional batch (``OrderIntake``) creates the order, its OrderAccepted outbox entry and the
-claim of the stock reservation; the reservation call follows, and its record is finished before the
-message is completed. A copy finds the order's id taken: the requestHash stored with the claim
-decides between duplicate and payload mismatch, and a duplicate finishes a reservation that is not
-yet confirmed. There is no read before the write: a read-then-write would let two concurrent copies
-both see "absent". A copy that meets documents at the order's id this version cannot decode (a newer
-version broke the additive rule; docs/design.md, "Schema versions") decides by the requestHash they
-still hold and leaves the reservation to the version that wrote them; where no requestHash reads, and
-the order does not decide it either, it is dead-lettered UnreadableDocument, never called a mismatch.
+One transactional batch (``OrderIntake``) creates the order and the claim of the stock reservation; the
+reservation call follows, and its record is finished before the message is completed, in one batch with
+the order's outcome in the outbox: OrderAccepted when the stock is reserved, OrderRejected (and the
+rejection on the order) when the service refused it for good. So what the app announces follows what
+happened, and an order announces one outcome, once. A copy finds the order's id taken: the requestHash
+stored with the claim decides between duplicate and payload mismatch, and a duplicate finishes a
+reservation that is not yet confirmed. There is no read before the write: a read-then-write would let
+two concurrent copies both see "absent". A copy that meets documents at the order's id this version
+cannot decode (a newer version broke the additive rule; docs/design.md, "Schema versions") decides by
+the requestHash they still hold and leaves the reservation to the version that wrote them; where no
+requestHash reads, and the order does not decide it either, it is dead-lettered UnreadableDocument,
+never called a mismatch.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from shared.domain.aggregate import Order
-from shared.domain.documents import EffectStatus, OrderDocument, OutboxEntry, SideEffectRecord
+from shared.domain.documents import EffectStatus, OrderDocument, OrderRejected, OutboxEntry, SideEffectRecord
 from shared.domain.messages import InboundMessage
-from shared.domain.orders import parse_order
+from shared.domain.orders import OrderPlaced, parse_order, utc_text
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import (
     InvalidMessage,
@@ -33,7 +38,7 @@ from shared.errors import (
 from shared.handlers.side_effects import SideEffect
 from shared.handlers.writes import OrderIntake, Releases, read_known, waiting
 from shared.ports.fulfilment import FulfilmentService, reservation_request
-from shared.ports.store import MAX_RACES, DocumentStore
+from shared.ports.store import MAX_RACES, BatchOperation, Create, DocumentStore, Patch
 from shared.settings import Settings
 
 RESERVE_STOCK = "reserve-stock"
@@ -63,12 +68,7 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
     hash_, settings = order.request_hash(), services.settings
     effect = SideEffect(services.store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds,
                         services.clock)
-    intake = OrderIntake(
-        OrderDocument.placed(order, message, hash_),
-        OutboxEntry.order_accepted(order, message, consumer=settings.consumer_name,
-                                   destination=settings.outbox_destination,
-                                   requires_session=settings.outbox_requires_session, now=services.clock()),
-        effect.claim(order.order_id, message, hash_))
+    intake = OrderIntake(OrderDocument.placed(order, message, hash_), effect.claim(order.order_id, message, hash_))
     releases = services.releases(services.store, settings.consumer_name, settings.parked_set_aside_ttl_seconds)
     try:
         written = await _write(intake, releases, effect)
@@ -89,7 +89,8 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
     request = reservation_request(order)
     try:
         return await effect.run(record or intake.claim, message, lambda key: services.fulfilment.reserve(key, request),
-                                done=done, claimed=created, found=None if created else record)
+                                done=done, claimed=created, found=None if created else record,
+                                announce=functools.partial(_outcome, order, message, services))
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
     except UnreadableDocument as exc:  # rewritten, under the call, by a version whose record this one cannot read
@@ -134,6 +135,27 @@ async def _write(
             adopting = stored, placed.release(await waiting(store, releases.consumer, order_id))
         intake = replace(intake, adopting=adopting)
     return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)
+
+
+def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderServices,
+             finished: SideEffectRecord) -> list[BatchOperation]:
+    """What the reservation's finish writes beside it: OrderAccepted in the outbox when it completed; OrderRejected,
+    and the rejection on the order, when the service refused it."""
+    settings, now = services.settings, services.clock()
+    session = settings.outbox_requires_session
+    if finished.status is EffectStatus.COMPLETED:
+        return [Create(OutboxEntry.order_accepted(order, message, consumer=settings.consumer_name, now=now,
+                                                  destination=settings.outbox_destination,
+                                                  requires_session=session).to_document())]
+    rejected = OrderRejected(order_id=order.order_id, customer_id=order.customer_id,
+                             refusal=str(finished.refusal), reason=finished.reason, rejected_at=utc_text(
+                                 datetime.fromtimestamp(finished.finished_at or now, UTC)))
+    rejection = {"refusal": rejected.refusal, "reason": rejected.reason, "responseStatus": finished.response_status,
+                 "rejectedAt": rejected.rejected_at}
+    return [Create(OutboxEntry.order_rejected(order, message, rejected, consumer=settings.consumer_name, now=now,
+                                              destination=settings.outbox_rejected_destination,
+                                              requires_session=session).to_document()),
+            Patch(order.order_id, {"rejection": rejection})]
 
 
 def _unreadable(order_id: str, exc: UnreadableDocument, hash_: str) -> Result:

@@ -1,7 +1,8 @@
 """Two-phase records for side effects that cannot join a Cosmos transaction, such as an HTTP call.
 
 claim (create, status in_progress, with a lease) -> call -> finish (a patch on the etag, status
-completed or failed). The record names the message that claimed it (its sequence number). A later
+completed or rejected, in one batch with what the caller writes once the effect's outcome is known: the
+message that announces it). The record names the message that claimed it (its sequence number). A later
 delivery reads the record: completed means don't call again. In progress, it is taken over at once
 by a redelivery of the claiming message (which no longer holds its lock; if its delivery is still
 running, its finish fails on the etag) or by anyone once the lease has expired; a copy of the order
@@ -13,16 +14,21 @@ concurrent copies one gets 409. Nothing here waits or asks to be tried again lat
 delivery holds the effect.
 
 The effect knows nothing of what it calls. The call answers with a ``Reply`` (its status, and a
-reference or a reason); ``is_transient_under_key`` decides on the status: a transient status, as for every
-downstream, or 409, the key still held by a concurrent request (a takeover overlapping the first call). The
-verdict is a ``Result`` in the one vocabulary of outcomes: the caller's ``done`` when the effect
-happened (now or before), IN_PROGRESS when another message holds it, TRANSIENT, DOWNSTREAM_REJECTED.
+reference, or a refusal and a reason): a 2xx did it; ``is_transient_under_key`` says the status may
+succeed later (a transient status, as for every downstream, or 409, the key still held by a concurrent
+request: a takeover overlapping the first call); a refusal (the downstream's code for why) refused it for
+good, the business outcome; any other answer says the call itself is wrong (its URL, credentials or
+shape), which no retry inside the lock mends: the claim's lease ends, with the status and reason kept on
+it, and the delivery is dead-lettered for an operator to resubmit once it is put right, which takes the
+claim over and calls again. The verdict is a ``Result`` in the one vocabulary of outcomes: the caller's
+``done`` when the effect happened (now or before), REJECTED when it was refused, IN_PROGRESS when another
+message holds it, TRANSIENT, DOWNSTREAM_REJECTED.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -42,7 +48,7 @@ from shared.errors import (
     StoreError,
     TransientStoreError,
 )
-from shared.ports.store import MAX_RACES, DocumentStore, Patch
+from shared.ports.store import MAX_RACES, BatchOperation, Create, DocumentStore, Patch
 
 MAX_REASON_CHARS = 200
 
@@ -61,6 +67,16 @@ class Reply(Protocol):
     @property
     def reason(self) -> str | None:
         """Why the downstream refused, when it says."""
+
+    @property
+    def refusal(self) -> str | None:
+        """The downstream's code for why it refuses the effect for good; None when it did not refuse it."""
+
+
+# What the caller writes in the finish's batch, given the record as finished (completed or rejected): the
+# message that announces the outcome, say. Its creates may find their ids taken (written by a version that
+# wrote them earlier); the finish is then written without them.
+Announce = Callable[[SideEffectRecord], Sequence[BatchOperation]]
 
 
 @dataclass(frozen=True)
@@ -92,21 +108,22 @@ class SideEffect:
 
     async def run(
         self, claim: SideEffectRecord, message: InboundMessage, call: Callable[[str], Awaitable[Reply]], *,
-        done: Outcome, claimed: bool = False, found: SideEffectRecord | None = None,
+        done: Outcome, claimed: bool = False, found: SideEffectRecord | None = None, announce: Announce = lambda _: (),
     ) -> Result:
-        """Claim (unless ``claimed``: ``claim`` is the record as written), call, and finish the record.
+        """Claim (unless ``claimed``: ``claim`` is the record as written), call, and finish the record, with
+        what ``announce`` writes for the outcome in the same batch.
 
         ``found`` is the record as the caller just read it (a copy's one read after its conflict):
         finished, it is the verdict; in progress, the takeover rules start from it without reading again.
-        The result is ``done`` when the effect happened, now or before.
+        The result is ``done`` when the effect happened, now or before; REJECTED when it was refused.
         """
-        result = await self._run(claim, message, call, done=done, claimed=claimed, found=found)
+        result = await self._run(claim, message, call, done=done, claimed=claimed, found=found, announce=announce)
         if result.outcome is done:
             return Result(done, result.description, claim.request_hash)
         return Result(result.outcome, f"order {claim.order_id}: {result.description}", claim.request_hash)
 
     async def _run(self, claim: SideEffectRecord, message: InboundMessage, call: Callable[[str], Awaitable[Reply]],
-                   *, done: Outcome, claimed: bool, found: SideEffectRecord | None) -> Result:
+                   *, done: Outcome, claimed: bool, found: SideEffectRecord | None, announce: Announce) -> Result:
         record = claim if claimed else await self._claim(claim, message, found, done)
         if isinstance(record, Result):
             return record
@@ -118,8 +135,16 @@ class SideEffect:
         if is_transient_under_key(reply.status):  # 409: the first call, which this one overlaps, still runs
             await self._release(record)
             return Result(Outcome.TRANSIENT, f"{self.name}: HTTP {reply.status}")
-        status = EffectStatus.COMPLETED if 200 <= reply.status < 300 else EffectStatus.FAILED
-        return await self._finish(record, status, reply, message, done)
+        if 200 <= reply.status < 300 or reply.refusal is not None:
+            return await self._finish(record, reply, message, done=done, announce=announce)
+        # The call itself is wrong, not the effect: nothing is recorded as its outcome, and the claim is left for
+        # the delivery an operator resubmits once the cause is put right.
+        reason = _reason(reply)
+        await self._release(record, response_status=reply.status, reason=reason)
+        return Result(Outcome.DOWNSTREAM_REJECTED, f"{self.name}: HTTP {reply.status}"
+                                                   + (f", reason: {reason}" if reason else "")
+                                                   + "; the call was refused, not the effect: put the cause right and"
+                                                     " resubmit, which calls again under the same key")
 
     async def _claim(self, record: SideEffectRecord, message: InboundMessage, found: SideEffectRecord | None,
                      done: Outcome) -> SideEffectRecord | Result:
@@ -139,26 +164,26 @@ class SideEffect:
             if (deadline := message.lock_deadline) is not None and deadline.timestamp() <= self.clock():
                 # Our lock has run out, renewals included: the message is someone else's now, and so is the claim.
                 return Result(Outcome.TRANSIENT, f"{self.name}: this delivery's lock ran out")
-            taken = await self._patch(current, attempt=current.attempt + 1, message_sequence=message.sequence_number,
+            taken = await self._patch(current, status=EffectStatus.IN_PROGRESS, attempt=current.attempt + 1,
+                                      message_sequence=message.sequence_number,
                                       lease_until=self._lease_until(message.lock_deadline))
             if taken is not None:
                 return taken
         return Result(Outcome.TRANSIENT, f"{self.name}: the claim kept changing under us")
 
-    async def _finish(self, record: SideEffectRecord, status: EffectStatus, reply: Reply, message: InboundMessage,
-                      done: Outcome) -> Result:
-        """Record the call's answer. If the record changed while we called, read it again: finished by
-        someone else, it stands; taken over by another delivery of our own message (one whose lock ran
-        out, say), we finish it ourselves, since we hold the answer; taken by another message, that
-        message's deliveries finish it."""
+    async def _finish(self, record: SideEffectRecord, reply: Reply, message: InboundMessage, *, done: Outcome,
+                      announce: Announce) -> Result:
+        """Record the call's answer (a 2xx completed it, a refusal rejected it), with what ``announce`` writes for
+        it, in one batch. If the record changed while we called, read it again: finished by someone else, it
+        stands; taken over by another delivery of our own message (one whose lock ran out, say), we finish it
+        ourselves, since we hold the answer; taken by another message, that message's deliveries finish it."""
+        status = EffectStatus.COMPLETED if 200 <= reply.status < 300 else EffectStatus.REJECTED
         for _ in range(MAX_RACES):
-            finished = await self._patch(record, status=status, response_status=reply.status,
-                                         reference=reply.reference,
-                                         reason=(reply.reason or "")[:MAX_REASON_CHARS] or None,
+            finished = await self._patch(record, announce=announce, status=status, response_status=reply.status,
+                                         reference=reply.reference, refusal=reply.refusal, reason=_reason(reply),
                                          finished_at=self.clock())
             if finished is not None:
-                return Result(done if status is EffectStatus.COMPLETED else Outcome.DOWNSTREAM_REJECTED,
-                              summary(finished))
+                return Result(done if status is EffectStatus.COMPLETED else Outcome.REJECTED, summary(finished))
             current = await self._read(record, done)
             if isinstance(current, Result):
                 return current
@@ -175,26 +200,36 @@ class SideEffect:
             return Result(Outcome.TRANSIENT, f"{self.name}: record removed under us")
         return _verdict(current, done)
 
-    async def _release(self, record: SideEffectRecord) -> None:
-        """End the lease early after a failed call, so that the redelivery may take over at once."""
-        await self._patch(record, lease_until=self.clock())
+    async def _release(self, record: SideEffectRecord, **diagnosis: Any) -> None:
+        """End the lease early after a failed call, so that the redelivery may take over at once; with the
+        answer that ended it (``response_status``, ``reason``) kept on the record for operators."""
+        await self._patch(record, lease_until=self.clock(), **diagnosis)
 
-    async def _patch(self, current: SideEffectRecord, **changes: Any) -> SideEffectRecord | None:
-        """Set ``changes`` on the record if it is still as read (its etag): the record as it stands then.
-        None if it changed or vanished meanwhile (another delivery's write). Any other failure is raised."""
+    async def _patch(self, current: SideEffectRecord, *, announce: Announce = lambda _: (),
+                     **changes: Any) -> SideEffectRecord | None:
+        """Set ``changes`` on the record if it is still as read (its etag), with what ``announce`` writes for the
+        record so changed, in one batch: the record as it stands then. None if it changed or vanished meanwhile
+        (another delivery's write). A create of ``announce`` whose id is taken was written before (by a version
+        that wrote it earlier): the batch goes again without it. Any other failure is raised."""
         if current.etag is None:
             raise StoreError(f"{self.name} record {current.id} was not read from the store; no etag to write on")
         changed, fields = current.with_changes(**changes)
-        try:
-            [written] = await self.store.execute_batch(
-                current.order_id, [Patch(current.id, fields, if_match=current.etag, etag_only=True)])
-        except BatchFailed as exc:
-            if isinstance(exc.error, PreconditionFailed | NotFound):
-                return None
-            error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
-            raise error(f"{self.name} record {current.id}: {exc.error}", status=exc.error.status) from exc
-        # The patch set these fields on the record as read (the etag held), so this is the record now.
-        return msgspec.structs.replace(changed, etag=written["_etag"])
+        extra = list(announce(changed))
+        for _ in range(len(extra) + 1):
+            try:
+                [written, *_] = await self.store.execute_batch(
+                    current.order_id, [Patch(current.id, fields, if_match=current.etag, etag_only=not extra), *extra])
+            except BatchFailed as exc:
+                if exc.index == 0 and isinstance(exc.error, PreconditionFailed | NotFound):
+                    return None
+                if exc.index > 0 and isinstance(exc.error, AlreadyExists) and isinstance(extra[exc.index - 1], Create):
+                    del extra[exc.index - 1]
+                    continue
+                error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
+                raise error(f"{self.name} record {current.id}: {exc.error}", status=exc.error.status) from exc
+            # The patch set these fields on the record as read (the etag held), so this is the record now.
+            return msgspec.structs.replace(changed, etag=written["_etag"])
+        raise StoreError(f"{self.name} record {current.id}: the finish's batch kept failing")
 
     def _lease_until(self, locked_until: datetime | None) -> float:
         cap = self.clock() + self.lease_seconds
@@ -202,12 +237,19 @@ class SideEffect:
 
 
 def _verdict(record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Result:
-    """``done`` or DOWNSTREAM_REJECTED for a finished record; the record itself while it is in progress."""
+    """``done`` or REJECTED for a finished record; the record itself while it is in progress, or ``failed`` (an
+    earlier version's: read as a claim whose lease has ended, for this delivery to take over)."""
     if record.status is EffectStatus.COMPLETED:
         return Result(done, summary(record))
+    if record.status is EffectStatus.REJECTED:
+        return Result(Outcome.REJECTED, summary(record))
     if record.status is EffectStatus.FAILED:
-        return Result(Outcome.DOWNSTREAM_REJECTED, summary(record))
+        return msgspec.structs.replace(record, lease_until=min(record.lease_until, record.finished_at or 0.0))
     return record
+
+
+def _reason(reply: Reply) -> str | None:
+    return (reply.reason or "")[:MAX_REASON_CHARS] or None
 
 
 def _same_message(record: SideEffectRecord, message: InboundMessage) -> bool:
@@ -225,6 +267,8 @@ def summary(record: SideEffectRecord) -> str:
         parts.append(f"HTTP {record.response_status}")
     if record.reference:
         parts.append(f"reference {record.reference}")
+    if record.refusal:
+        parts.append(f"refusal {record.refusal}")
     if record.reason:
         parts.append(f"reason: {record.reason}")
     return ", ".join(parts)

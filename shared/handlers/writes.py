@@ -33,7 +33,6 @@ from shared.domain.documents import (
     InboxMarker,
     OrderDocument,
     OrderState,
-    OutboxEntry,
     ParkedEvent,
     ParkedStatus,
     PendingOrder,
@@ -253,19 +252,18 @@ class Releases:
 
 @dataclass(frozen=True)
 class OrderIntake:
-    """A new order with its OrderAccepted outbox entry and its reservation claim. It may take the place of
-    a pending order: then it applies the parked events its release puts in sequence, as many as fit in the
-    same batch, and the rest in batches after it."""
+    """A new order with its reservation claim (its outcome is announced once the reservation is finished). It
+    may take the place of a pending order: then it applies the parked events its release puts in sequence, as
+    many as fit in the same batch, and the rest in batches after it."""
 
     order: OrderDocument
-    outbox: OutboxEntry
     claim: SideEffectRecord
     adopting: tuple[Stored, Release] | None = None  # the pending order as read, and what the order releases
 
     async def write(self, releases: Releases) -> SideEffectRecord:
         """Write it all; the claim as written. Raise OrderIdTaken, OrderChanged if the pending order moved,
         or LimitExceeded if the order's own documents do not fit one batch."""
-        tail: Parts = [("outbox", Create(self.outbox.to_document())), ("claim", Create(self.claim.to_document()))]
+        tail: Parts = [("claim", Create(self.claim.to_document()))]
         order_id = self.order.order_id
         if self.adopting is None:
             written = await _write(releases.store, order_id, [("order", Create(self.order.to_document())), *tail],

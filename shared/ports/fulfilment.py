@@ -15,6 +15,8 @@ from shared.domain.orders import OrderPlaced
 
 RESERVATIONS_PATH = "/reservations"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+REFUSED = 422  # Unprocessable Content: with a ``refusal`` code in its body, the service refuses the order for good
+MAX_REFUSAL_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -22,8 +24,9 @@ class Reply:
     """The service's answer: HTTP status and JSON body (empty when the body was not a JSON object).
 
     A 2xx reserved the stock (``reservationId``); a status ``is_transient_under_key`` says so may succeed
-    later (409 among them: the key held by a concurrent request); any other refused the reservation for
-    good (``reason``).
+    later (409 among them: the key held by a concurrent request); a 422 that names a ``refusal`` is the
+    service's refusal of the order for good (out of stock, say), with its ``reason``; any other answer says
+    that the call itself is wrong (a 4xx: the URL, the credentials, the request's shape), not the order.
     """
 
     status: int
@@ -39,6 +42,13 @@ class Reply:
     def reason(self) -> str | None:
         """Why the service refused, when it says."""
         return str(self.body.get("reason", "")) or None
+
+    @property
+    def refusal(self) -> str | None:
+        """The service's code for why it refuses the order for good, on a 422 that names one; None otherwise
+        (the IETF draft's 422 for a key reused with another request names none, and is no refusal of the order)."""
+        code = self.body.get("refusal")
+        return code[:MAX_REFUSAL_CHARS] if self.status == REFUSED and isinstance(code, str) and code else None
 
 
 def reservation_request(order: OrderPlaced) -> dict[str, Any]:

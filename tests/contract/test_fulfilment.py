@@ -74,6 +74,18 @@ def test_same_key_with_another_request_is_refused_permanently(service: Fulfilmen
     reply = loop.run(service.reserve(key, request_for("o-2")))
     assert reply.status == 422 and not is_transient(reply.status)
     assert reply.reason and reply.reason == reply.body["reason"]
+    assert reply.refusal is None  # a refusal of the key, not of the order
+
+
+def test_an_order_out_of_stock_is_refused_for_good_and_a_repeat_is_refused_alike(
+    service: FulfilmentService, loop: asyncio.Runner
+) -> None:
+    key, request = f"key-{uuid.uuid4()}", {"orderId": "o-1", "items": [{"sku": "SOLDOUT-1", "quantity": 1}]}
+    first = loop.run(service.reserve(key, request))
+    again = loop.run(service.reserve(key, request))
+    assert (first.status, first.refusal, first.reason) == (422, "out-of-stock", "SOLDOUT-1 is out of stock")
+    assert (again.status, again.refusal, again.reason) == (first.status, first.refusal, first.reason)
+    assert first.reference is None
 
 
 def test_unreachable_service_raises_downstream_unavailable(

@@ -177,8 +177,9 @@ def test_new_order_costs_two_cosmos_requests(cosmos_proxy: FaultProxy, deliver_o
     cosmos_proxy.requests.clear()
     order_id = new_id()
     deliver_order(encode(order_body(order_id)), message_id=order_id)
-    # the batch (order, outbox, reservation claim), then the point patch that finishes the reservation record
-    assert [method for method, _ in cosmos_proxy.requests] == ["POST", "PATCH"], cosmos_proxy.requests
+    # the intake batch (order, reservation claim), then the batch that finishes the reservation record and creates
+    # its OrderAccepted outbox entry
+    assert [method for method, _ in cosmos_proxy.requests] == ["POST", "POST"], cosmos_proxy.requests
 
 
 def test_forbidden_by_cosmos_is_an_error_and_abandoned(

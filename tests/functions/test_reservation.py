@@ -125,20 +125,63 @@ def test_unreachable_service_abandons(app_on_cosmos: Harness, deliver_order: Del
     assert deliver_order(body, message_id=order_id)[0].action == "abandon"
 
 
-@pytest.mark.parametrize("status", [400, 404, 422])
-def test_permanent_rejection_is_recorded_failed_and_dead_lettered(
+def of_type(target: Harness, order_id: str, kind: str) -> list[dict[str, Any]]:
+    return list(target.container.query_items("SELECT * FROM c WHERE c.type = @t", partition_key=order_id,
+                                             parameters=[{"name": "@t", "value": kind}]))
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422, 501])
+def test_a_refused_call_is_dead_lettered_announces_nothing_and_a_resubmission_reserves(
     app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer, status: int
 ) -> None:
+    # Not the order refused, the call: a wrong URL or credentials, the draft's 422 for a key reused with another
+    # request. Nothing is announced, and the claim waits for the operator's resubmission.
     order_id, body = new_order()
-    fulfilment.fail_next(status, reason="SKU-2 is discontinued")
-    [settlement] = deliver_order(body, message_id=order_id)
+    fulfilment.fail_next(status, reason="no such route")
+    [settlement] = deliver_order(body, message_id=order_id, sequence_number=1)
     assert (settlement.action, settlement.reason) == ("deadletter", "DownstreamRejected")
     assert settlement.description is not None
-    assert f"HTTP {status}" in settlement.description and "SKU-2 is discontinued" in settlement.description
-    assert record(app_on_cosmos, order_id)["status"] == "failed"
-    [again] = deliver_order(body, message_id=order_id)
-    assert (again.action, again.reason) == ("deadletter", "DownstreamRejected")
-    assert len(fulfilment.calls(key_of(order_id))) == 1
+    assert f"HTTP {status}" in settlement.description and "no such route" in settlement.description
+    held = record(app_on_cosmos, order_id)
+    assert (held["status"], held["responseStatus"], held["reason"]) == ("in_progress", status, "no such route")
+    assert of_type(app_on_cosmos, order_id, "outbox") == []
+    [again] = deliver_order(body, message_id=order_id, sequence_number=2)  # resubmitted once put right
+    assert again.action == "complete"
+    assert (record(app_on_cosmos, order_id)["status"], record(app_on_cosmos, order_id)["attempt"]) == ("completed", 2)
+    assert [e["subject"] for e in of_type(app_on_cosmos, order_id, "outbox")] == ["OrderAccepted"]
+    assert [c.status for c in fulfilment.calls(key_of(order_id))] == [status, 201]
+
+
+def test_an_order_out_of_stock_is_completed_rejected_and_announced_once_as_order_rejected(
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer
+) -> None:
+    order_id = f"ord-{uuid.uuid4()}"
+    body = encode(order_body(order_id, items=[{"sku": "SOLDOUT-3", "quantity": 1, "unitPrice": "44.98"}]))
+    [settlement] = deliver_order(body, message_id=order_id, sequence_number=1)
+    assert settlement.action == "complete"
+    assert (record(app_on_cosmos, order_id)["status"], record(app_on_cosmos, order_id)["refusal"]) == (
+        "rejected", "out-of-stock")
+    [order] = of_type(app_on_cosmos, order_id, "order")
+    assert order["rejection"]["reason"] == "SOLDOUT-3 is out of stock"
+    [entry] = of_type(app_on_cosmos, order_id, "outbox")
+    assert (entry["subject"], entry["destination"], entry["status"]) == ("OrderRejected", "order-rejected", "pending")
+    # A copy: rejected again, from the record, without a call; still one outcome.
+    assert deliver_order(body, message_id=order_id, sequence_number=2)[0].action == "complete"
+    assert len(fulfilment.calls(key_of(order_id))) == 1 and len(of_type(app_on_cosmos, order_id, "outbox")) == 1
+    assert reserved(fulfilment, order_id) == {}
+
+
+def test_no_order_accepted_exists_while_the_reservation_has_not_succeeded(
+    app_on_cosmos: Harness, deliver_order: Deliverer, fulfilment: FulfilmentServer
+) -> None:
+    order_id, body = new_order()
+    fulfilment.fail_next(503, count=2)
+    for _ in range(2):
+        assert deliver_order(body, message_id=order_id, sequence_number=1)[0].action == "abandon"
+        assert of_type(app_on_cosmos, order_id, "outbox") == []  # nothing for the change feed to publish
+    assert deliver_order(body, message_id=order_id, sequence_number=1)[0].action == "complete"
+    [entry] = of_type(app_on_cosmos, order_id, "outbox")
+    assert entry["subject"] == "OrderAccepted" and entry["payload"]["orderId"] == order_id
 
 
 def test_crash_after_the_call_a_copy_completes_and_the_redelivery_takes_over_at_once(

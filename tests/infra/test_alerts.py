@@ -24,7 +24,7 @@ from tests.support.events import encode_event, event_body
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTION_GROUP = "/subscriptions/s/resourceGroups/ops/providers/Microsoft.Insights/actionGroups/on-call"
-QUEUES = ["orders", "order-events", "order-accepted"]
+QUEUES = ["orders", "order-events", "order-accepted", "order-rejected"]
 # Application Insights' severityLevel of a Python log record.
 SEVERITY = {logging.DEBUG: 0, logging.INFO: 1, logging.WARNING: 2, logging.ERROR: 3, logging.CRITICAL: 4}
 

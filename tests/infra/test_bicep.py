@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from shared.settings import Settings
 from tests.infra.bicep import INFRA, Scope, Unresolved, bicep_files, expand, main_scope, parse, role_guid
 
 SERVICE_BUS_DATA_RECEIVER = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0"
@@ -64,9 +65,12 @@ def test_service_bus_tier_has_duplicate_detection_and_basic_is_not_allowed(main:
     assert namespace["properties"]["minimumTlsVersion"] == "1.2"
 
 
-@pytest.mark.parametrize(("queue", "sessions"), [("ordersQueue", False), ("eventsQueue", True), ("outboxQueue", False)])
+@pytest.mark.parametrize(("queue", "sessions"), [("ordersQueue", False), ("eventsQueue", True),
+                                                 ("outboxQueues", False)])
 def test_queues_have_duplicate_detection_and_dead_lettering(main: Scope, queue: str, sessions: bool) -> None:
-    properties = resources(main.module("serviceBus"))[queue]["config"]["properties"]
+    service_bus = main.module("serviceBus")
+    [properties, *more] = [copy["properties"] for copy in expand(service_bus, resources(service_bus)[queue])]
+    assert all(other == properties for other in more)  # the outbox's two destinations alike
     assert properties["requiresDuplicateDetection"] is True
     assert properties["duplicateDetectionHistoryTimeWindow"] == "PT10M"
     assert properties["lockDuration"] == "PT60S"
@@ -77,10 +81,12 @@ def test_queues_have_duplicate_detection_and_dead_lettering(main: Scope, queue: 
 
 
 def test_queue_names_match_the_app_defaults(main: Scope) -> None:
-    names = {
-        r["config"]["name"] for r in resources(main.module("serviceBus")).values() if r["type"].endswith("/queues")
-    }
-    assert names == {"orders", "order-events", "order-accepted"}
+    service_bus = main.module("serviceBus")
+    names = {copy["name"] for r in resources(service_bus).values() if r["type"].endswith("/queues")
+             for copy in expand(service_bus, r)}
+    assert names == {"orders", "order-events", "order-accepted", "order-rejected"}
+    settings = Settings()
+    assert {settings.outbox_destination, settings.outbox_rejected_destination} == {"order-accepted", "order-rejected"}
 
 
 def test_cosmos_is_entra_only_with_session_consistency(main: Scope) -> None:
@@ -150,13 +156,13 @@ def test_receiver_role_only_on_the_two_input_queues(main: Scope) -> None:
     assert receiver["raw"]["scope"]["operator"]["operands"]["operand_1"] == "receiveQueues"
 
 
-def test_sender_role_only_on_the_outbox_destination(main: Scope) -> None:
+def test_sender_role_only_on_the_outbox_destinations(main: Scope) -> None:
     roles = main.module("roles")
     found = resources(roles)
-    sender = found["senderAssignment"]
-    assert role_guid(roles, sender) == [SERVICE_BUS_DATA_SENDER]
-    assert sender["raw"]["scope"] == "sendQueue"
-    assert found["sendQueue"]["config"]["name"] == "order-accepted"
+    sender = found["senderAssignments"]
+    assert role_guid(roles, sender) == [SERVICE_BUS_DATA_SENDER] * 2
+    assert roles.params["sendQueueNames"] == ["order-accepted", "order-rejected"]
+    assert sender["raw"]["scope"]["operator"]["operands"]["operand_1"] == "sendQueues"
 
 
 def role_assignments(roles: Scope) -> list[tuple[str, dict, str]]:
@@ -183,15 +189,15 @@ def test_no_role_is_granted_on_the_whole_namespace_or_above(operator: str) -> No
     for name, assignment, _ in role_assignments(roles):
         if "scope" in assignment:  # Azure RBAC: on a resource
             assert text(assignment["scope"]).split("[")[0] in {
-                "receiveQueues", "sendQueue", "operatorQueues", "storage", "applicationInsights"}, name
+                "receiveQueues", "sendQueues", "operatorQueues", "storage", "applicationInsights"}, name
         else:  # Cosmos SQL: on a data-plane path
             assert assignment["properties"]["scope"] == "<cosmos.id>/dbs/sales", name
 
 
-def test_the_app_sends_only_to_the_outbox_destination(main: Scope) -> None:
-    senders = [(name, assignment["scope"]) for name, assignment, role in role_assignments(main.module("roles"))
-               if role == SERVICE_BUS_DATA_SENDER]
-    assert senders == [("senderAssignment", Unresolved("sendQueue"))]
+def test_the_app_sends_only_to_the_outbox_destinations(main: Scope) -> None:
+    senders = [(name, text(assignment["scope"]).split("[")[0]) for name, assignment, role
+               in role_assignments(main.module("roles")) if role == SERVICE_BUS_DATA_SENDER]
+    assert senders == [("senderAssignments", "sendQueues")] * 2
 
 
 def test_cosmos_data_contributor_is_scoped_to_the_database(main: Scope) -> None:
@@ -205,7 +211,7 @@ def test_cosmos_data_contributor_is_scoped_to_the_database(main: Scope) -> None:
 @pytest.mark.parametrize("operator", ["", OPERATOR])
 def test_role_assignment_names_are_guids_of_scope_principal_and_role(operator: str) -> None:
     assignments = role_assignments(main_scope(operatorPrincipalId=operator).module("roles"))
-    assert len(assignments) == 8 + (3 * 3 + 1 if operator else 0)
+    assert len(assignments) == 9 + (4 * 3 + 1 if operator else 0)
     for name, assignment, role in assignments:
         principal = text(assignment["properties"]["principalId"])
         # A Cosmos SQL assignment is scoped to the database: the account and the database name stand for it.
@@ -239,10 +245,10 @@ def test_no_operator_roles_without_an_operator(main: Scope) -> None:
     assert main.params["operatorPrincipalType"] == "User"
 
 
-def test_operator_queues_are_all_three(main: Scope) -> None:
+def test_operator_queues_are_all_four(main: Scope) -> None:
     roles = main_scope(operatorPrincipalId=OPERATOR).module("roles")
     queues = [copy["name"] for copy in expand(roles, resources(roles)["operatorQueues"])]
-    assert queues == ["orders", "order-events", "order-accepted"]
+    assert queues == ["orders", "order-events", "order-accepted", "order-rejected"]
 
 
 @pytest.mark.parametrize(("name", "role"), [
@@ -253,7 +259,7 @@ def test_operator_queues_are_all_three(main: Scope) -> None:
 def test_operator_gets_each_service_bus_role_on_each_queue(name: str, role: str) -> None:
     roles = main_scope(operatorPrincipalId=OPERATOR).module("roles")
     assert operator_assignment(roles, name) == [
-        (role, Unresolved(f"operatorQueues[{i}]"), OPERATOR, "User") for i in range(3)
+        (role, Unresolved(f"operatorQueues[{i}]"), OPERATOR, "User") for i in range(4)
     ]
 
 

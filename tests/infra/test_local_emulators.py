@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from devservers import cosmos_setup
-from tests.infra.bicep import main_scope
+from tests.infra.bicep import expand, main_scope
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "infra" / "local"
@@ -47,10 +47,9 @@ def emulator_queues() -> dict[str, dict]:
 
 
 def bicep_queues(**parameters: object) -> dict[str, dict]:
-    service_bus = main_scope(**parameters).module("serviceBus").resources()
-    return {
-        r["config"]["name"]: r["config"]["properties"] for r in service_bus.values() if r["type"].endswith("/queues")
-    }
+    module = main_scope(**parameters).module("serviceBus")
+    return {copy["name"]: copy["properties"] for r in module.resources().values() if r["type"].endswith("/queues")
+            for copy in expand(module, r)}
 
 
 def test_emulator_declares_the_same_queues_as_bicep_in_either_events_mode() -> None:
@@ -58,7 +57,8 @@ def test_emulator_declares_the_same_queues_as_bicep_in_either_events_mode() -> N
 
 
 @pytest.mark.parametrize(("queue", "events_sessions"), [("orders", True), ("order-events", True),
-                                                        ("order-events-plain", False), ("order-accepted", True)])
+                                                        ("order-events-plain", False), ("order-accepted", True),
+                                                        ("order-rejected", True)])
 def test_emulator_queue_matches_bicep_within_the_emulator_ranges(queue: str, events_sessions: bool) -> None:
     emulator, azure = emulator_queues()[queue], bicep_queues(eventsSessions=events_sessions)[queue]
     assert emulator["RequiresDuplicateDetection"] is azure["requiresDuplicateDetection"] is True

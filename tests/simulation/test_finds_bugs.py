@@ -14,8 +14,11 @@ import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from shared.delivery import Handler
-from shared.domain.documents import OrderDocument, OutboxEntry, OutboxStatus
+from shared.domain import identity
+from shared.domain.documents import OrderAccepted, OrderDocument, OutboxEntry, OutboxStatus
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
 from shared.errors import AlreadyExists, BatchFailed, NotFound
@@ -23,7 +26,7 @@ from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService, Reply
 from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Document, DocumentStore, Patch, Replace
 from simulation.run import simulate
-from simulation.world import Wiring
+from simulation.world import SETTINGS, Wiring
 
 MAX_SEEDS = 200
 
@@ -195,6 +198,31 @@ def test_a_release_that_reads_only_the_first_page_is_found_as_an_event_left_park
 
 def test_a_release_that_ignores_the_batch_budget_is_found_as_a_valid_event_or_order_dead_lettered() -> None:
     assert_found(Wiring(releases=BudgetIgnored), "settlement")
+
+
+class AcceptedAtIntake(_Delegating):
+    """Bug 8: OrderAccepted announced in the order's intake batch, before its reservation (the design before issue
+    30): an order the service refuses is announced accepted, and its OrderRejected, whose entry finds the id taken,
+    is never written."""
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        intake = [op for op in operations if isinstance(op, Create) and OrderDocument.is_kind(op.document)]
+        if not intake:
+            return await self.store.execute_batch(partition_key, operations)
+        order = OrderDocument.from_document(intake[0].document)
+        entry = OutboxEntry(
+            id=identity.outbox_id(SETTINGS.consumer_name, order.order_id), order_id=order.order_id,
+            status=OutboxStatus.PENDING, destination=SETTINGS.outbox_destination,
+            message_id=identity.outbox_message_id(SETTINGS.consumer_name, order.order_id), correlation_id=None,
+            session_id=None, subject=identity.ORDER_ACCEPTED, created_at=0.0,
+            payload=msgspec.to_builtins(OrderAccepted(order.order_id, order.customer_id, order.currency, order.total,
+                                                      order.placed_at)))
+        written = await self.store.execute_batch(partition_key, [*operations, Create(entry.to_document())])
+        return written[:len(operations)]
+
+
+def test_order_accepted_announced_before_the_reservation_is_found_as_an_order_accepted_without_one() -> None:
+    assert_found(Wiring(store=AcceptedAtIntake), "outcome")
 
 
 class SuspendsOnOutboxMark(_Delegating):

@@ -166,8 +166,8 @@ def test_a_copy_of_a_placed_order_keeps_every_foreign_field_of_its_order(app: bo
 @pytest.mark.parametrize(("answers", "outcome", "status"), [
     ([503], Outcome.DUPLICATE, "completed"),  # the redelivery takes the claim over, calls and finishes
     ([503, 503], Outcome.TRANSIENT, "in_progress"),  # taken over, called, the lease released again
-    ([503, 422], Outcome.DOWNSTREAM_REJECTED, "failed"),  # taken over, called, finished failed
-], ids=["finish", "release", "rejected"])
+    ([503, 422], Outcome.DOWNSTREAM_REJECTED, "in_progress"),  # taken over, called, the call refused: released
+], ids=["finish", "release", "refused"])
 def test_a_takeover_and_what_follows_it_keep_the_records_foreign_fields(
     app: bootstrap.App, store: InMemoryStore, fulfilment: Fulfilment, answers: list[int], outcome: Outcome,
     status: str,

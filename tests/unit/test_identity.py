@@ -43,6 +43,9 @@ KNOWN: list[tuple[str, str]] = [
      "payment.p-1.cd74a9640520d7fd1f75c70347fedbd4a31f98ba7e6d028047ab0ba2e13cf4f2"),
     (identity.effect_key("billing/ü", "reserve stock#", "ord/1?"),
      "effect.reserve_stock_.4eda7fd696e9a4451a49c42b9c3c654bd4b95b8a9cf7ddcdc5e01b8a7276549f"),
+    # Pinned when OrderRejected came (issue 30).
+    (identity.rejected_message_id(CONSUMER, "ord-1"),
+     "effect.OrderRejected.7133b827a179922a6d278c38d645a3b7421dec58683f62df8e4c404cbc4be361"),
 ]
 
 

@@ -207,7 +207,8 @@ def test_a_claim_made_again_after_its_record_was_removed_keeps_the_hash() -> Non
 
 
 class RecordWriteFails(InMemoryStore):
-    """An in-memory store whose writes of the reservation record alone fail with a chosen error."""
+    """An in-memory store whose writes of the reservation record (a batch that patches it first) fail with a
+    chosen error."""
 
     def __init__(self, error: StoreError) -> None:
         super().__init__()
@@ -217,7 +218,7 @@ class RecordWriteFails(InMemoryStore):
         [first, *_] = operations
         target = first.doc_id if isinstance(first, Patch) else first.document.get("id", "") if isinstance(
             first, Replace) else ""
-        if len(operations) == 1 and target.startswith("side-effect"):
+        if isinstance(first, Patch) and target.startswith("side-effect"):
             raise BatchFailed(0, self.error)
         return await super().execute_batch(partition_key, operations)
 

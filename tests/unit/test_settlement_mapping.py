@@ -27,6 +27,7 @@ def test_outcomes_map_to_the_documented_settlements() -> None:
         Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
         Outcome.LIMIT_EXCEEDED: Settlement(Action.DEADLETTER, "LimitExceeded"),
         Outcome.PARKED: Settlement(Action.COMPLETE),
+        Outcome.REJECTED: Settlement(Action.COMPLETE),
         Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
         Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),
         Outcome.TRANSIENT: Settlement(Action.ABANDON),

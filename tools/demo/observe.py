@@ -199,6 +199,7 @@ def observed(stack: Stack, watch: Watch, client: ServiceBusClient, sent_at: dict
         dead_letters=[*peek_count(client, "orders", ServiceBusSubQueue.DEAD_LETTER),
                       *peek_count(client, stack.events_queue, ServiceBusSubQueue.DEAD_LETTER)],  # no sessions
         accepted=[_accepted(m) for m in received(client, "order-accepted")],
+        rejected=[_accepted(m) for m in received(client, "order-rejected")],
         broker_accepted=accepted_by_broker(client, ("orders", stack.events_queue),
                                            session_queue="order-events" if stack.events_sessions else None),
         reservations=stack.fulfilment.reservations(), logs=stack.logs(), sent_at=sent_at, elapsed=elapsed,
@@ -207,7 +208,7 @@ def observed(stack: Stack, watch: Watch, client: ServiceBusClient, sent_at: dict
 
 
 def _accepted(message: Any) -> dict[str, Any]:
-    """An OrderAccepted body, with its MessageId and when the broker enqueued it beside it."""
+    """An OrderAccepted (or OrderRejected) body, with its MessageId and when the broker enqueued it beside it."""
     enqueued = message.enqueued_time_utc.timestamp() if message.enqueued_time_utc else None
     return {**json.loads(b"".join(message.body)), report.ACCEPTED_AS: [str(message.message_id), enqueued]}
 

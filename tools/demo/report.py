@@ -44,6 +44,7 @@ class Observed:
     queues_left: int
     steady: set[str] = field(default_factory=set)  # the steady phase's MessageIds
     steady_per_second: float = 0.0
+    rejected: list[dict[str, Any]] = field(default_factory=list)  # the OrderRejected bodies read
 
 
 @dataclass
@@ -76,6 +77,7 @@ def build(scenario: Scenario, seen: Observed) -> Report:
         "duplicates absorbed by the consumer": outcomes["duplicate"] + outcomes["in_progress"],
         "dead letters": dict(reasons), "dead letters planned": dict(planned_reasons),
         "reservations": len(seen.reservations), "OrderAccepted": len(seen.accepted),
+        "OrderRejected": len(seen.rejected), "orders out of stock": len(scenario.rejected),
         "outcomes": dict(outcomes), "seconds": round(seen.elapsed, 1),
         "messages per second": round((sent - len(seen.steady)) / seen.elapsed, 1) if seen.elapsed else 0.0,
         "latency p50 ms": _percentile(latencies, 50), "latency p99 ms": _percentile(latencies, 99),
@@ -152,13 +154,7 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
         if final["version"] != 1 + len(lifecycle) or final["status"] != KINDS[lifecycle[-1]["type"]].status_after:
             found.append(f"order {order_id}: {final['status']} at version {final['version']} after"
                          f" {len(lifecycle)} events")
-    reserved = Counter(r.get("orderId") for r in seen.reservations)
-    accepted = Counter(a.get("orderId") for a in seen.accepted)
-    for order_id in scenario.orders:
-        if reserved[order_id] != 1:
-            found.append(f"order {order_id}: {reserved[order_id]} reservations")
-        if accepted[order_id] != 1:
-            found.append(f"order {order_id}: {accepted[order_id]} OrderAccepted messages{_copies(seen, order_id)}")
+    found += _outcomes(scenario, seen)
     records = Counter((d["orderId"], d["sequence"]) for k in KINDS.values() for d in by_type[k.record_type])
     if any(count != 1 for count in records.values()):
         found.append("an event was recorded more than once")
@@ -172,6 +168,25 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
     if in_flight or seen.queues_left:
         found.append(f"{len(in_flight)} documents and {seen.queues_left} messages still in flight"
                      + "".join(f"; {undone}" for undone in in_flight[:3]))
+    return found
+
+
+def _outcomes(scenario: Scenario, seen: Observed) -> list[str]:
+    """Each order announced once, as what happened to its stock: one reservation and one OrderAccepted, or (out of
+    stock) no reservation and one OrderRejected; never an OrderAccepted without a reservation, never both."""
+    found = []
+    reserved = Counter(r.get("orderId") for r in seen.reservations)
+    accepted = Counter(a.get("orderId") for a in seen.accepted)
+    rejected = Counter(a.get("orderId") for a in seen.rejected)
+    refused = scenario.rejected
+    for order_id in scenario.orders:
+        expected = (0, 0, 1) if order_id in refused else (1, 1, 0)
+        if (reserved[order_id], accepted[order_id], rejected[order_id]) != expected:
+            found.append(f"order {order_id}: {reserved[order_id]} reservations, {accepted[order_id]} OrderAccepted"
+                         f" and {rejected[order_id]} OrderRejected messages, not {expected[0]}, {expected[1]} and"
+                         f" {expected[2]}{_copies(seen, order_id)}")
+        if accepted[order_id] and not reserved[order_id]:
+            found.append(f"order {order_id}: OrderAccepted without a reservation")
     return found
 
 
@@ -222,6 +237,7 @@ def table(report: Report) -> str:
           for reason, count in sorted({**f["dead letters planned"], **f["dead letters"]}.items())],
         ("reservations at the fulfilment service", str(f["reservations"])),
         ("OrderAccepted at order-accepted", str(f["OrderAccepted"])),
+        ("OrderRejected at order-rejected (orders out of stock)", f"{f['OrderRejected']} ({f['orders out of stock']})"),
         ("time", f"{f['seconds']} s, {f['messages per second']} messages/s"),
         ("drained per second: orders / events", f"{f['orders drained per second']} / {f['events drained per second']}"
                                                  f" ({f['events against orders']}x)"),

@@ -27,6 +27,7 @@ LATE_COPY_RATE = 0.03
 REUSED_ID_RATE = 0.01
 MALFORMED_RATE = 0.01
 SHUFFLED_RATE = 0.2
+SOLD_OUT_RATE = 0.03  # orders holding a sku the warehouse is out of stock of: refused, announced OrderRejected
 # An event past its order's last version: it ends rejected, kept with the reason (parked before the order
 # ended), or dead-lettered InvalidTransition (it came after).
 NEVER_APPLIES = "rejected-or-InvalidTransition"
@@ -69,6 +70,12 @@ class Scenario:
         self._steady_orders, self._steady_lifecycles = {}, {}
         return self.steady
 
+    @property
+    def rejected(self) -> set[str]:
+        """The orders the fulfilment service refuses (out of stock): each must end with OrderRejected, no reservation
+        and no OrderAccepted."""
+        return {order_id for order_id, body in self.orders.items() if generate.is_sold_out(body)}
+
     def everything(self) -> list[Planned]:
         """Every planned message."""
         return [*self.first, *self.events, *self.held, *self.late]
@@ -94,6 +101,8 @@ def plan(orders: int, seed: int, steady_orders: int = 0, *, storms: int = 0, sto
     scenario = Scenario()
     for index in range(orders):
         body = generate.order(rng)
+        if index >= storms and rng.random() < SOLD_OUT_RATE:
+            body = generate.sold_out(body)
         order_id = body["orderId"]
         scenario.orders[order_id] = body
         if index < storms:

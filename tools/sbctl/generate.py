@@ -16,6 +16,7 @@ import msgspec
 from msgspec.structs import replace
 
 from sbctl.connection import ToolError
+from shared.adapters.reservations import SOLD_OUT_PREFIX
 from shared.domain.lifecycle import (
     KINDS,
     ORDER_CANCELLED,
@@ -49,6 +50,18 @@ def order(rng: random.Random, now: datetime | None = None) -> dict[str, Any]:
         total=_total(items),
         placed_at=_text(placed.replace(microsecond=0)),
     ))
+
+
+def sold_out(body: dict[str, Any]) -> dict[str, Any]:
+    """The order with its first line's sku one the fulfilment stand-in (and fake) is out of stock of: its
+    reservation is refused for good, so the order ends rejected (OrderRejected) rather than accepted."""
+    first, *rest = body["items"]
+    return {**body, "items": [{**first, "sku": SOLD_OUT_PREFIX + first["sku"]}, *rest]}
+
+
+def is_sold_out(body: dict[str, Any]) -> bool:
+    """Whether the order holds a sku the stand-in is out of stock of."""
+    return any(str(item.get("sku", "")).startswith(SOLD_OUT_PREFIX) for item in body.get("items", []))
 
 
 def order_events(rng: random.Random, placed: dict[str, Any]) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from shared.domain.documents import OrderAccepted
+from shared.domain.documents import OrderAccepted, OrderRejected
 from shared.domain.lifecycle import KINDS, OrderCancelled, OrderShipped, PaymentCaptured
 from shared.domain.orders import OrderPlaced
 
@@ -24,6 +24,7 @@ MESSAGES: dict[str, type[Any]] = {
     "order-shipped": OrderShipped,
     "order-cancelled": OrderCancelled,
     "order-accepted": OrderAccepted,
+    "order-rejected": OrderRejected,
 }
 
 

@@ -69,42 +69,53 @@ def one_order_each(world: World, documents: list[Document]) -> Iterable[Violatio
 
 
 def one_reservation_each(world: World, documents: list[Document]) -> Iterable[Violation]:
-    """At most one reservation per order at the fulfilment service, and exactly one for every valid order."""
+    """Exactly one reservation at the fulfilment service for every valid order it does not refuse, none for one it
+    refuses (out of stock) or for anything else."""
     counts = Counter(str(reply.get("orderId")) for reply in world.fulfilment.ledger.reservations())
     for plan in world.workload.orders:
         count = counts.pop(plan.order_id, 0)
-        if count != 1:
-            yield Violation("reservation", f"order {plan.order_id} has {count} reservations, not 1")
+        if count != (0 if plan.refused else 1):
+            yield Violation("reservation", f"order {plan.order_id} has {count} reservations, not"
+                                           f" {0 if plan.refused else 1}{' (out of stock)' if plan.refused else ''}")
     for order_id, count in counts.items():
         yield Violation("reservation", f"{count} reservations for {order_id}, which was never a valid order")
 
 
-def one_order_accepted_each(world: World, documents: list[Document]) -> Iterable[Violation]:
-    """One OrderAccepted per valid order reaches the destination: at least once, always under one MessageId.
+def one_outcome_each(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """Each valid order announces exactly one of OrderAccepted and OrderRejected, as what happened to its stock:
+    OrderAccepted once reserved, OrderRejected once refused (out of stock); never an OrderAccepted without a
+    reservation. At least once, always under one MessageId.
 
     The destination's duplicate detection drops a resend inside its window; a resend past it (after
     publishing kept failing that long) arrives again under the same MessageId, for the destination's
-    consumers to drop, as the README says. Such resends are counted (``resent_past_window``), not
-    violations: the design does not promise more.
+    consumers to drop, as the README says. Such resends are not violations: the design does not promise more.
     """
-    message_ids = delivered_order_accepted(world)
+    accepted = delivered(world, world.settings.outbox_destination)
+    rejected = delivered(world, world.settings.outbox_rejected_destination)
+    reserved = {str(reply.get("orderId")) for reply in world.fulfilment.ledger.reservations()}
     for plan in world.workload.orders:
-        ids = set(message_ids.pop(plan.order_id, []))
-        if len(ids) != 1:
-            yield Violation("order-accepted", f"order {plan.order_id} reached the destination under {len(ids)}"
-                                              " OrderAccepted MessageIds, not 1")
-    for order_id, stray in message_ids.items():
-        yield Violation("order-accepted", f"{len(stray)} OrderAccepted delivered for {order_id},"
-                                          " which was never a valid order")
+        ids = {"OrderAccepted": set(accepted.pop(plan.order_id, [])),
+               "OrderRejected": set(rejected.pop(plan.order_id, []))}
+        announced = "OrderRejected" if plan.refused else "OrderAccepted"
+        if [len(ids[announced]), sum(map(len, ids.values()))] != [1, 1]:
+            yield Violation("outcome", f"order {plan.order_id} reached the destinations under"
+                                       f" {len(ids['OrderAccepted'])} OrderAccepted and {len(ids['OrderRejected'])}"
+                                       f" OrderRejected MessageIds, not one {announced}")
+        if ids["OrderAccepted"] and plan.order_id not in reserved:
+            yield Violation("outcome", f"order {plan.order_id}: OrderAccepted without a reservation")
+    for kind, stray in (("OrderAccepted", accepted), ("OrderRejected", rejected)):
+        for order_id, message_ids in stray.items():
+            yield Violation("outcome", f"{len(message_ids)} {kind} delivered for {order_id}, which was never a valid"
+                                       " order")
 
 
-def delivered_order_accepted(world: World) -> dict[str, list[str]]:
-    """The MessageIds of the OrderAccepted messages the destination kept, by order id."""
-    delivered: dict[str, list[str]] = {}
-    for destination, message in world.sender.delivered:
-        if destination == world.settings.outbox_destination:
-            delivered.setdefault(str(json.loads(message.body)["orderId"]), []).append(message.message_id)
-    return delivered
+def delivered(world: World, destination: str) -> dict[str, list[str]]:
+    """The MessageIds of the messages a destination kept, by order id."""
+    found: dict[str, list[str]] = {}
+    for sent_to, message in world.sender.delivered:
+        if sent_to == destination:
+            found.setdefault(str(json.loads(message.body)["orderId"]), []).append(message.message_id)
+    return found
 
 
 def events_once_in_order(world: World, documents: list[Document]) -> Iterable[Violation]:
@@ -211,6 +222,6 @@ def foreign_fields_kept(world: World, documents: list[Document]) -> Iterable[Vio
 
 
 RULES: tuple[Callable[[World, list[Document]], Iterable[Violation]], ...] = (
-    one_order_each, one_reservation_each, one_order_accepted_each, events_once_in_order, settled_as_expected,
+    one_order_each, one_reservation_each, one_outcome_each, events_once_in_order, settled_as_expected,
     no_unexpected_error, nothing_left_waiting, foreign_fields_kept,
 )

@@ -20,7 +20,7 @@ class RunReport:
     outcomes: Counter[str]
     settlements: Counter[str]
     violations: list[Violation]
-    resent_past_window: int = 0  # OrderAccepted copies the destination kept twice, the second past its window
+    resent_past_window: int = 0  # outcome copies a destination kept twice, the second past its window
     trace: list[str] | None = None
     foreign_writes: Counter[str] = field(default_factory=Counter)  # kind -> the other writers' writes
     # writer_412 (a foreign replace lost to a change), gave_up, gone (removed first), app_412 (the app's
@@ -40,7 +40,7 @@ class RunReport:
         return (f"seed {self.seed}: {self.steps} steps, {self.deliveries} deliveries, {self.sim_seconds:.0f} s"
                 f" simulated; faults {_counts(self.faults)}; outcomes {_counts(self.outcomes)};"
                 f" settlements {_counts(self.settlements)}; foreign writes {_counts(self.foreign_writes)}"
-                f" ({_counts(self.foreign_races) or 'no races'}); OrderAccepted resent past the window"
+                f" ({_counts(self.foreign_races) or 'no races'}); outcomes resent past the window"
                 f" {self.resent_past_window}; events queue {self.events_queue}, {self.concurrent_events} event"
                 f" deliveries beside another of their order's; {len(self.violations)} violations")
 
@@ -108,7 +108,8 @@ class Totals:
             f" ({self.past_a_page / max(self.seeds, 1):.0%}); {self.full_batches} batches of 90 to 100 operations,"
             f" the largest {self.largest_batch}",
             f"violations   {sum(self.violations.values())}: {_counts(self.violations) or 'none'}",
-            f"OrderAccepted resent past the destination's detection window in {len(self.resent_past_window)} seeds"
+            f"OrderAccepted or OrderRejected resent past the destination's detection window in"
+            f" {len(self.resent_past_window)} seeds"
             f" (the design's limit, not a violation){': ' if self.resent_past_window else ''}"
             f"{' '.join(map(str, self.resent_past_window[:10]))}",
             f"elapsed      {elapsed:.1f} s, {per_minute:.0f} seeds/minute",

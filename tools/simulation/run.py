@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from simulation import actors
-from simulation.invariants import check, delivered_order_accepted
+from simulation.invariants import check, delivered
 from simulation.report import RunReport
 from simulation.world import Wiring, World
 
@@ -26,7 +26,9 @@ def simulate(seed: int, *, wiring: Wiring | None = None, trace: bool = False) ->
         finally:
             world.sched.close()
         violations = check(world, drained)
-        resent = sum(len(ids) - 1 for ids in delivered_order_accepted(world).values())
+        resent = sum(len(ids) - 1 for destination in (world.settings.outbox_destination,
+                                                      world.settings.outbox_rejected_destination)
+                     for ids in delivered(world, destination).values())
         races = world.foreign_stats + Counter(app_412=world.history.app_conflicts)
     return RunReport(seed, world.chaos.steps, world.deliveries, world.clock.elapsed(), world.chaos.injected,
                      world.outcomes, world.settlements, violations, resent, world.sched.trace_lines,

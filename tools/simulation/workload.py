@@ -39,6 +39,7 @@ FORBIDDEN = SETTLEMENTS[Outcome.INVALID_TRANSITION].reason
 STORM_RATE = 0.25  # the share of runs with a storm order
 STORM_COPIES = (10, 120)  # copies of each event rebuilt under new ids
 STORM_OUT_OF_TURN = (10, 80)  # events past the order's last version
+SOLD_OUT_RATE = 0.15  # orders holding a sku the fulfilment fake is out of stock of
 
 
 @dataclass(frozen=True)
@@ -80,11 +81,13 @@ class EventPlan:
 
 @dataclass(frozen=True)
 class OrderPlan:
-    """A valid order: its first content's hash, and its events in sequence."""
+    """A valid order: its first content's hash, its events in sequence, and whether the fulfilment service refuses
+    its reservation (out of stock): then it ends with OrderRejected, else with its reservation and OrderAccepted."""
 
     order_id: str
     request_hash: str
     events: tuple[EventPlan, ...]
+    refused: bool = False
 
     @property
     def final_version(self) -> int:
@@ -148,6 +151,8 @@ class _Builder:
         body = generate.order(rng, self.now)
         if storm and rng.random() < 0.5:
             body = large(rng, body)
+        if rng.random() < SOLD_OUT_RATE:
+            body = generate.sold_out(body)
         order_id = body["orderId"]
         # A storm's order is held back while its events are rebuilt and resent ahead of it.
         sent = rng.uniform(400.0, 900.0) if storm else rng.uniform(60.0, 400.0)
@@ -169,7 +174,8 @@ class _Builder:
             self.events(order_id, sent, events, storm=storm)
         if storm:
             plans = self.storm(order_id, sent, events, plans)
-        self.orders.append(OrderPlan(order_id, msgspec.convert(body, OrderPlaced).request_hash(), tuple(plans)))
+        self.orders.append(OrderPlan(order_id, msgspec.convert(body, OrderPlaced).request_hash(), tuple(plans),
+                                     generate.is_sold_out(body)))
         self.bodies.append(body)
 
     def events(self, order_id: str, order_sent: float, events: list[dict[str, Any]], *, storm: bool = False) -> None:

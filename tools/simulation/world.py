@@ -92,7 +92,8 @@ class World:
                                    empty_first_page=rng.random() < 0.5)
         self.fulfilment = InMemoryFulfilment()
         self.sender = RecordingSender(detection_window_seconds=self.detection_window, clock=self.clock,
-                                      destinations=[settings.outbox_destination])
+                                      destinations=[settings.outbox_destination,
+                                                    settings.outbox_rejected_destination])
         self.feed = Signal()
         self.changed = Signal()  # the app wrote: what the enrichment job waits for
         self.history = History(lambda: self.sched.notify(self.feed), lambda: self.sched.notify(self.changed))

@@ -1,0 +1,166 @@
+"""What the app announces follows the effect it announces: OrderAccepted only once the stock is reserved,
+OrderRejected when the service refused it for good, one of the two per order, never both, and nothing
+when the call itself was refused or never finished."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from shared.adapters.reservations import KEY_REUSED
+from shared.domain import identity
+from shared.domain.outcomes import Outcome, Result
+from shared.errors import NotFound
+from shared.handlers.place_order import OrderServices, place_order
+from shared.ports.fulfilment import Reply
+from shared.ports.store import BatchOperation, Create, Document, Replace
+from shared.settings import Settings
+from tests.support.orders import inbound, order_body
+
+SETTINGS = Settings(consumer_name="order-intake", fulfillment_url="http://fulfilment.invalid")
+SOLD_OUT = [{"sku": "SOLDOUT-7", "quantity": 1, "unitPrice": "44.98"}]
+
+
+class Scripted(InMemoryFulfilment):
+    """The fake service, answering the scripted replies first, then by the reservation rule."""
+
+    def __init__(self, *replies: Reply) -> None:
+        super().__init__()
+        self.replies = list(replies)
+
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        if self.replies:
+            self.calls.append(idempotency_key)
+            return self.replies.pop(0)
+        return await super().reserve(idempotency_key, request)
+
+
+class Recording(InMemoryStore):
+    """The in-memory store, keeping each batch's operations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[BatchOperation]] = []
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        self.batches.append(list(operations))
+        return await super().execute_batch(partition_key, operations)
+
+
+def place(store: InMemoryStore, fulfilment: InMemoryFulfilment, body: dict[str, Any], *,
+          sequence: int | None = 1) -> Result:
+    return asyncio.run(place_order(inbound(body, sequence_number=sequence),
+                                   OrderServices(store, fulfilment, SETTINGS)))
+
+
+def put(store: InMemoryStore, document: Document) -> None:
+    """Write a document as another version would have: replaced if it is there, else created."""
+    try:
+        asyncio.run(store.read(document["id"], document["orderId"]))
+    except NotFound:
+        asyncio.run(store.execute_batch(document["orderId"], [Create(document)]))
+    else:
+        asyncio.run(store.execute_batch(document["orderId"], [Replace(document)]))
+
+
+def of_type(store: InMemoryStore, kind: str) -> list[Document]:
+    return [d for d in store.documents() if d.get("type") == kind]
+
+
+def test_order_accepted_is_written_in_the_batch_that_finishes_the_reservation_not_before() -> None:
+    store, fulfilment = Recording(), InMemoryFulfilment()
+    assert place(store, fulfilment, order_body("ord-1")).outcome is Outcome.CREATED
+    intake, finish = store.batches
+    assert [op.document["type"] for op in intake if isinstance(op, Create)] == ["order", "side-effect"]
+    assert [type(op).__name__ for op in finish] == ["Patch", "Create"]
+    [entry] = of_type(store, "outbox")
+    assert (entry["subject"], entry["destination"], entry["messageId"]) == (
+        "OrderAccepted", "order-accepted", identity.outbox_message_id("order-intake", "ord-1"))
+    assert entry["payload"]["orderId"] == "ord-1"
+    assert store.requests == 2  # the floor is kept: the intake batch, the finish batch
+
+
+@pytest.mark.parametrize("answers", [[Reply(503)], [Reply(503)] * 3], ids=["once", "three times"])
+def test_a_reservation_that_has_not_finished_announces_nothing(answers: list[Reply]) -> None:
+    store = InMemoryStore()
+    fulfilment = Scripted(*answers)
+    for _ in answers:
+        assert place(store, fulfilment, order_body("ord-1")).outcome is Outcome.TRANSIENT
+    assert of_type(store, "outbox") == []
+    assert place(store, fulfilment, order_body("ord-1")).outcome is Outcome.DUPLICATE  # reserved now
+    [entry] = of_type(store, "outbox")
+    assert entry["subject"] == "OrderAccepted"
+
+
+def test_a_refused_reservation_publishes_order_rejected_records_it_and_completes() -> None:
+    store, fulfilment = InMemoryStore(), InMemoryFulfilment()
+    result = place(store, fulfilment, order_body("ord-1", items=SOLD_OUT))
+    assert result.outcome is Outcome.REJECTED
+    assert "refusal out-of-stock" in result.description and "SOLDOUT-7 is out of stock" in result.description
+    [record] = of_type(store, "side-effect")
+    assert (record["status"], record["refusal"], record["responseStatus"]) == ("rejected", "out-of-stock", 422)
+    [order] = of_type(store, "order")
+    assert order["rejection"]["refusal"] == "out-of-stock" and order["rejection"]["responseStatus"] == 422
+    assert order["status"] == "placed"  # the lifecycle's status is the events'; the rejection sits beside it
+    [entry] = of_type(store, "outbox")
+    assert (entry["subject"], entry["destination"], entry["messageId"]) == (
+        "OrderRejected", "order-rejected", identity.rejected_message_id("order-intake", "ord-1"))
+    assert entry["payload"] == {"orderId": "ord-1", "customerId": "cust-42", "refusal": "out-of-stock",
+                                "reason": "SOLDOUT-7 is out of stock", "rejectedAt": order["rejection"]["rejectedAt"]}
+    assert fulfilment.ledger.count() == 0
+
+
+def test_a_copy_of_a_rejected_order_is_rejected_again_without_a_call() -> None:
+    store, fulfilment = InMemoryStore(), InMemoryFulfilment()
+    place(store, fulfilment, order_body("ord-1", items=SOLD_OUT))
+    assert place(store, fulfilment, order_body("ord-1", items=SOLD_OUT), sequence=2).outcome is Outcome.REJECTED
+    assert len(fulfilment.calls) == 1 and len(of_type(store, "outbox")) == 1
+
+
+@pytest.mark.parametrize("reply", [Reply(422, {"reason": KEY_REUSED}), Reply(400), Reply(401), Reply(404),
+                                   Reply(501), Reply(422, {"refusal": "", "reason": "empty code"})],
+                         ids=["422 key reused", "400", "401", "404", "501", "422 empty refusal"])
+def test_a_refused_call_announces_nothing_and_leaves_the_claim_for_a_resubmission(reply: Reply) -> None:
+    store = InMemoryStore()
+    fulfilment = Scripted(reply)
+    result = place(store, fulfilment, order_body("ord-1"))
+    assert result.outcome is Outcome.DOWNSTREAM_REJECTED
+    assert f"HTTP {reply.status}" in result.description and "resubmit" in result.description
+    assert of_type(store, "outbox") == []
+    [record] = of_type(store, "side-effect")
+    assert (record["status"], record["responseStatus"]) == ("in_progress", reply.status)
+    # The operator puts the cause right and resubmits: a new message, which takes the claim over and calls again.
+    assert place(store, fulfilment, order_body("ord-1"), sequence=9).outcome is Outcome.DUPLICATE
+    [record] = of_type(store, "side-effect")
+    assert (record["status"], record["attempt"], record["messageSequence"]) == ("completed", 2, 9)
+    assert [e["subject"] for e in of_type(store, "outbox")] == ["OrderAccepted"]
+
+
+def test_a_record_an_earlier_version_marked_failed_is_taken_over_by_the_resubmission() -> None:
+    store, fulfilment = InMemoryStore(), Scripted(Reply(503))
+    place(store, fulfilment, order_body("ord-1"))
+    [record] = of_type(store, "side-effect")
+    put(store, {**record, "status": "failed", "responseStatus": 422, "finishedAt": record["leaseUntil"]})
+    assert place(store, fulfilment, order_body("ord-1"), sequence=5).outcome is Outcome.DUPLICATE
+    [record] = of_type(store, "side-effect")
+    assert (record["status"], record["attempt"]) == ("completed", 2)
+    assert len(of_type(store, "outbox")) == 1
+
+
+def test_an_outcome_an_earlier_version_wrote_at_intake_is_kept_and_the_finish_written_without_it() -> None:
+    # The version before wrote OrderAccepted in the intake batch. This version, finishing that order's reservation,
+    # finds the entry's id taken: the entry stands (it may be sent already) and the record is finished alone.
+    store, fulfilment = InMemoryStore(), Scripted(Reply(503))
+    place(store, fulfilment, order_body("ord-1"))
+    earlier = {"id": identity.outbox_id("order-intake", "ord-1"), "orderId": "ord-1", "type": "outbox",
+               "status": "dispatched", "subject": "OrderAccepted", "written": "by the version before"}
+    put(store, earlier)
+    assert place(store, fulfilment, order_body("ord-1")).outcome is Outcome.DUPLICATE
+    [entry] = of_type(store, "outbox")
+    assert entry["written"] == "by the version before"
+    assert of_type(store, "side-effect")[0]["status"] == "completed"
+
