@@ -34,6 +34,7 @@ from shared.errors import (
     TransientStoreError,
 )
 from shared.ports.store import (
+    ABSENT,
     MAX_PAGE_ITEMS,
     BatchOperation,
     Create,
@@ -147,7 +148,9 @@ def filter_predicate(condition: Mapping[str, Any]) -> str:
     """Render a Patch condition as a Cosmos DB filter predicate, e.g. ``from c where c.version = 2``."""
     clauses = []
     for name, expected in condition.items():
-        if isinstance(expected, tuple):
+        if expected is ABSENT:
+            clauses.append(f"NOT IS_DEFINED(c.{name})")
+        elif isinstance(expected, tuple):
             values = ", ".join(json.dumps(v) for v in expected)
             clauses.append(f"c.{name} IN ({values})")
         else:

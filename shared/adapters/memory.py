@@ -19,6 +19,7 @@ from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFail
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
 from shared.ports.store import (
+    ABSENT,
     MAX_PAGE_ITEMS,
     BatchOperation,
     Create,
@@ -130,7 +131,7 @@ class InMemoryStore:
             if not _condition_holds(current, op.condition):
                 raise PreconditionFailed(f"condition on {op.doc_id} does not hold", status=412)
             # Stored documents are never changed in place, so the new version may share the fields it keeps.
-            patched = self._stamp({**current, **_json_copy(dict(op.set_fields))})
+            patched = self._stamp(_set_paths(current, _json_copy(dict(op.set_fields)), op.doc_id))
             docs[(partition_key, op.doc_id)] = patched
             return patched
         if isinstance(op, Delete):
@@ -186,9 +187,30 @@ class InMemoryStore:
         return document
 
 
+def _set_paths(document: Document, fields: Mapping[str, Any], doc_id: str) -> Document:
+    """The document with ``fields`` set: a top-level name, or a path into an object that must be there (Cosmos
+    DB answers 400 for one whose parent is missing). The objects on a path are copied, never changed in place."""
+    result = dict(document)
+    for path, value in fields.items():
+        *parents, last = path.split("/")
+        target = result
+        for name in parents:
+            child = target.get(name)
+            if not isinstance(child, dict):
+                raise StoreError(f"patch of {doc_id}: no object at /{'/'.join(parents)} to set /{path} in", status=400)
+            target[name] = target = dict(child)
+        target[last] = value
+    return result
+
+
 def _condition_holds(document: Document, condition: Mapping[str, Any]) -> bool:
-    """A Patch condition as a predicate: each field equals its value, or is one of a tuple of values."""
+    """A Patch condition as a predicate: each field equals its value, is one of a tuple of values, or (ABSENT) is
+    not there."""
     for name, expected in condition.items():
+        if expected is ABSENT:
+            if name in document:
+                return False
+            continue
         actual = document.get(name)
         if actual not in expected if isinstance(expected, tuple) else actual != expected:
             return False

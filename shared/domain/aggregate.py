@@ -6,7 +6,16 @@ version and the state allows it, and is parked (waits for its predecessor) other
 placed yet (events came first) is at version 0 and only counts what waits for it.
 
 The aggregate knows no storage: ``changes`` are the fields set since it was read, which the writes
-merge into the stored document, so fields this version does not model are kept.
+merge into the stored document, so fields this version does not model are kept. An event's sub-object
+(``payment``, ``shipment``, ``cancellation``) is set whole only where none stands; where one does (another
+writer put fields into it), the event's fields are merged into it as read (``objects``), so that theirs
+are kept. The event's data is stored as its producer wrote it, the fields this version does not model
+included (``EventData.kept``).
+
+An order in a status this version does not know (a newer version's) decides nothing here: its events are
+parked, counted, for the version that knows the status or an operator, and never rejected. The parked
+count is changed by what this version parks and releases, never set from what it counts, so that the
+events a newer version counts stay counted.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.domain.documents import ParkedEvent, UnreadableParked
-from shared.domain.lifecycle import TERMINAL_STATUSES, CloudEvent
+from shared.domain.lifecycle import KINDS, KNOWN_STATUSES, TERMINAL_STATUSES, CloudEvent
 from shared.domain.outcomes import Outcome
 from shared.errors import UnreadableDocument
 
@@ -28,14 +37,20 @@ from shared.errors import UnreadableDocument
 MAX_PARKED_EVENTS = 1000
 
 
-def transition(event: CloudEvent) -> tuple[dict[str, Any], dict[str, Any]]:
+# The order's fields the events' kinds set, one sub-object each.
+SUB_OBJECTS = frozenset(kind.record_type for kind in KINDS.values())
+
+
+def transition(event: CloudEvent, written: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields an event sets on its order, and the condition under which it may, unread: (set, condition).
 
-    The condition makes the version and state checks part of the same atomic write; it also asks that
-    nothing is parked against the order, so that a parked successor is never passed over.
+    ``written`` is the event's ``data`` as its producer wrote it, whose fields this version does not model are
+    kept. The condition makes the version and state checks part of the same atomic write; it also asks that
+    nothing is parked against the order, so that a parked successor is never passed over. (The write adds that
+    the event's sub-object is not there yet: it is set whole.)
     """
     kind = event.kind
-    changes = {"status": kind.status_after, "version": event.sequence, kind.record_type: event.data.canonical(),
+    changes = {"status": kind.status_after, "version": event.sequence, kind.record_type: event.data.kept(written),
                "updatedAt": event.time_text}
     return changes, {"version": event.sequence - 1, "status": kind.allowed_from, "parked": 0}
 
@@ -49,13 +64,18 @@ class Order:
     version: int = 0
     parked: int = 0
     changes: Mapping[str, Any] = field(default_factory=dict)
+    # The events' sub-objects as read, where they stand: an event's fields are merged into its own.
+    objects: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def decide(self, event: CloudEvent) -> Outcome:
         """STALE, APPLIED, INVALID_TRANSITION or PARKED: what the event does to the order as it stands. An
-        order in a terminal status takes no event, in turn or not: parking one would strand it."""
+        order in a terminal status takes no event, in turn or not: parking one would strand it. One in a status
+        this version does not know parks it (``unknown_status``)."""
         in_turn = self._turn(event.sequence)
         if in_turn is Outcome.STALE:
             return in_turn
+        if self.unknown_status is not None:
+            return Outcome.PARKED
         if self.status in TERMINAL_STATUSES:
             return Outcome.INVALID_TRANSITION
         if in_turn is Outcome.PARKED:
@@ -69,6 +89,14 @@ class Order:
         return Outcome.PARKED if self.status is None or self.version != sequence - 1 else Outcome.APPLIED
 
     @property
+    def unknown_status(self) -> str | None:
+        """Why the order decides nothing here, when a newer version moved it to a status this one does not know."""
+        if self.status is None or self.status in KNOWN_STATUSES:
+            return None
+        return (f"order {self.order_id} is {self.status}, a status this version does not know (a newer version's);"
+                " parked for a version that knows it, or an operator")
+
+    @property
     def full(self) -> bool:
         """Whether the order holds as many parked events as one order may (MAX_PARKED_EVENTS)."""
         return self.parked >= MAX_PARKED_EVENTS
@@ -77,9 +105,13 @@ class Order:
         """Why the order's state forbids the event: "is <status>; <type> may follow only <statuses>"."""
         return f"is {self.status}; {event.type} may follow only {', '.join(event.kind.allowed_from)}"
 
-    def apply(self, event: CloudEvent) -> Order:
-        """The order after the event (its version and state already checked)."""
-        changes, _ = transition(event)
+    def apply(self, event: CloudEvent, written: Mapping[str, Any] | None = None) -> Order:
+        """The order after the event (its version and state already checked); ``written``, the event's data as its
+        producer wrote it. The event's sub-object, where one stands, keeps the fields it holds."""
+        changes, _ = transition(event, written)
+        kind = event.kind.record_type
+        if (stored := self.objects.get(kind)) is not None:
+            changes[kind] = {**stored, **changes[kind]}
         return self._with(**changes)
 
     def skip_to(self, event: CloudEvent) -> Order:
@@ -121,8 +153,12 @@ class Order:
                 kept.append(parked)
                 held = turn is Outcome.APPLIED
                 notes.append(f"{event}; it stays parked" + (", with what follows it" if held else ""))
+            elif (unknown := order.unknown_status) is not None:
+                kept.append(parked)
+                held = True
+                notes.append(f"{unknown}: event v{parked.sequence} stays parked, with what follows it")
             elif turn is Outcome.APPLIED and order.decide(event) is Outcome.APPLIED:
-                order = order.apply(event)
+                order = order.apply(event, parked.data)
                 steps.append(Step(parked, event=event))
             else:
                 steps.append(Step(parked, rejection=f"order {order.refusal(event)}"))
@@ -136,7 +172,7 @@ class Order:
         applied = [step for step in steps if step.kind == "applied"]
         # Applied events are written in sequence; what is removed or rejected may go in any batch after them.
         ordered = applied + [step for step in steps if step.kind != "applied"]
-        return Release(self, ordered, sum(parked.counted for parked in kept), notes)
+        return Release(self, ordered, notes)
 
     def _with(self, **changes: Any) -> Order:
         state = {k: changes[k] for k in ("status", "version", "parked") if k in changes}
@@ -175,16 +211,17 @@ class Step:
 @dataclass(frozen=True)
 class Release:
     """What a release decides: the order it starts from, the parked events it settles (``steps``, the applied
-    ones first, in sequence), how many counted ones still wait after it, and what it set aside.
+    ones first, in sequence), and what it set aside.
 
     A release may be written in several batches, each taking the next steps. ``after(n)`` is the order once
     the first ``n`` are written: its version and state from the events applied among them, and its count
-    what still waits, so that the order and what waits agree after every batch.
+    lowered by the counted ones among them, so that the order and what waits agree after every batch. The
+    count is lowered, never set from what this version reads: what a newer version parked and counted (a
+    kind of document this one does not know) stays counted.
     """
 
     start: Order
     steps: list[Step]
-    kept: int
     notes: list[str] = field(default_factory=list)
 
     def after(self, done: int) -> Order:
@@ -192,8 +229,8 @@ class Release:
         order = self.start
         for step in self.steps[:done]:
             if step.event is not None:
-                order = order.apply(step.event)
-        return order.count_parked(self.kept + sum(step.parked.counted for step in self.steps[done:]))
+                order = order.apply(step.event, step.parked.data)
+        return order.count_parked(self.start.parked - sum(step.parked.counted for step in self.steps[:done]))
 
     @property
     def order(self) -> Order:

@@ -10,10 +10,12 @@ changes into it as read (``merged``); never rewritten from a Struct, which would
 this version does not model.
 
 Every document the core creates carries ``schemaVersion`` (``SCHEMA_VERSION``; a document without one
-was written before it was kept, and reads as 1). A newer version only adds fields and document
-types. So an older version reads the fields it knows and ignores the rest; it writes by patch or by
-merging into the document as read, so the newer fields survive; and it never lowers
-``schemaVersion``: a patch never sets it, and a merge keeps the higher of the stored one and its own.
+was written before it was kept, and reads as 1): the version whose shape its body was written in. A
+newer version only adds fields and document types. So an older version reads the fields it knows and
+ignores the rest; it writes by patch or by merging into the document as read, so the newer fields
+survive. A patch never sets ``schemaVersion`` (it writes fields every later version has too); a write of
+a whole body (an order taking a pending order's place) sets its own, since the body is now its shape,
+with the other version's fields kept beside it.
 A stored document that does not decode under this version's model (a newer version broke the rule)
 raises ``UnreadableDocument``, naming both versions and the rule; what the handlers do then is in
 docs/design.md ("Schema versions").
@@ -55,12 +57,12 @@ SYSTEM_PROPERTIES = frozenset({"_rid", "_self", "_etag", "_attachments", "_ts", 
 
 
 def merged(document: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored document with ``changes`` set: every other field kept, the store's own left to it, and
-    ``schemaVersion`` the higher of the stored one and the one in ``changes``."""
-    result = {**{k: v for k, v in document.items() if k not in SYSTEM_PROPERTIES}, **changes}
-    if SCHEMA_FIELD in changes and isinstance(stored := schema_version(document), int):
-        result[SCHEMA_FIELD] = max(stored, changes[SCHEMA_FIELD])
-    return result
+    """A stored document with ``changes`` set: every other field kept, the store's own left to it, and the
+    changes' ``schemaVersion`` when they hold one (a whole body written: its shape is the writer's); a
+    sub-object of the document that the changes set too keeps the fields they do not."""
+    kept = {k: v for k, v in document.items() if k not in SYSTEM_PROPERTIES}
+    return {**kept, **{k: {**kept[k], **v} if isinstance(v, Mapping) and isinstance(kept.get(k), Mapping) else v
+                       for k, v in changes.items()}}
 
 
 def schema_version(document: Mapping[str, Any]) -> int | None:
@@ -343,15 +345,24 @@ class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
 
     @classmethod
     def of(cls, event: CloudEvent, *, consumer: str, message_id: str | None, request_hash: str,
-           now: float, reason: str | None = None) -> ParkedEvent:
-        """The parked copy of an event, which ``cloud_event`` turns back into the validated event; with a
-        ``reason`` (why it waits, other than for its predecessor), parked uncounted."""
+           now: float, content: Mapping[str, Any] | None = None, reason: str | None = None,
+           counted: bool | None = None) -> ParkedEvent:
+        """The parked copy of an event: ``content``, the event as its producer wrote it (every field kept, a newer
+        producer's too), which ``cloud_event`` turns back into the validated event; with a ``reason`` (why it
+        waits, other than for its predecessor), parked uncounted unless ``counted`` says otherwise."""
         return cls(
             id=identity.parked_event_id(consumer, event.source, event.id, event.sequence),
             order_id=event.order_id, consumer=consumer, sequence=event.sequence, event_type=event.type,
             event_id=event.id, event_source=event.source, message_id=message_id, request_hash=request_hash,
-            parked_at=now, reason=reason, counted=reason is None, event=msgspec.to_builtins(event),
+            parked_at=now, reason=reason, counted=reason is None if counted is None else counted,
+            event=dict(content) if content is not None else msgspec.to_builtins(event),
         )
+
+    @property
+    def data(self) -> Mapping[str, Any] | None:
+        """The event's ``data`` as its producer wrote it, which its release stores as written."""
+        data = self.event.get("data")
+        return data if isinstance(data, Mapping) else None
 
     def cloud_event(self) -> CloudEvent:
         """The event as it was validated when it was parked; UnreadableDocument if this version cannot
@@ -408,6 +419,13 @@ class EventRecord(StoredDocument, kw_only=True):
     event_source: str
     event_time: str
     sequence: int
+
+    @staticmethod
+    def document(event: CloudEvent, written: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The record an event writes when it applies, as JSON: its own fields, and the fields of ``data`` as its
+        producer wrote it (``written``) that this version does not model, as written."""
+        record = EventRecord.of(event).to_document()
+        return {**event.data.kept(written), **record}
 
     @staticmethod
     def of(event: CloudEvent) -> EventRecord:

@@ -6,6 +6,7 @@ version after the event (OrderPlaced is version 1).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -37,6 +38,13 @@ class EventData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     def canonical(self) -> dict[str, Any]:
         """The type's own fields in one spelling, as stored and hashed (``sequence`` apart)."""
         return {k: v for k, v in msgspec.to_builtins(self).items() if k != "sequence"}
+
+    def kept(self, written: Mapping[str, Any] | None) -> dict[str, Any]:
+        """What the event stores, on its order and in its record: the type's own fields in one spelling, and every
+        field of ``data`` as its producer wrote it (``written``) that this version does not model, as written:
+        a newer producer's or version's, which this version passes on and neither hashes nor reads."""
+        known = type(self).__struct_encode_fields__
+        return {**{k: v for k, v in (written or {}).items() if k not in known}, **self.canonical()}
 
 
 class PaymentCapturedData(EventData, frozen=True, kw_only=True, rename="camel"):
@@ -159,6 +167,9 @@ KINDS: dict[str, EventKind] = {
 }
 
 
+# Every status this version knows. An order in another was moved there by a newer version, whose state machine
+# this one cannot speak for: its events wait parked for that version or an operator, never decided here.
+KNOWN_STATUSES = frozenset({"placed", *(k.status_after for k in KINDS.values())})
 # The statuses no event may follow (shipped and cancelled): an event for an order in one of them can never
 # apply, in turn or not.
 TERMINAL_STATUSES = frozenset({"placed", *(k.status_after for k in KINDS.values())}) - {

@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from shared.domain.aggregate import MAX_PARKED_EVENTS
 from shared.domain.documents import InboxMarker, ParkedEvent
 from shared.domain.lifecycle import parse_event
@@ -50,8 +52,9 @@ async def apply_order_event(
     except LimitExceeded as exc:
         return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
     hash_, consumer = event.request_hash(), settings.consumer_name
+    content = msgspec.json.decode(message.body or b"{}")  # an object: parse_event decoded it as one
     writes = EventWrites(releases(store, consumer, settings.parked_set_aside_ttl_seconds),
-                         InboxMarker.of(event, consumer, hash_, settings.dedup_ttl_seconds), event)
+                         InboxMarker.of(event, consumer, hash_, settings.dedup_ttl_seconds), event, content)
     try:
         outcome, description = await _apply(writes, message, clock)
     except AlreadySeen as seen:
@@ -114,7 +117,7 @@ async def _decide(writes: EventWrites, message: InboundMessage, clock: Callable[
         return decision, f"order {event.order_id} {order.refusal(event)}"
     if decision is Outcome.APPLIED:
         parked = await waiting(writes.store, writes.marker.consumer, event.order_id) if order.parked else []
-        done = order.apply(event).release(parked)
+        done = order.apply(event, writes.data).release(parked)
         await writes.apply_and_release(stored, done)
         return decision, done.describe()
     if order.full:
@@ -122,12 +125,17 @@ async def _decide(writes: EventWrites, message: InboundMessage, clock: Callable[
                                         f" order may ({MAX_PARKED_EVENTS}); event {event.id} with sequence"
                                         f" {event.sequence} is not parked beside them (the app's limit of parked"
                                         " events per order)")
+    if (unknown := order.unknown_status) is not None:
+        # Counted, as any event parked against a readable order, so that no later event passes it by its patch.
+        await writes.park(stored, _parked(writes, message, clock, unknown, counted=True))
+        return decision, f"event {event.id} with sequence {event.sequence}: {unknown}"
     await writes.park(stored, _parked(writes, message, clock))
     return decision, (f"order {event.order_id} is at version {order.version}; event {event.id} with sequence"
                       f" {event.sequence} waits for version {order.version + 1}")
 
 
 def _parked(writes: EventWrites, message: InboundMessage, clock: Callable[[], float],
-            reason: str | None = None) -> ParkedEvent:
+            reason: str | None = None, *, counted: bool | None = None) -> ParkedEvent:
     return ParkedEvent.of(writes.event, consumer=writes.marker.consumer, message_id=message.message_id,
-                          request_hash=writes.marker.request_hash, now=clock(), reason=reason)
+                          request_hash=writes.marker.request_hash, now=clock(), content=writes.content,
+                          reason=reason, counted=counted)

@@ -47,8 +47,8 @@ async def force_release(store: DocumentStore, consumer: str, order_id: str, even
     others = [p for p in await waiting(store, consumer, order_id) if p.id != parked.id]
     if earlier := [p.sequence for p in others if p.sequence is None or p.sequence < parked.sequence]:
         raise StoreError(f"versions {earlier} of order {order_id} are parked before it; release those first")
-    rest = skipped.apply(event).release(others)
-    done = Release(skipped, [Step(parked, event=event), *rest.steps], rest.kept, rest.notes)
+    rest = skipped.apply(event, parked.data).release(others)
+    done = Release(skipped, [Step(parked, event=event), *rest.steps], rest.notes)
     await Releases(store, consumer, set_aside_ttl).by_hand(stored, done)
     return done
 

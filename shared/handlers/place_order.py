@@ -131,7 +131,8 @@ async def _write(
             return _seen(order_id, stored.request_hash, hash_, None)
         adopting = None
         if stored.document is not None:  # a pending order: the order takes its place and releases what waits
-            placed = Order(order_id, intake.order.status, intake.order.version, stored.order.parked)
+            placed = Order(order_id, intake.order.status, intake.order.version, stored.order.parked,
+                           objects=stored.order.objects)
             adopting = stored, placed.release(await waiting(store, releases.consumer, order_id))
         intake = replace(intake, adopting=adopting)
     return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)

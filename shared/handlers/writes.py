@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from shared.domain.aggregate import Order, Release, Step, transition
+from shared.domain.aggregate import SUB_OBJECTS, Order, Release, Step, transition
 from shared.domain.documents import (
     EventRecord,
     InboxMarker,
@@ -58,6 +58,7 @@ from shared.errors import (
     WriteConflict,
 )
 from shared.ports.store import (
+    ABSENT,
     BATCH_LIMIT,
     MAX_BATCH_BYTES,
     MAX_BATCH_OPERATIONS,
@@ -95,11 +96,13 @@ async def read_order(store: DocumentStore, order_id: str) -> Stored:
         document = await store.read(order_id, order_id)
     except NotFound:
         return Stored(Order(order_id))
+    objects = {name: value for name in SUB_OBJECTS if isinstance(value := document.get(name), dict)}
     if OrderDocument.is_kind(document):
         placed = OrderState.of(document)
-        return Stored(Order(order_id, placed.status, placed.version, placed.parked), document, placed.request_hash)
+        return Stored(Order(order_id, placed.status, placed.version, placed.parked, objects=objects), document,
+                      placed.request_hash)
     if PendingOrder.is_kind(document):
-        return Stored(Order(order_id, parked=PendingOrder.from_document(document).parked), document)
+        return Stored(Order(order_id, parked=PendingOrder.from_document(document).parked, objects=objects), document)
     return Stored(Order(order_id), document, foreign=True)
 
 
@@ -165,7 +168,7 @@ class Releases:
         rejected one kept, marked, with the reason and its ttl."""
         parked = step.parked
         if step.event is not None:
-            return [("record", Create(EventRecord.of(step.event).to_document())),
+            return [("record", Create(EventRecord.document(step.event, parked.data))),
                     ("released", Delete(parked.id, parked.etag))]
         if step.rejection is None:
             return [("released", Delete(parked.id, parked.etag))]
@@ -280,11 +283,19 @@ class OrderIntake:
 
 @dataclass(frozen=True)
 class EventWrites:
-    """One consumer's writes for one event, each behind its inbox marker, so that it applies once."""
+    """One consumer's writes for one event, each behind its inbox marker, so that it applies once; ``content``
+    is the event as its producer wrote it, which its park keeps and its record and order store the data of."""
 
     releases: Releases
     marker: InboxMarker
     event: CloudEvent
+    content: Mapping[str, Any]
+
+    @property
+    def data(self) -> Mapping[str, Any] | None:
+        """The event's ``data`` as its producer wrote it."""
+        data = self.content.get("data")
+        return data if isinstance(data, Mapping) else None
 
     @property
     def store(self) -> DocumentStore:
@@ -292,16 +303,19 @@ class EventWrites:
         return self.releases.store
 
     async def apply(self) -> None:
-        """The happy path, unread: the order patched on its version and state, and the event's record."""
-        changes, condition = transition(self.event)
+        """The happy path, unread: the order patched on its version and state, and the event's record. The event's
+        sub-object is set whole, so only where none stands (another writer may have put one there, whose fields
+        the read path keeps)."""
+        changes, condition = transition(self.event, self.data)
+        condition[self.event.kind.record_type] = ABSENT
         await write_once(self.store, self.marker, [("order", Patch(self.event.order_id, changes, condition)),
-                                                   ("record", Create(EventRecord.of(self.event).to_document()))])
+                                                   ("record", Create(EventRecord.document(self.event, self.data)))])
 
     async def apply_and_release(self, stored: Stored, done: Release) -> None:
         """The event onto the order as read, then the parked events it releases: as many as fit beside it in
         its marker's batch, the rest in batches after it. The marker of a release that takes more than one
         batch says so (``releasing``), so that a redelivery after a failure between them finishes it."""
-        record: Parts = [("record", Create(EventRecord.of(self.event).to_document()))]
+        record: Parts = [("record", Create(EventRecord.document(self.event, self.data)))]
         releasing = msgspec.structs.replace(self.marker, releasing=True)
         parts, taken = self.releases.plan(lambda order: order_write(stored, order), done, 0,
                                           head=[("marker", Create(releasing.to_document()))], tail=record)

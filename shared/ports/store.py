@@ -49,6 +49,18 @@ MAX_RACES = 5
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+class _Absent:
+    """The value a Patch condition gives a field that must not be in the document."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    __str__ = __repr__
+
+
+ABSENT = _Absent()
+
+
 @dataclass(frozen=True)
 class Create:
     """Create a document; fails with 409 if its id exists in the partition."""
@@ -58,10 +70,14 @@ class Create:
 
 @dataclass(frozen=True)
 class Patch:
-    """Set top-level fields of a document, only if every ``condition`` holds and, with ``if_match``, its
-    etag still equals it (else 412; 404 if absent). Every other field is kept as stored.
+    """Set fields of a document, only if every ``condition`` holds and, with ``if_match``, its etag still
+    equals it (else 412; 404 if absent). Every other field is kept as stored.
 
-    A condition maps a field to the value it must equal, or to a tuple of values it must be one of.
+    A field is a top-level name, or a path into an object field (``payment/review``): as in Cosmos DB, the
+    object it names a field of must be there (else 400, and nothing of the batch is written).
+
+    A condition maps a field to the value it must equal, to a tuple of values it must be one of, or to
+    ``ABSENT``: the field must not be in the document.
     At most MAX_PATCH_FIELDS fields are set by one patch.
 
     With ``etag_only``, the caller needs nothing back but the document's new etag: the batch returns
@@ -112,7 +128,10 @@ def check_batch(operations: Sequence[BatchOperation]) -> None:
             if len(op.set_fields) > MAX_PATCH_FIELDS:
                 raise StoreError(f"patch of {op.doc_id} sets {len(op.set_fields)} fields; Cosmos DB takes at most"
                                  f" {MAX_PATCH_FIELDS} in one patch", status=400)
-            for name in (*op.set_fields, *op.condition):
+            for path in op.set_fields:
+                for name in path.split("/"):
+                    check_field(name)
+            for name in op.condition:
                 check_field(name)
     if size > MAX_BATCH_BYTES:
         raise BatchTooLarge(f"batch of {size} bytes exceeds the limit of {MAX_BATCH_BYTES}", limit=BATCH_LIMIT,

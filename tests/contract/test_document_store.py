@@ -23,6 +23,7 @@ from shared.adapters.memory import InMemoryStore
 from shared.domain.documents import merged
 from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound, PreconditionFailed, StoreError
 from shared.ports.store import (
+    ABSENT,
     MAX_BATCH_BYTES,
     MAX_BATCH_OPERATIONS,
     MAX_ITEM_BYTES,
@@ -194,6 +195,48 @@ def test_conditional_patch_applies_when_the_condition_holds(store: DocumentStore
                                                   {"version": 1, "status": ("placed", "paid")})]))
     stored = loop.run(store.read(order_id, order_id))
     assert (stored["version"], stored["status"]) == (2, "paid")
+
+
+def test_a_patch_sets_a_field_inside_an_object_and_keeps_the_objects_other_fields(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    order_id = new_id()
+    loop.run(store.create(doc(order_id, payment={"amount": "5", "card": {"last4": "4242"}})))
+    loop.run(store.execute_batch(order_id, [Patch(order_id, {"payment/review": {"by": "fraud"},
+                                                             "payment/card/brand": "visa"})]))
+    assert loop.run(store.read(order_id, order_id))["payment"] == {
+        "amount": "5", "card": {"last4": "4242", "brand": "visa"}, "review": {"by": "fraud"}}
+
+
+def test_a_patch_inside_an_object_that_is_not_there_is_400_and_writes_nothing(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    order_id = new_id()
+    loop.run(store.create(doc(order_id, version=1)))
+    marker = Create({"id": f"{order_id}-marker", "orderId": order_id})
+    with pytest.raises(BatchFailed) as caught:
+        loop.run(store.execute_batch(order_id, [marker, Patch(order_id, {"payment/review": "ok"})]))
+    assert caught.value.index == 1 and caught.value.error.status == 400
+    assert not isinstance(caught.value.error, PreconditionFailed | NotFound)
+    assert "payment" not in loop.run(store.read(order_id, order_id))
+    with pytest.raises(NotFound):
+        loop.run(store.read(f"{order_id}-marker", order_id))
+
+
+def test_a_patch_on_a_field_being_absent_applies_while_it_is_and_fails_412_once_it_is_there(
+    store: DocumentStore, loop: asyncio.Runner
+) -> None:
+    order_id = new_id()
+    loop.run(store.create(doc(order_id, version=1)))
+    loop.run(store.execute_batch(order_id, [Patch(order_id, {"payment": {"amount": "5"}},
+                                                  {"version": 1, "payment": ABSENT})]))
+    with pytest.raises(BatchFailed) as caught:
+        loop.run(store.execute_batch(order_id, [Patch(order_id, {"payment": {"amount": "9"}}, {"payment": ABSENT})]))
+    assert isinstance(caught.value.error, PreconditionFailed)
+    assert loop.run(store.read(order_id, order_id))["payment"] == {"amount": "5"}
+    loop.run(store.execute_batch(order_id, [Patch(order_id, {"note": None}, {"note": ABSENT})]))
+    with pytest.raises(BatchFailed):  # a field set to null is defined
+        loop.run(store.execute_batch(order_id, [Patch(order_id, {"note": "x"}, {"note": ABSENT})]))
 
 
 @pytest.mark.parametrize("condition", [{"version": 2}, {"status": ("cancelled", "shipped")}, {"Version": 1}])
@@ -393,7 +436,8 @@ def test_a_replace_merged_into_the_document_as_read_keeps_the_fields_it_does_not
     changes = {"type": "order", "status": "placed", "version": 1, "parked": 0, "schemaVersion": 1}
     loop.run(store.execute_batch(order_id, [Replace(merged(read, changes), if_match=read["_etag"])]))
     stored = loop.run(store.read(order_id, order_id))
-    assert foreign_fields(stored) == FOREIGN  # schemaVersion too: a merge never lowers it
+    # Every foreign field kept; schemaVersion is the merge's: the body it wrote is this version's shape.
+    assert foreign_fields(stored) == {**FOREIGN, "schemaVersion": 1}
     assert (stored["type"], stored["status"], stored["parked"]) == ("order", "placed", 0)
 
 

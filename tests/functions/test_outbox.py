@@ -242,3 +242,20 @@ def test_the_mark_on_cosmos_keeps_the_fields_this_version_does_not_model(
     [marked] = partition(app_on_cosmos, order_id, "outbox")
     assert (marked["status"], marked["ttl"]) == ("dispatched", 604800)
     assert {k: marked[k] for k in foreign} == foreign
+
+
+def test_publish_outbox_sends_a_payload_a_newer_version_wrote_as_stored(
+    app_on_cosmos: Harness, deliver_order: Deliverer, sender: RecordingSender,
+    registered_functions: dict[str, Callable[..., Any]],
+) -> None:
+    # A newer version wrote the outcome with a field this version does not model inside its payload: whichever
+    # version's publisher sends it, the destination gets it, under the same MessageId.
+    order_id = place(deliver_order)
+    [outbox] = partition(app_on_cosmos, order_id, "outbox")
+    newer = {**outbox, "schemaVersion": 2, "payload": {**outbox["payload"], "channel": "web", "gift": {"wrap": True}}}
+    app_on_cosmos.container.replace_item(outbox["id"], newer)
+    app_on_cosmos.run(registered_functions["publish_outbox"](change_feed(app_on_cosmos, order_id)))
+    [(_, message)] = sender.delivered
+    body = json.loads(message.body)
+    assert (body["channel"], body["gift"], body["orderId"]) == ("web", {"wrap": True}, order_id)
+    assert message.message_id == identity.outbox_message_id("order-projection", order_id)

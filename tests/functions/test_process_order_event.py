@@ -269,7 +269,7 @@ def test_parking_and_releasing_on_cosmos_keep_a_newer_versions_fields_on_the_ord
     assert {k: stored[k] for k in NEWER} == NEWER
 
 
-def test_an_order_taking_a_pending_orders_place_on_cosmos_keeps_its_newer_fields_and_version(
+def test_an_order_taking_a_pending_orders_place_on_cosmos_keeps_its_newer_fields_and_says_its_own_version(
     app_on_cosmos: Harness, deliver_event: Deliverer, deliver_order: Deliverer
 ) -> None:
     new = f"ord-{uuid.uuid4()}"
@@ -279,4 +279,31 @@ def test_an_order_taking_a_pending_orders_place_on_cosmos_keeps_its_newer_fields
     assert deliver_order(encode(order_body(new)), message_id=new)[0].action == "complete"
     stored = order(app_on_cosmos, new)
     assert (stored["type"], stored["version"], stored["status"]) == ("order", 2, "paid")
-    assert {k: stored[k] for k in NEWER} == NEWER
+    # The newer fields are kept; the body is this version's, and schemaVersion says so.
+    assert {k: stored[k] for k in NEWER if k != "schemaVersion"} == {k: v for k, v in NEWER.items()
+                                                                      if k != "schemaVersion"}
+    assert stored["schemaVersion"] == 1
+
+
+def test_a_newer_producers_fields_in_an_events_data_reach_its_record_and_order_on_every_path(
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
+) -> None:
+    newer = {"channel": "web", "eta": {"from": "2026-12-04", "to": "2026-12-06"}}
+    assert send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED, **newer))[0] == "complete"  # parked
+    [parked] = docs_of(app_on_cosmos, order_id, "parked-event")
+    assert {k: parked["event"]["data"][k] for k in newer} == newer  # kept as received
+    assert send(deliver_event, event_body(order_id, 2, **newer))[0] == "complete"  # applied, releases 3
+    stored = order(app_on_cosmos, order_id)
+    for kind in ("payment", "shipment"):
+        [record] = docs_of(app_on_cosmos, order_id, kind)
+        assert {k: record[k] for k in newer} == newer and {k: stored[kind][k] for k in newer} == newer
+
+
+def test_an_event_merges_into_a_sub_object_another_writer_put_on_its_order_on_cosmos(
+    app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
+) -> None:
+    app_on_cosmos.container.patch_item(order_id, order_id, [{"op": "set", "path": "/payment",
+                                                             "value": {"riskCheck": "passed"}}])
+    assert send(deliver_event, event_body(order_id, 2))[0] == "complete"
+    payment = order(app_on_cosmos, order_id)["payment"]
+    assert payment["riskCheck"] == "passed" and payment["paymentId"] == "pay-1"

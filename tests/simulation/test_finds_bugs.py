@@ -24,7 +24,7 @@ from shared.domain.outcomes import Result
 from shared.errors import AlreadyExists, BatchFailed, NotFound
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService, Reply
-from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Document, DocumentStore, Patch, Replace
+from shared.ports.store import ABSENT, MAX_PAGE_ITEMS, BatchOperation, Create, Document, DocumentStore, Patch, Replace
 from simulation.run import simulate
 from simulation.world import SETTINGS, Wiring
 
@@ -223,6 +223,35 @@ class AcceptedAtIntake(_Delegating):
 
 def test_order_accepted_announced_before_the_reservation_is_found_as_an_order_accepted_without_one() -> None:
     assert_found(Wiring(store=AcceptedAtIntake), "outcome")
+
+
+class SubObjectSetWhole(_Delegating):
+    """Bug 9: an event's sub-object set whole on the happy path whether or not one stands (the condition that it
+    is absent dropped): what another writer put inside the payment or shipment is lost."""
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        return await self.store.execute_batch(partition_key, [
+            Patch(op.doc_id, op.set_fields, {k: v for k, v in op.condition.items() if v is not ABSENT}, op.if_match,
+                  op.etag_only) if isinstance(op, Patch) else op for op in operations])
+
+
+class RecordFromItsModel(_Delegating):
+    """Bug 10: an event's record written from this version's model: the fields a newer producer added to its data
+    are dropped."""
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        return await self.store.execute_batch(partition_key, [
+            Create({k: v for k, v in op.document.items() if k not in ("channel", "trace")})
+            if isinstance(op, Create) and op.document.get("type") in ("payment", "shipment", "cancellation") else op
+            for op in operations])
+
+
+def test_a_sub_object_set_whole_over_another_writers_is_found_as_its_field_dropped() -> None:
+    assert_found(Wiring(store=SubObjectSetWhole), "foreign-fields", about="order ")
+
+
+def test_a_record_written_from_its_model_is_found_as_a_newer_producers_field_dropped() -> None:
+    assert_found(Wiring(store=RecordFromItsModel), "newer-fields")
 
 
 class SuspendsOnOutboxMark(_Delegating):

@@ -144,7 +144,8 @@ def run(options: Options) -> int:
             probe.stop()
             phase = "the checks after the drain"
             seen = observe.observed(stack, watch, client, sent_at, elapsed)
-            upgrade = versions.check(journal, seen.documents) if options.upgrade else None
+            upgrade = versions.check(journal, seen.documents, [*seen.accepted, *seen.rejected]) if options.upgrade \
+                else None
             result = report.build(scenario, seen, dataclasses.replace(
                 so_far(), upgrade=upgrade, drained=None if drained else f"not drained within {deadline:.0f} s",
                 fulfilment=_fulfilment_figures(stack, options.fulfilment)))

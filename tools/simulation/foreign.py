@@ -6,6 +6,11 @@ keep the rest, as a careful writer does: a read, then a replace of the document 
 set, on its etag (retried on a 412); or a patch of their fields alone. Either may land between the app's
 read and its conditional write, which then fails with a 412 and must read again.
 
+They write inside the objects the app models too: a review into an order's ``payment``, ``shipment`` or
+``cancellation`` (whether or not the app has set it yet: a patch by path where the object stands, a replace
+that adds the object where it does not), and a ``channel`` into an outbox entry's ``payload``. A field's
+name is its path (``payment/review``).
+
 They write through the in-memory store itself, not the faulty proxy (their own failures are not under
 test), and are scheduled like every actor: each store call is an interleaving point. What they wrote last
 goes into ``History.foreign``, where the ``foreign-fields`` invariant finds it at the end.
@@ -27,8 +32,10 @@ ENRICHED_SHARE = 0.3  # of the documents the app writes, the share the enrichmen
 OPERATOR_PERIOD_SECONDS = (5.0, 120.0)  # between two documents the operator's script touches
 PATCH_SHARE = 0.5  # of the foreign writes, the share done as a patch; the rest read, then replace on the etag
 MAX_ATTEMPTS = 3  # replaces on the etag before a writer that keeps losing the race gives up
+NESTED_SHARE = 0.5  # of the enrichment job's writes on an order or an outbox entry, the share inside a sub-object
+SUB_OBJECTS = ("payment", "shipment", "cancellation")
 _Key = tuple[str, str]
-_Fields = Callable[[int, random.Random], dict[str, Any]]  # (serial, rng) -> the fields one write sets
+_Fields = Callable[[int, random.Random, _Key], dict[str, Any]]  # (serial, rng, doc) -> the paths one write sets
 
 
 def start(world: World) -> None:
@@ -37,15 +44,43 @@ def start(world: World) -> None:
     world.sched.spawn("operator", Operator(world).run)
 
 
-def _enrichment(serial: int, rng: random.Random) -> dict[str, Any]:
+def _enrichment(serial: int, rng: random.Random, key: _Key) -> dict[str, Any]:
     fields: dict[str, Any] = {"enrichment": {"source": "enrichment-job", "revision": serial}}
     if rng.random() < 0.5:
         fields["riskScore"] = serial % 100
+    if rng.random() < NESTED_SHARE:
+        if key[0] == key[1]:  # the order, or the pending order standing in for it
+            fields[f"{rng.choice(SUB_OBJECTS)}/review"] = {"by": "enrichment-job", "revision": serial}
+        elif key[1].startswith("outbox."):
+            fields["payload/channel"] = f"web-{serial}"
     return fields
 
 
-def _operator_note(serial: int, rng: random.Random) -> dict[str, Any]:
+def _operator_note(serial: int, rng: random.Random, key: _Key) -> dict[str, Any]:
     return {"opsNote": f"checked by operations, #{serial}"}
+
+
+def with_paths(document: Document, fields: dict[str, Any]) -> Document:
+    """The document with each path in ``fields`` set, the objects on the way made where they are missing."""
+    result = dict(document)
+    for path, value in fields.items():
+        *parents, last = path.split("/")
+        target = result
+        for name in parents:
+            child = target.get(name)
+            target[name] = target = dict(child) if isinstance(child, dict) else {}
+        target[last] = value
+    return result
+
+
+def at_path(document: Document, path: str) -> tuple[bool, Any]:
+    """Whether the path is in the document, and its value there."""
+    node: Any = document
+    for name in path.split("/"):
+        if not isinstance(node, dict) or name not in node:
+            return False, None
+        node = node[name]
+    return True, node
 
 
 class ForeignWriter:
@@ -59,7 +94,7 @@ class ForeignWriter:
     def touch(self, key: _Key) -> None:
         """Write this writer's fields on one document, if it still exists."""
         rng = self.world.sched.rng
-        changes = self._fields(next(self._serials), rng)
+        changes = self._fields(next(self._serials), rng, key)
         if rng.random() < PATCH_SHARE:
             self._patch(key, changes)
         else:
@@ -72,6 +107,9 @@ class ForeignWriter:
         try:
             [written] = drive(self.world.store.execute_batch(partition_key, [operation]))
         except BatchFailed as exc:
+            if exc.error.status == 400 and any("/" in path for path in changes):
+                self._replace(key, changes)  # an object on a path is not there yet: add it with the document as read
+                return
             if not isinstance(exc.error, NotFound):
                 raise
             self._gone(key)
@@ -90,7 +128,7 @@ class ForeignWriter:
                 return
             # Every field as read, the store's own (_etag, _ts, ...) left to it, and ours set.
             kept = {name: value for name, value in document.items() if not name.startswith("_")}
-            operation = Replace({**kept, **changes}, document["_etag"])
+            operation = Replace(with_paths(kept, changes), document["_etag"])
             world.sched.pause()
             try:
                 [written] = drive(world.store.execute_batch(partition_key, [operation]))

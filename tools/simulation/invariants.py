@@ -22,9 +22,12 @@ from shared.domain.documents import (
     PendingOrder,
     SideEffectRecord,
 )
+from shared.domain.lifecycle import KINDS
 from shared.ports.store import Document
 from simulation.broker import State
+from simulation.foreign import at_path
 from simulation.proxies import RECORD_KINDS
+from simulation.workload import EventPlan
 from simulation.world import World
 
 
@@ -121,6 +124,7 @@ def delivered(world: World, destination: str) -> dict[str, list[str]]:
 def events_once_in_order(world: World, documents: list[Document]) -> Iterable[Violation]:
     """Every valid event applied exactly once, in version order, to the state the state machine gives."""
     orders = {d["id"]: d for d in documents if OrderDocument.is_kind(d)}
+    records = {d["eventId"]: d for d in documents if d.get("type") in RECORD_KINDS}
     recorded = Counter(d["eventId"] for d in documents if d.get("type") in RECORD_KINDS)
     history = world.history
     for plan in world.workload.orders:
@@ -131,6 +135,7 @@ def events_once_in_order(world: World, documents: list[Document]) -> Iterable[Vi
                 copies = f" and its {len(event.aliases)} rebuilt copies were" if event.aliases else " was"
                 yield Violation("events", f"event {event.event_id} (v{event.sequence} of {plan.order_id}){copies}"
                                           f" recorded {created} times")
+            yield from _newer_kept(event, [records[i] for i in ids if i in records], orders.get(plan.order_id))
         applied = history.applied[plan.order_id]
         if applied != sorted(applied):
             yield Violation("events", f"order {plan.order_id}: events applied in the order {applied}")
@@ -141,6 +146,19 @@ def events_once_in_order(world: World, documents: list[Document]) -> Iterable[Vi
         if order is not None and (order["version"], order["status"]) != (plan.final_version, plan.final_status):
             yield Violation("events", f"order {plan.order_id} ends at version {order['version']} {order['status']};"
                                       f" its events lead to {plan.final_version} {plan.final_status}")
+
+
+def _newer_kept(event: EventPlan, records: list[Document], order: Document | None) -> Iterable[Violation]:
+    """The fields a newer producer added to an event's data are on its record and on its order's sub-object."""
+    if not event.newer:
+        return
+    sub_object = KINDS[event.type].record_type
+    for where, document in [*(("its record", r) for r in records),
+                            *((f"its order's {sub_object}", order.get(sub_object)) for _ in [0] if order)]:
+        for name, value in event.newer:
+            if not isinstance(document, dict) or document.get(name) != value:
+                yield Violation("newer-fields", f"event {event.event_id} (v{event.sequence}): {where} lacks the"
+                                                f" newer producer's {name} {value!r}")
 
 
 def settled_as_expected(world: World, documents: list[Document]) -> Iterable[Violation]:
@@ -212,12 +230,13 @@ def foreign_fields_kept(world: World, documents: list[Document]) -> Iterable[Vio
             continue
         kind = document.get("type", "?")
         for name, value in sorted(fields.items()):
-            if name not in document:
+            there, found = at_path(document, name)
+            if not there:
                 yield Violation("foreign-fields", f"{kind} {key[1]} of {key[0]}: field {name} was dropped"
                                                   f" (a foreign writer last wrote {value!r})")
-            elif document[name] != value:
+            elif found != value:
                 yield Violation("foreign-fields", f"{kind} {key[1]} of {key[0]}: field {name} holds"
-                                                  f" {document[name]!r}, not {value!r}, which a foreign writer"
+                                                  f" {found!r}, not {value!r}, which a foreign writer"
                                                   " wrote last")
 
 

@@ -40,6 +40,7 @@ STORM_RATE = 0.25  # the share of runs with a storm order
 STORM_COPIES = (10, 120)  # copies of each event rebuilt under new ids
 STORM_OUT_OF_TURN = (10, 80)  # events past the order's last version
 SOLD_OUT_RATE = 0.15  # orders holding a sku the fulfilment fake is out of stock of
+NEWER_PRODUCER_RATE = 0.3  # events sent by a newer producer, with fields in their data this version does not model
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,14 @@ class Send:
 @dataclass(frozen=True)
 class EventPlan:
     """A valid lifecycle event of an order; ``aliases``, the ids of its copies rebuilt under new ids, of which
-    (with its own) exactly one applies."""
+    (with its own) exactly one applies; ``newer``, the fields a newer producer added to its ``data``, which its
+    record and its order's sub-object must keep."""
 
     event_id: str
     sequence: int
     type: str
     aliases: tuple[str, ...] = ()
+    newer: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,8 +171,8 @@ class _Builder:
                                    expect=MISMATCH)
             script.append(Send(sent + self.window + rng.uniform(1.0, 300.0), altered, after=original.tag))
         self.scripts.append(tuple(sorted(script, key=lambda s: s.at)))
-        events = generate.order_events(rng, body) if storm or rng.random() < 0.8 else []
-        plans = [EventPlan(e["id"], e["data"]["sequence"], e["type"]) for e in events]
+        events = [newer(rng, e) for e in generate.order_events(rng, body)] if storm or rng.random() < 0.8 else []
+        plans = [EventPlan(e["id"], e["data"]["sequence"], e["type"], newer=tuple(_newer_fields(e))) for e in events]
         if events:
             self.events(order_id, sent, events, storm=storm)
         if storm:
@@ -247,6 +250,19 @@ class _Builder:
             message = self.message(events, kind, f"{event['id']}-other", msgspec.json.encode(event),
                                    session_id=owner["orderId"], expect=INVALID)
         self.scripts.append((Send(rng.uniform(0.0, 600.0), message),))
+
+
+def newer(rng: random.Random, event: dict[str, Any]) -> dict[str, Any]:
+    """The event as a newer producer sends it, now and then: fields in its ``data`` this version does not model
+    (a value and an object), which it must store as written, never drop."""
+    if rng.random() >= NEWER_PRODUCER_RATE:
+        return event
+    extra = {"channel": rng.choice(("web", "app", "store")), "trace": {"producer": "v2", "hop": rng.randint(1, 9)}}
+    return {**event, "data": {**event["data"], **extra}}
+
+
+def _newer_fields(event: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(k, v) for k, v in event["data"].items() if k in ("channel", "trace")]
 
 
 def large(rng: random.Random, body: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,10 @@
  *      sends none without max_item_count) and at most 4 MB of them in any page (-1: as many as fit),
  *      the rest through x-ms-continuation. And it ignores `Prefer: return=minimal` (the SDK's
  *      no_response=True), answering with the whole document instead of an empty body;
+ *      A set or add at a path whose parent object is missing (`/payment/review` on a document without
+ *      `payment`) it carried out at the wrong place, the root (its path walk takes the missing parent for the
+ *      last segment), where Cosmos answers 400 "Add Operation can only create a child object of an existing
+ *      node" and writes nothing;
  *   8. the change feed is a stub: with `A-IM: Incremental feed` the first read returns every document
  *      and any read with a continuation answers 304, so a reader never sees a later change;
  *   9. a request costs what the whole container does, where Cosmos's indexes make it cost what it
@@ -493,6 +497,20 @@ function conditionQuery(condition) {
   return `SELECT * FROM c WHERE ${text}`;
 }
 
+// 7. The first set or add whose parent object is not in the document, by its path; or none.
+function missingParent(doc, operations) {
+  for (const op of operations) {
+    if (!["set", "add"].includes(op.op) || typeof op.path !== "string") continue;
+    const segments = op.path.split("/").slice(1, -1);
+    let node = doc;
+    for (const segment of segments) {
+      node = node !== null && typeof node === "object" ? node[segment] : undefined;
+      if (node === null || typeof node !== "object") return op.path;
+    }
+  }
+  return null;
+}
+
 const basePatchOperation = patchOps.patchOperation;
 patchOps.patchOperation = function patchOperation(collection, input) {
   // 7. The package refuses more than 10 operations too, but only once the document has been found and
@@ -502,13 +520,21 @@ patchOps.patchOperation = function patchOperation(collection, input) {
     return errorResult(400, `The number of patch operations can't exceed ${MAX_PATCH_OPERATIONS}; ` +
       `the request has ${input.operations.length}.`);
   }
-  if (!input.condition) return basePatchOperation(collection, input);
+  const nested = Array.isArray(input.operations) &&
+    input.operations.some(op => typeof op.path === "string" && op.path.split("/").length > 2);
+  if (!input.condition && !nested) return basePatchOperation(collection, input);
   const partition = partitionHeader.parsePartitionKey(input.partitionKey, input.id);
   const doc = collection.document(input.id, partition).read();
   if (!doc) return errorResult(404, NOT_FOUND_MESSAGE);
   if (input.ifMatch && input.ifMatch !== doc._etag) {
     return errorResult(412, "Operation cannot be performed because one of the specified precondition is not met.");
   }
+  const orphan = nested && missingParent(doc, input.operations);
+  if (orphan) {
+    return errorResult(400, `Add Operation can only create a child object of an existing node (array or object) ` +
+      `and can't create path recursively: ${orphan}`);
+  }
+  if (!input.condition) return basePatchOperation(collection, input);
   let matches;
   try {
     const { documents } = collection;
