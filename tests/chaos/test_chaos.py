@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,7 +128,7 @@ def test_the_upgrade_check_finds_a_next_versions_field_lost_inside_a_payload_or_
     journal.write_text("outbox 10.0 ord-a\noutbox 11.0 ord-b\nparked 12.0 ord-a e-1\nparked 13.0 ord-b e-2\n"
                        "parked 14.0 ord-b e-3\n")
     lane1, lane2 = versions.handling("e-1"), versions.handling("e-2")
-    documents = [
+    documents: list[dict[str, Any]] = [
         {"id": "ord-a", "type": "order", "payment": {"amount": "5", versions.DATA_FIELD: lane1}},
         {"id": "ord-b", "type": "order", "shipment": {"carrier": "DHL"}},  # e-2's handling dropped from the order
         {"id": "r-1", "type": "payment", "eventId": "e-1", versions.DATA_FIELD: lane1},

@@ -288,7 +288,7 @@ def test_an_order_taking_a_pending_orders_place_on_cosmos_keeps_its_newer_fields
 def test_a_newer_producers_fields_in_an_events_data_reach_its_record_and_order_on_every_path(
     app_on_cosmos: Harness, deliver_event: Deliverer, order_id: str
 ) -> None:
-    newer = {"channel": "web", "eta": {"from": "2026-12-04", "to": "2026-12-06"}}
+    newer: dict[str, Any] = {"channel": "web", "eta": {"from": "2026-12-04", "to": "2026-12-06"}}
     assert send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED, **newer))[0] == "complete"  # parked
     [parked] = docs_of(app_on_cosmos, order_id, "parked-event")
     assert {k: parked["event"]["data"][k] for k in newer} == newer  # kept as received
