@@ -289,6 +289,10 @@ class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
     response_status: int | None = None
     reference: str | None = None
     refusal: str | None = None  # the downstream's code for why it refused, when REJECTED
+    # True on a claim whose finish writes the order's outcome (this version's claims); then ``announced`` says the
+    # finish did. A claim an earlier version wrote announced OrderAccepted at its intake, and says neither.
+    announces: bool | None = None
+    announced: bool | None = None
     reason: str | None = None
     finished_at: float | None = None
 
@@ -423,9 +427,14 @@ class EventRecord(StoredDocument, kw_only=True):
     @staticmethod
     def document(event: CloudEvent, written: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The record an event writes when it applies, as JSON: its own fields, and the fields of ``data`` as its
-        producer wrote it (``written``) that this version does not model, as written."""
+        producer wrote it (``written``) that this version does not model, as written. Beside the record's own,
+        except those whose names the record or the store already give a meaning to (``id``, ``ttl``, ``_ts``, a
+        field of the record...): those go inside a ``data`` object, so that none changes the record."""
         record = EventRecord.of(event).to_document()
-        return {**event.data.kept(written), **record}
+        extra = {k: v for k, v in event.data.kept(written).items() if k not in record or record[k] != v}
+        clashing = {k: v for k, v in extra.items() if k in record or k in _RESERVED or k.startswith("_")}
+        kept = {k: v for k, v in extra.items() if k not in clashing}
+        return {**kept, **record, **({"data": clashing} if clashing else {})}
 
     @staticmethod
     def of(event: CloudEvent) -> EventRecord:
@@ -461,6 +470,11 @@ class CancellationRecord(EventRecord, kw_only=True, tag="cancellation"):
 
     reason: str
 
+
+
+# Names the store or the record's kind give a meaning to, which a producer's field must not take on a record.
+_RESERVED = frozenset({"id", "type", "orderId", "schemaVersion", "ttl", "data", "eventId", "eventSource", "eventTime",
+                       "sequence"})
 
 
 def unreadable(document: Mapping[str, Any], rule: str) -> UnreadableDocument:

@@ -72,6 +72,12 @@ def outbox_message_id(consumer: str, order_id: str) -> str:
     return effect_key(consumer, ORDER_ACCEPTED, order_id)
 
 
+def rejected_correction_id(consumer: str, order_id: str) -> str:
+    """The id of the OrderRejected entry of an order the version before announced accepted at its intake, before
+    the service refused its reservation: a correction beside that entry, under an id of its own."""
+    return derive_id("outbox", consumer, ORDER_REJECTED, order_id, label=ORDER_REJECTED)
+
+
 def rejected_message_id(consumer: str, order_id: str) -> str:
     """The MessageId OrderRejected is sent with, so that every resend is a duplicate downstream."""
     return effect_key(consumer, ORDER_REJECTED, order_id)

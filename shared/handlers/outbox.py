@@ -1,8 +1,9 @@
-"""The transactional outbox's publisher: OrderAccepted is written with the order and published afterwards.
+"""The transactional outbox's publisher: the order's outcome is written with its reservation's finish and published
+afterwards.
 
-The outbox entry (``OutboxEntry``) is created in the same transactional batch as the order, in its
-partition, so the order never exists without its message nor the message without its order. The
-publisher sends pending entries (from the change feed, and from the sweep for anything the feed
+The outbox entry (``OutboxEntry``: OrderAccepted, or OrderRejected) is created in the same transactional batch as
+the finish of the order's reservation record, in its partition, so the outcome never exists without what it
+announces, nor a finished reservation without its outcome. The publisher sends pending entries (from the change feed, and from the sweep for anything the feed
 missed), one send per hundred entries of a destination, and then marks them dispatched with a ttl: a
 patch of those three fields on the entry's etag as read, so the fields this version does not model are
 kept. A crash between send and mark resends the same MessageId, which the destination's duplicate

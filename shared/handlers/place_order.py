@@ -22,6 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+import msgspec
+
+from shared.domain import identity
 from shared.domain.aggregate import Order
 from shared.domain.documents import EffectStatus, OrderDocument, OrderRejected, OutboxEntry, SideEffectRecord
 from shared.domain.messages import InboundMessage
@@ -38,7 +41,7 @@ from shared.errors import (
 from shared.handlers.side_effects import SideEffect
 from shared.handlers.writes import OrderIntake, Releases, read_known, waiting
 from shared.ports.fulfilment import FulfilmentService, reservation_request
-from shared.ports.store import MAX_RACES, BatchOperation, Create, DocumentStore, Patch
+from shared.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, DocumentStore, Patch
 from shared.settings import Settings
 
 RESERVE_STOCK = "reserve-stock"
@@ -141,10 +144,14 @@ async def _write(
 def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderServices,
              finished: SideEffectRecord) -> list[BatchOperation]:
     """What the reservation's finish writes beside it: OrderAccepted in the outbox when it completed; OrderRejected,
-    and the rejection on the order, when the service refused it."""
+    and the rejection on the order, when the service refused it. A claim the version before wrote announced
+    OrderAccepted at its intake: its completion writes nothing more, and its refusal writes OrderRejected as a
+    correction, under an id of its own."""
     settings, now = services.settings, services.clock()
     session = settings.outbox_requires_session
     if finished.status is EffectStatus.COMPLETED:
+        if not finished.announces:
+            return []
         return [Create(OutboxEntry.order_accepted(order, message, consumer=settings.consumer_name, now=now,
                                                   destination=settings.outbox_destination,
                                                   requires_session=session).to_document())]
@@ -153,10 +160,13 @@ def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderService
                                  datetime.fromtimestamp(finished.finished_at or now, UTC)))
     rejection = {"refusal": rejected.refusal, "reason": rejected.reason, "responseStatus": finished.response_status,
                  "rejectedAt": rejected.rejected_at}
-    return [Create(OutboxEntry.order_rejected(order, message, rejected, consumer=settings.consumer_name, now=now,
-                                              destination=settings.outbox_rejected_destination,
-                                              requires_session=session).to_document()),
-            Patch(order.order_id, {"rejection": rejection})]
+    entry = OutboxEntry.order_rejected(order, message, rejected, consumer=settings.consumer_name, now=now,
+                                       destination=settings.outbox_rejected_destination, requires_session=session)
+    if not finished.announces:
+        entry = msgspec.structs.replace(entry, id=identity.rejected_correction_id(settings.consumer_name,
+                                                                                  order.order_id))
+    # Set whole where none stands; where another writer put one there, merged into it (SideEffect.patch).
+    return [Create(entry.to_document()), Patch(order.order_id, {"rejection": rejection}, {"rejection": ABSENT})]
 
 
 def _unreadable(order_id: str, exc: UnreadableDocument, hash_: str) -> Result:

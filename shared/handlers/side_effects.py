@@ -95,8 +95,8 @@ class SideEffect:
             id=identity.side_effect_id(self.consumer, self.name, order_id), order_id=order_id,
             consumer=self.consumer, effect=self.name, idempotency_key=identity.effect_key(self.consumer, self.name,
                                                                                          order_id),
-            status=EffectStatus.IN_PROGRESS, attempt=1, lease_until=self._lease_until(message.lock_deadline),
-            message_sequence=message.sequence_number, request_hash=request_hash,
+            status=EffectStatus.IN_PROGRESS, attempt=1, lease_until=self.lease_until(message.lock_deadline),
+            message_sequence=message.sequence_number, request_hash=request_hash, announces=True,
         )
 
     async def find(self, record: SideEffectRecord) -> SideEffectRecord | None:
@@ -115,16 +115,77 @@ class SideEffect:
 
         ``found`` is the record as the caller just read it (a copy's one read after its conflict):
         finished, it is the verdict; in progress, the takeover rules start from it without reading again.
-        The result is ``done`` when the effect happened, now or before; REJECTED when it was refused.
+        The result is ``done`` when the effect happened, now or before; REJECTED when it was refused. A record
+        that ``announces`` its outcome but was finished without (by a version that did not) is announced now.
         """
-        result = await self._run(claim, message, call, done=done, claimed=claimed, found=found, announce=announce)
+        step = _Run(self, message, done, announce)
+        result = await step.run(claim, call, claimed=claimed, found=found)
         if result.outcome is done:
             return Result(done, result.description, claim.request_hash)
         return Result(result.outcome, f"order {claim.order_id}: {result.description}", claim.request_hash)
 
-    async def _run(self, claim: SideEffectRecord, message: InboundMessage, call: Callable[[str], Awaitable[Reply]],
-                   *, done: Outcome, claimed: bool, found: SideEffectRecord | None, announce: Announce) -> Result:
-        record = claim if claimed else await self._claim(claim, message, found, done)
+    async def patch(self, current: SideEffectRecord, *, announce: Announce = lambda _: (),
+                    **changes: Any) -> SideEffectRecord | None:
+        """Set ``changes`` on the record if it is still as read (its etag), with what ``announce`` writes for the
+        record so changed, in one batch: the record as it stands then. None if it changed or vanished meanwhile
+        (another delivery's write). A create of ``announce`` whose id is taken was written before (by a version
+        that wrote it earlier): the batch goes again without it. A patch of ``announce`` whose condition no longer
+        holds (an object it sets whole where none stood, now there) is merged into its document as read, on its
+        etag. Any other failure is raised."""
+        if current.etag is None:
+            raise StoreError(f"{self.name} record {current.id} was not read from the store; no etag to write on")
+        changed, fields = current.with_changes(**changes)
+        extra = list(announce(changed))
+        for _ in range(len(extra) + MAX_RACES):
+            try:
+                [written, *_] = await self.store.execute_batch(
+                    current.order_id, [Patch(current.id, fields, if_match=current.etag, etag_only=not extra), *extra])
+            except BatchFailed as exc:
+                if exc.index == 0 and isinstance(exc.error, PreconditionFailed | NotFound):
+                    return None
+                failed = extra[exc.index - 1] if exc.index > 0 else None
+                if isinstance(failed, Create) and isinstance(exc.error, AlreadyExists):
+                    del extra[exc.index - 1]
+                    continue
+                if isinstance(failed, Patch) and isinstance(exc.error, PreconditionFailed):
+                    extra[exc.index - 1] = await self._merged(current.order_id, failed)
+                    continue
+                error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
+                raise error(f"{self.name} record {current.id}: {exc.error}", status=exc.error.status) from exc
+            # The patch set these fields on the record as read (the etag held), so this is the record now.
+            return msgspec.structs.replace(changed, etag=written["_etag"])
+        raise TransientStoreError(f"{self.name} record {current.id}: the finish's batch kept failing")
+
+    async def _merged(self, partition_key: str, patch: Patch) -> Patch:
+        """``patch`` as a merge into its document as read, on its etag: an object it sets is merged into the one
+        that stands there, so that what another writer put in it is kept."""
+        stored = await self.store.read(patch.doc_id, partition_key)
+        fields = {name: {**stored[name], **value} if isinstance(value, dict) and isinstance(stored.get(name), dict)
+                  else value for name, value in patch.set_fields.items()}
+        return Patch(patch.doc_id, fields, if_match=stored["_etag"])
+
+    def lease_until(self, locked_until: datetime | None) -> float:
+        """The lease a claim or takeover gets: the lock as the host keeps it, at most ``lease_seconds``."""
+        cap = self.clock() + self.lease_seconds
+        return min(cap, locked_until.timestamp()) if locked_until else cap
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One delivery's run of an effect: its message, what counts as done, and what announces the outcome."""
+
+    effect: SideEffect
+    message: InboundMessage
+    done: Outcome
+    announce: Announce
+
+    @property
+    def name(self) -> str:
+        return self.effect.name
+
+    async def run(self, claim: SideEffectRecord, call: Callable[[str], Awaitable[Reply]], *, claimed: bool,
+                  found: SideEffectRecord | None) -> Result:
+        record = claim if claimed else await self._claim(claim, found)
         if isinstance(record, Result):
             return record
         try:
@@ -136,104 +197,94 @@ class SideEffect:
             await self._release(record)
             return Result(Outcome.TRANSIENT, f"{self.name}: HTTP {reply.status}")
         if 200 <= reply.status < 300 or reply.refusal is not None:
-            return await self._finish(record, reply, message, done=done, announce=announce)
+            return await self._finish(record, reply)
         # The call itself is wrong, not the effect: nothing is recorded as its outcome, and the claim is left for
         # the delivery an operator resubmits once the cause is put right.
         reason = _reason(reply)
-        await self._release(record, response_status=reply.status, reason=reason)
+        if await self._release(record, response_status=reply.status, reason=reason) is None:
+            settled = await self._read(record)  # another delivery wrote the record meanwhile: it may have finished
+            if isinstance(settled, Result):
+                return settled
         return Result(Outcome.DOWNSTREAM_REJECTED, f"{self.name}: HTTP {reply.status}"
                                                    + (f", reason: {reason}" if reason else "")
                                                    + "; the call was refused, not the effect: put the cause right and"
                                                      " resubmit, which calls again under the same key")
 
-    async def _claim(self, record: SideEffectRecord, message: InboundMessage, found: SideEffectRecord | None,
-                     done: Outcome) -> SideEffectRecord | Result:
+    async def _claim(self, record: SideEffectRecord, found: SideEffectRecord | None) -> SideEffectRecord | Result:
+        effect, message = self.effect, self.message
         if found is None:
             try:
-                return SideEffectRecord.from_document(await self.store.create(record.to_document()))
+                return SideEffectRecord.from_document(await effect.store.create(record.to_document()))
             except AlreadyExists:
                 pass
         for _ in range(MAX_RACES):
-            current = _verdict(found, done) if found is not None else await self._read(record, done)
+            current = await (self._settled(found) if found is not None else self._read(record))
             found = None
             if isinstance(current, Result):
                 return current
-            if current.lease_until > self.clock() and not _same_message(current, message):
+            if current.lease_until > effect.clock() and not _same_message(current, message):
                 return Result(Outcome.IN_PROGRESS, f"{self.name}: claimed by message {current.message_sequence},"
                                                    f" attempt {current.attempt}, whose redeliveries finish it")
-            if (deadline := message.lock_deadline) is not None and deadline.timestamp() <= self.clock():
+            if (deadline := message.lock_deadline) is not None and deadline.timestamp() <= effect.clock():
                 # Our lock has run out, renewals included: the message is someone else's now, and so is the claim.
                 return Result(Outcome.TRANSIENT, f"{self.name}: this delivery's lock ran out")
-            taken = await self._patch(current, status=EffectStatus.IN_PROGRESS, attempt=current.attempt + 1,
-                                      message_sequence=message.sequence_number,
-                                      lease_until=self._lease_until(message.lock_deadline))
+            taken = await effect.patch(current, status=EffectStatus.IN_PROGRESS, attempt=current.attempt + 1,
+                                       message_sequence=message.sequence_number,
+                                       lease_until=effect.lease_until(message.lock_deadline))
             if taken is not None:
                 return taken
         return Result(Outcome.TRANSIENT, f"{self.name}: the claim kept changing under us")
 
-    async def _finish(self, record: SideEffectRecord, reply: Reply, message: InboundMessage, *, done: Outcome,
-                      announce: Announce) -> Result:
+    async def _finish(self, record: SideEffectRecord, reply: Reply) -> Result:
         """Record the call's answer (a 2xx completed it, a refusal rejected it), with what ``announce`` writes for
         it, in one batch. If the record changed while we called, read it again: finished by someone else, it
         stands; taken over by another delivery of our own message (one whose lock ran out, say), we finish it
         ourselves, since we hold the answer; taken by another message, that message's deliveries finish it."""
         status = EffectStatus.COMPLETED if 200 <= reply.status < 300 else EffectStatus.REJECTED
         for _ in range(MAX_RACES):
-            finished = await self._patch(record, announce=announce, status=status, response_status=reply.status,
-                                         reference=reply.reference, refusal=reply.refusal, reason=_reason(reply),
-                                         finished_at=self.clock())
+            finished = await self.effect.patch(
+                record, announce=self.announce, status=status, response_status=reply.status,
+                reference=reply.reference, refusal=reply.refusal, reason=_reason(reply),
+                finished_at=self.effect.clock(), **({"announced": True} if record.announces else {}))
             if finished is not None:
-                return Result(done if status is EffectStatus.COMPLETED else Outcome.REJECTED, summary(finished))
-            current = await self._read(record, done)
+                return Result(self.done if status is EffectStatus.COMPLETED else Outcome.REJECTED, summary(finished))
+            current = await self._read(record)
             if isinstance(current, Result):
                 return current
-            if not _same_message(current, message):
+            if not _same_message(current, self.message):
                 return Result(Outcome.IN_PROGRESS, f"{self.name}: message {current.message_sequence} took the"
                                                    " claim over after our lease; it finishes the record")
             record = current
         return Result(Outcome.TRANSIENT, f"{self.name}: the record kept changing under us")
 
-    async def _read(self, record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Result:
+    async def _read(self, record: SideEffectRecord) -> SideEffectRecord | Result:
         """The stored record if still in progress; its verdict if finished; TRANSIENT if gone."""
-        current = await self.find(record)
+        current = await self.effect.find(record)
         if current is None:  # removed under us: the redelivery claims it anew
             return Result(Outcome.TRANSIENT, f"{self.name}: record removed under us")
-        return _verdict(current, done)
+        return await self._settled(current)
 
-    async def _release(self, record: SideEffectRecord, **diagnosis: Any) -> None:
+    async def _settled(self, record: SideEffectRecord) -> SideEffectRecord | Result:
+        """The verdict of a finished record, its outcome announced first if it ``announces`` it and the version that
+        finished it did not; the record itself while it is in progress (or ``failed``: read as a claim whose lease
+        has ended)."""
+        for _ in range(MAX_RACES):
+            if record.status not in (EffectStatus.COMPLETED, EffectStatus.REJECTED) or not record.announces \
+                    or record.announced:
+                return _verdict(record, self.done)
+            if await self.effect.patch(record, announce=self.announce, announced=True) is not None:
+                return _verdict(record, self.done)
+            current = await self.effect.find(record)
+            if current is None:
+                return Result(Outcome.TRANSIENT, f"{self.name}: record removed under us")
+            record = current
+        return Result(Outcome.TRANSIENT, f"{self.name}: the record kept changing under us")
+
+    async def _release(self, record: SideEffectRecord, **diagnosis: Any) -> SideEffectRecord | None:
         """End the lease early after a failed call, so that the redelivery may take over at once; with the
-        answer that ended it (``response_status``, ``reason``) kept on the record for operators."""
-        await self._patch(record, lease_until=self.clock(), **diagnosis)
-
-    async def _patch(self, current: SideEffectRecord, *, announce: Announce = lambda _: (),
-                     **changes: Any) -> SideEffectRecord | None:
-        """Set ``changes`` on the record if it is still as read (its etag), with what ``announce`` writes for the
-        record so changed, in one batch: the record as it stands then. None if it changed or vanished meanwhile
-        (another delivery's write). A create of ``announce`` whose id is taken was written before (by a version
-        that wrote it earlier): the batch goes again without it. Any other failure is raised."""
-        if current.etag is None:
-            raise StoreError(f"{self.name} record {current.id} was not read from the store; no etag to write on")
-        changed, fields = current.with_changes(**changes)
-        extra = list(announce(changed))
-        for _ in range(len(extra) + 1):
-            try:
-                [written, *_] = await self.store.execute_batch(
-                    current.order_id, [Patch(current.id, fields, if_match=current.etag, etag_only=not extra), *extra])
-            except BatchFailed as exc:
-                if exc.index == 0 and isinstance(exc.error, PreconditionFailed | NotFound):
-                    return None
-                if exc.index > 0 and isinstance(exc.error, AlreadyExists) and isinstance(extra[exc.index - 1], Create):
-                    del extra[exc.index - 1]
-                    continue
-                error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
-                raise error(f"{self.name} record {current.id}: {exc.error}", status=exc.error.status) from exc
-            # The patch set these fields on the record as read (the etag held), so this is the record now.
-            return msgspec.structs.replace(changed, etag=written["_etag"])
-        raise StoreError(f"{self.name} record {current.id}: the finish's batch kept failing")
-
-    def _lease_until(self, locked_until: datetime | None) -> float:
-        cap = self.clock() + self.lease_seconds
-        return min(cap, locked_until.timestamp()) if locked_until else cap
+        answer that ended it (``response_status``, ``reason``) kept on the record for operators. None when the
+        record changed meanwhile."""
+        return await self.effect.patch(record, lease_until=self.effect.clock(), **diagnosis)
 
 
 def _verdict(record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Result:

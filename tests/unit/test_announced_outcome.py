@@ -151,16 +151,74 @@ def test_a_record_an_earlier_version_marked_failed_is_taken_over_by_the_resubmis
     assert len(of_type(store, "outbox")) == 1
 
 
-def test_an_outcome_an_earlier_version_wrote_at_intake_is_kept_and_the_finish_written_without_it() -> None:
-    # The version before wrote OrderAccepted in the intake batch. This version, finishing that order's reservation,
-    # finds the entry's id taken: the entry stands (it may be sent already) and the record is finished alone.
+def as_the_version_before(store: InMemoryStore, order_id: str, *, entry: bool = True) -> None:
+    """The order's claim as the version before wrote it (no ``announces``), with the OrderAccepted entry that
+    version wrote in its intake batch."""
+    [record] = [d for d in of_type(store, "side-effect") if d["orderId"] == order_id]
+    put(store, {k: v for k, v in record.items() if k not in ("announces", "announced")})
+    if entry:
+        put(store, {"id": identity.outbox_id("order-intake", order_id), "orderId": order_id, "type": "outbox",
+                    "status": "dispatched", "subject": "OrderAccepted", "written": "by the version before"})
+
+
+def test_a_claim_the_version_before_wrote_completes_without_a_second_order_accepted() -> None:
     store, fulfilment = InMemoryStore(), Scripted(Reply(503))
     place(store, fulfilment, order_body("ord-1"))
-    earlier = {"id": identity.outbox_id("order-intake", "ord-1"), "orderId": "ord-1", "type": "outbox",
-               "status": "dispatched", "subject": "OrderAccepted", "written": "by the version before"}
-    put(store, earlier)
+    as_the_version_before(store, "ord-1")
     assert place(store, fulfilment, order_body("ord-1")).outcome is Outcome.DUPLICATE
     [entry] = of_type(store, "outbox")
     assert entry["written"] == "by the version before"
     assert of_type(store, "side-effect")[0]["status"] == "completed"
 
+
+def test_a_claim_the_version_before_wrote_and_the_service_refuses_is_corrected_by_order_rejected() -> None:
+    # The version before announced OrderAccepted at intake, before the call; the refusal is announced beside it.
+    store, fulfilment = InMemoryStore(), Scripted(Reply(503))
+    place(store, fulfilment, order_body("ord-1", items=SOLD_OUT))
+    as_the_version_before(store, "ord-1")
+    assert place(store, fulfilment, order_body("ord-1", items=SOLD_OUT)).outcome is Outcome.REJECTED
+    entries = {e["subject"]: e for e in of_type(store, "outbox")}
+    assert entries["OrderAccepted"]["written"] == "by the version before"
+    assert entries["OrderRejected"]["id"] == identity.rejected_correction_id("order-intake", "ord-1")
+    assert entries["OrderRejected"]["messageId"] == identity.rejected_message_id("order-intake", "ord-1")
+
+
+def test_a_claim_this_version_wrote_that_the_version_before_finished_is_announced_by_the_next_delivery() -> None:
+    # The version before finishes a claim by patching the record alone: no outcome. The next delivery that reads
+    # the record (a copy, a resubmission) finds it announces its outcome and was not announced, and writes it.
+    store, fulfilment = InMemoryStore(), Scripted(Reply(503))
+    place(store, fulfilment, order_body("ord-1"))
+    [record] = of_type(store, "side-effect")
+    put(store, {**record, "status": "completed", "responseStatus": 201, "reference": "res-1"})
+    assert of_type(store, "outbox") == []
+    assert place(store, fulfilment, order_body("ord-1"), sequence=2).outcome is Outcome.DUPLICATE
+    [entry] = of_type(store, "outbox")
+    assert entry["subject"] == "OrderAccepted" and of_type(store, "side-effect")[0]["announced"] is True
+    assert len(fulfilment.calls) == 1  # not called again: the reservation stands
+    assert place(store, fulfilment, order_body("ord-1"), sequence=3).outcome is Outcome.DUPLICATE
+    assert len(of_type(store, "outbox")) == 1
+
+
+def test_a_rejection_another_writer_put_on_the_order_first_is_merged_not_replaced() -> None:
+    store, fulfilment = InMemoryStore(), Scripted(Reply(503))
+    place(store, fulfilment, order_body("ord-1", items=SOLD_OUT))
+    [order] = of_type(store, "order")
+    put(store, {**order, "rejection": {"notifiedBy": "crm"}})
+    assert place(store, fulfilment, order_body("ord-1", items=SOLD_OUT)).outcome is Outcome.REJECTED
+    [order] = of_type(store, "order")
+    assert order["rejection"]["notifiedBy"] == "crm" and order["rejection"]["refusal"] == "out-of-stock"
+
+
+def test_a_refused_call_whose_record_another_delivery_finished_meanwhile_takes_that_verdict() -> None:
+    store = InMemoryStore()
+
+    class FinishedUnderTheCall(InMemoryFulfilment):
+        async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+            # Another delivery of the order finishes the record while this call runs, which is then refused.
+            [record] = of_type(store, "side-effect")
+            await store.execute_batch("ord-1", [Replace({**record, "status": "completed", "announced": True,
+                                                          "responseStatus": 201}, record["_etag"])])
+            return Reply(404, {"reason": "no such route"})
+
+    result = place(store, FinishedUnderTheCall(), order_body("ord-1"))
+    assert result.outcome is Outcome.CREATED  # the effect happened: completed, not dead-lettered DownstreamRejected

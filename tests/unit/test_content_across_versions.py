@@ -172,3 +172,15 @@ def test_a_release_lowers_the_parked_count_by_what_it_releases_and_keeps_what_a_
     run(store.create({"id": "hold-1", "orderId": "ord-1", "type": "parked-return", "schemaVersion": 2}))
     assert event(app, 2).outcome is Outcome.APPLIED  # releases version 3, the one this version counted
     assert (order(store)["version"], order(store)["parked"]) == (3, 1)
+
+
+def test_a_newer_producers_field_named_as_the_record_or_store_uses_a_name_goes_inside_data_not_over_it(
+    app: bootstrap.App, store: InMemoryStore
+) -> None:
+    # A producer's ttl would make the record (which never expires) expire, or fail every write of its batch; its
+    # eventId would overwrite the record's. Such fields are kept inside the record's data object instead.
+    place(app)
+    assert event(app, 2, ttl=0, _ts=5, eventId="other", channel="web").outcome is Outcome.APPLIED
+    [record] = of_type(store, "payment")
+    assert record["channel"] == "web" and record["eventId"] == "e-2" and "ttl" not in record
+    assert record["data"] == {"ttl": 0, "_ts": 5, "eventId": "other"}
