@@ -1,13 +1,13 @@
 """The transactional outbox's publisher: the order's outcome is written with its reservation's finish and published
 afterwards.
 
-The outbox entry (``OutboxEntry``: OrderAccepted, or OrderRejected) is created in the same transactional batch as
-the finish of the order's reservation record, in its partition, so the outcome never exists without what it
-announces, nor a finished reservation without its outcome. The publisher sends pending entries (from the change feed, and from the sweep for anything the feed
-missed), one send per hundred entries of a destination, and then marks them dispatched with a ttl: a
-patch of those three fields on the entry's etag as read, so the fields this version does not model are
-kept. A crash between send and mark resends the same MessageId, which the destination's duplicate
-detection and its consumers' idempotency absorb.
+The outbox entry (``OutboxEntry``: OrderAccepted, or OrderRejected) is created in the same transactional
+batch as the finish of the order's reservation record, in its partition, so the outcome never exists without
+what it announces, nor a finished reservation without its outcome. The publisher sends pending entries (from
+the change feed, and from the sweep for anything the feed missed), one send per hundred entries of a
+destination, and then marks them dispatched with a ttl: a patch of those three fields on the entry's etag as
+read, so the fields this version does not model are kept. A crash between send and mark resends the same
+MessageId, which the destination's duplicate detection and its consumers' idempotency absorb.
 """
 
 from __future__ import annotations
