@@ -12,7 +12,7 @@ param serviceBusNamespaceName string
 param queueNames array
 param applicationInsightsName string
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' existing = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
   name: serviceBusNamespaceName
 }
 

@@ -29,28 +29,32 @@ var roles = {
 // Cosmos DB Built-in Data Contributor (a data-plane SQL role, not an Azure RBAC role).
 var cosmosDataContributor = '00000000-0000-0000-0000-000000000002'
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' existing = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
   name: serviceBusNamespaceName
 }
 
-resource receiveQueues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' existing = [for name in receiveQueueNames: {
+resource receiveQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for name in receiveQueueNames: {
   parent: namespace
   name: name
 }]
 
-resource sendQueues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' existing = [for name in sendQueueNames: {
+resource sendQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for name in sendQueueNames: {
   parent: namespace
   name: name
 }]
 
-// Receiver on the two input queues only.
+// Data Owner on the two input queues only. The trigger needs Data Receiver or Data Owner (the Service Bus bindings'
+// identity table); target-based scaling reads each queue's message count, which needs Manage rights, and Data
+// Owner is the data role that grants them: with Listen rights alone the scale controller falls back to incremental
+// scaling (functions-target-based-scaling, "Service Bus"; azure-functions-host#8892; Microsoft's Flex Consumption
+// Service Bus sample grants Data Owner). Scoped to each queue, never the namespace.
 resource receiverAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in receiveQueueNames: {
-  name: guid(receiveQueues[i].id, principalId, roles.serviceBusDataReceiver)
+  name: guid(receiveQueues[i].id, principalId, roles.serviceBusDataOwner)
   scope: receiveQueues[i]
   properties: {
     principalId: principalId
     principalType: 'ServicePrincipal'
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataOwner)
   }
 }]
 
@@ -114,7 +118,7 @@ resource telemetryAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01
   }
 }
 
-resource operatorQueues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' existing = [for name in operatorQueueNames: {
+resource operatorQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for name in operatorQueueNames: {
   parent: namespace
   name: name
 }]

@@ -145,11 +145,11 @@ def test_application_insights_uses_a_workspace_and_entra_ingestion(main: Scope) 
     assert monitoring["applicationInsights"]["config"]["properties"]["DisableLocalAuth"] is True
 
 
-def test_receiver_role_only_on_the_two_input_queues(main: Scope) -> None:
+def test_data_owner_only_on_the_two_input_queues_for_the_trigger_and_its_target_based_scaling(main: Scope) -> None:
     roles = main.module("roles")
     found = resources(roles)
     receiver = found["receiverAssignments"]
-    assert role_guid(roles, receiver) == [SERVICE_BUS_DATA_RECEIVER] * 2
+    assert role_guid(roles, receiver) == [SERVICE_BUS_DATA_OWNER] * 2
     scoped_queues = [found["receiveQueues"]["raw"]["name"] for _ in expand(roles, receiver)]
     assert scoped_queues == ["name", "name"]  # one per item of receiveQueueNames
     assert roles.params["receiveQueueNames"] == ["orders", "order-events"]
