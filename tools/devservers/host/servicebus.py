@@ -28,13 +28,14 @@ from typing import Any
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusReceivedMessage
 from azure.servicebus._pyamqp._encode import encode_annotations, encode_payload, encode_value
+from azure.servicebus._pyamqp.message import Header
 from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from devservers.host.locks import LockRenewal
 from devservers.host.process import Function
 from devservers.host.protos import protos
-from devservers.host.settlement import Deliveries, Delivery
+from devservers.host.settlement import RELEASE_REQUESTED, Deliveries, Delivery
 
 logger = logging.getLogger("devservers.host")
 RECEIVE_WAIT_SECONDS = 1.0
@@ -87,10 +88,13 @@ def binding_data(token: uuid.UUID, amqp: Any) -> Any:
     The tests' fake host (tests/support/fake_host.py) builds its messages through this too.
     """
     encoded = bytearray()
-    if amqp.header:
-        encode_payload(encoded, amqp._replace(delivery_annotations=None, message_annotations=None, properties=None,
-                                              application_properties=None, data=None, sequence=None, value=None,
-                                              footer=None))
+    # As the extension's bytes: the .NET message's header, whose delivery count is the wire's + 1 (AmqpMessageConverter:
+    # 1 on a first delivery, where the broker sends 0).
+    header = amqp.header or Header()
+    header = header._replace(delivery_count=(header.delivery_count or 0) + 1)
+    encode_payload(encoded, amqp._replace(header=header, delivery_annotations=None, message_annotations=None,
+                                          properties=None, application_properties=None, data=None, sequence=None,
+                                          value=None, footer=None))
     marker: dict[str | bytes, Any] = {b"x-opt-lock-token": {TYPE: AMQPTypes.uuid, VALUE: token}}
     encode_value(encoded, {TYPE: AMQPTypes.described, VALUE: ({TYPE: AMQPTypes.ulong, VALUE: 0x71},
                                                                 encode_annotations(marker))})
@@ -245,6 +249,8 @@ class ServiceBusListener:
                 if id(receiver) in self._released:
                     self._released.discard(id(receiver))
                     break
+                if getattr(receiver, RELEASE_REQUESTED, False):
+                    break  # the function released the session (ReleaseSession): no new receive for it
         return handled, time.monotonic() - idle_since
 
     def _handle(self, receiver: Any, message: ServiceBusReceivedMessage) -> None:

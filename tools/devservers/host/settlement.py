@@ -34,6 +34,10 @@ _Answer = TypeVar("_Answer")
 MAX_DEAD_LETTER_REASON_LENGTH = 4096
 
 
+# Set on a session receiver whose session a function released: its slot takes no next message from it.
+RELEASE_REQUESTED = "_host_release_requested"
+
+
 @dataclass
 class Delivery:
     """A message handed to a function, the receiver that holds its lock, and how it was settled."""
@@ -258,8 +262,12 @@ class LiveDeliveries:
         self._session(session_id).set_state(state)
 
     def release_session(self, session_id: str) -> None:
-        """The listener closes the session's receiver after the invocation."""
+        """As the extension's ReleaseSession (the session processor's CancelAsync): no new receive for the session
+        once the invocations under way return, then its receiver is closed; a session not held is refused."""
         self._session(session_id)
+        for delivery in self._deliveries.sessions():
+            if delivery.receiver.session.session_id == session_id:
+                setattr(delivery.receiver, RELEASE_REQUESTED, True)
 
     def renew_session_lock(self, session_id: str) -> datetime:
         """Renew the session lock."""
