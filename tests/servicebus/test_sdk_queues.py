@@ -165,6 +165,24 @@ def test_expired_lock_makes_message_available_again_with_higher_delivery_count(s
         second_receiver.complete_message(second)
 
 
+def test_a_receiver_closed_with_a_message_unsettled_keeps_its_lock_until_it_expires_and_that_counts(
+    sb: Handlers,
+) -> None:
+    # Service Bus keeps a message's lock when its (non-session) link closes: the SDK drains its credit before a
+    # close "so that they do not remain locked by the service after closing the link" (AmqpReceiver.CloseAsync);
+    # the lock then runs out, which counts a delivery. (A session closed under its messages, by contrast, gives
+    # them back uncounted: test_sdk_sessions.)
+    queue = "lock-expiry"
+    with opened(sb.sender(queue), sb.receiver(queue)) as (sender, other):
+        sender.send_messages(ServiceBusMessage("left"))
+        with opened(sb.receiver(queue)) as (closing,):
+            [first] = collect(closing, 1)
+        [again] = wait_for(lambda: other.receive_messages(max_message_count=1, max_wait_time=1))
+        # Counted: its lock ran out. A message the close gave back at once would come again uncounted.
+        assert first.delivery_count is not None and again.delivery_count == first.delivery_count + 1
+        other.complete_message(again)
+
+
 def test_renew_lock_extends_the_lock(sb: Handlers) -> None:
     with opened(sb.sender("renew-lock"), sb.receiver("renew-lock")) as (sender, receiver):
         sender.send_messages(ServiceBusMessage("keep"))
