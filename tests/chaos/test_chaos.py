@@ -24,12 +24,12 @@ STORM = ("--storm-orders", "1", "--storm-copies", "30")  # 60 copies and 15 even
 
 def _chaos(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "chaos", *SMOKE, "--results", str(results), *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=600, check=False)
+                          capture_output=True, text=True, timeout=1500, check=False)
 
 
 @NEEDS_313
 @WHOLE_STACK
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp_path: Path) -> None:
     run = _chaos(tmp_path, "--seed", "4", *STORM, "--fulfilment", "ietf")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
@@ -51,6 +51,7 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
         assert faults.get(f"cosmos {kind}", 0) > 0, kind
     for kind in ("unavailable", "delay", "lose_response"):
         assert faults.get(f"fulfilment {kind}", 0) > 0, kind
+    assert faults.get("slow host (stopped, then resumed)", 0) > 0
     kills = sum(n for what, n in faults.items() if what.startswith(("kill host", "kill worker")))
     assert kills >= 3 and figures["hosts started"] >= 4
     assert figures["duplicates absorbed by the broker"] > 0 and figures["duplicates absorbed by the consumer"] > 0
@@ -69,7 +70,7 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
 
 @NEEDS_313
 @WHOLE_STACK
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_holds(tmp_path: Path) -> None:
     run = _chaos(tmp_path, "--seed", "4", "--orders", "50", "--events-queue", "plain", "--no-upgrade",
                  "--storm-orders", "0")
@@ -83,7 +84,7 @@ def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_
 
 @NEEDS_313
 @WHOLE_STACK
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_command(tmp_path: Path) -> None:
     # Smaller than the smoke run, 40 orders on 2 hosts: enough calls retried after a lost answer to reserve twice.
     run = _chaos(tmp_path, "--seed", "3", "--orders", "40", "--hosts", "2", "--plant", "fresh-reservation-key",

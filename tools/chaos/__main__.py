@@ -147,7 +147,8 @@ def run(options: Options) -> int:
             upgrade = versions.check(journal, seen.documents, [*seen.accepted, *seen.rejected]) if options.upgrade \
                 else None
             result = report.build(scenario, seen, dataclasses.replace(
-                so_far(), upgrade=upgrade, drained=None if drained else f"not drained within {deadline:.0f} s",
+                so_far(), upgrade=upgrade, drained=None if drained else f"not drained: nothing moved for"
+                f" {observe.STALLED_SECONDS:.0f} s after {deadline:.0f} s",
                 fulfilment=_fulfilment_figures(stack, options.fulfilment)))
     except Exception as exc:  # the stack could not be observed, or the driver failed: no verdict on the invariants
         result = report.unobserved(so_far() if "so_far" in locals() else run_so_far, phase, exc)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from demo.stack import HostProcess, Stack, settings_file, sigkill
+from demo.stack import HostProcess, Stack, pause, settings_file, sigkill
 from devservers.faultproxy import FaultProxy, Kind, RandomFaults, Tap
 from devservers.host.servicebus import RELEASE_RATE_SETTING, RELEASED_MID_INVOCATION
 
@@ -39,6 +39,10 @@ LOCK_SECONDS = 6  # the input queues' lock; renewal is off, so a slow delivery l
 # (azure-sdk-for-python #42187), so that another slot or host runs the same event in parallel.
 SESSION_RELEASE_RATE = 0.02
 KILL_EVERY_SECONDS = 4.0  # mean pause between two kills
+# A slow instance: a host and its worker stopped (SIGSTOP) for a while, then let go on (SIGCONT), while the others run;
+# on average every 15 s, for 2 to 10 s, so that it holds locks past their 6 s about half the time.
+SLOW_EVERY_SECONDS = 15.0
+SLOW_FOR_SECONDS = (2.0, 10.0)
 ARMED_FOR_SECONDS = 15.0  # a chosen moment not reached by then is given up (counted as missed)
 _BATCH = "x-ms-cosmos-is-batch-request"
 # The outbox publisher's mark: its status set to dispatched, by a patch operation or a whole document.
@@ -91,6 +95,8 @@ class Chaos:
     _slots: threading.RLock = field(default_factory=threading.RLock)  # who runs in a slot
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _slower: threading.Thread | None = None
+    slowed: Counter[str] = field(default_factory=Counter)
 
     def start_hosts(self, count: int) -> None:
         """Give each of ``count`` slots its proxies and settings, and start its host."""
@@ -114,15 +120,18 @@ class Chaos:
             slot.host = self.stack.start_host(slot.settings, slot.app_dir)
 
     def start(self) -> None:
-        """Start killing, in the background, until ``stop``."""
+        """Start killing and slowing hosts down, in the background, until ``stop``."""
         self._thread = threading.Thread(target=self._kill_loop, name="chaos-killer", daemon=True)
         self._thread.start()
+        self._slower = threading.Thread(target=self._slow_loop, name="chaos-slower", daemon=True)
+        self._slower.start()
 
     def stop(self) -> None:
-        """Stop killing, and bring every slot's host back; the proxies keep failing requests at random."""
+        """Stop killing and slowing, and bring every slot's host back; the proxies keep failing requests at random."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        for thread in (self._thread, self._slower):
+            if thread is not None:
+                thread.join()
         with self._lock:
             self._give_up_armed()
         self._replace_dead()
@@ -161,6 +170,7 @@ class Chaos:
             counts.update({f"cosmos {kind}": n for kind, n in slot.cosmos.counts.items()})
             counts.update({f"fulfilment {kind}": n for kind, n in slot.fulfilment.counts.items()})
         counts.update({f"kill {what}": n for what, n in self.kills.items()})
+        counts.update(self.slowed)
         counts["session let go mid-processing"] = self.stack.logs().count(RELEASED_MID_INVOCATION)
         return dict(sorted(counts.items()))
 
@@ -187,6 +197,27 @@ class Chaos:
                         self._kill(rng.choice(live), moment, worker_only)
                 else:
                     self._armed = Armed(moment, worker_only, time.monotonic() + ARMED_FOR_SECONDS)
+
+    def _slow_loop(self) -> None:
+        """Now and then stop one live host (and its worker) for a few seconds while the others run: an instance
+        starved of CPU. Its invocations stall, its locks run on and may end under it, and it goes on afterwards."""
+        rng = random.Random(self.seed * 7919)  # noqa: S311 - a reproducible fault plan
+        wait = rng.uniform(2.0, 5.0)  # the first soon, so that even a short run has one
+        while not self._stop.wait(wait):
+            wait = rng.expovariate(1 / SLOW_EVERY_SECONDS)
+            with self._slots:
+                live = [s for s in self.slots if not s.upgrading and s.host is not None
+                        and s.host.process.poll() is None]
+                host = rng.choice(live).host if live else None
+            if host is None:
+                continue
+            seconds = rng.uniform(*SLOW_FOR_SECONDS)
+            pause(host, stopped=True)
+            try:
+                self._stop.wait(seconds)
+            finally:
+                pause(host, stopped=False)
+            self.slowed["slow host (stopped, then resumed)"] += 1
 
     def _give_up_armed(self) -> None:
         if self._armed is not None and (self._stop.is_set() or time.monotonic() > self._armed.until):

@@ -53,6 +53,9 @@ def peek_count(client: ServiceBusClient, queue: str, sub_queue: Any = None) -> l
         return found
 
 
+# How long a wait past its deadline goes on while nothing moves (no delivery, no order written): longer than the
+# longest a message waits between two deliveries in the chaos run (a 6 s lock, a 2 s wait, a host stopped 10 s).
+STALLED_SECONDS = 90.0
 # A superset of what ``left_undone`` calls waiting, so that the drain reads only those documents.
 UNDONE_QUERY = ("SELECT * FROM c WHERE c.type = 'order-pending' OR (c.type IN ('outbox', 'side-effect', 'parked-event')"
                 " AND c.status IN ('pending', 'in_progress', 'parked'))")
@@ -181,14 +184,31 @@ def steady_then_drain(stack: Stack, watch: Watch, client: ServiceBusClient, mess
 
 
 def wait_drained(stack: Stack, watch: Watch, client: ServiceBusClient, *, deadline: float, label: str) -> bool:
-    """Wait until everything has drained; False at ``deadline``."""
+    """Wait until everything has drained; False once ``deadline`` has passed and no delivery has been made for
+    STALLED_SECONDS: the deadline follows the work, so that a slow machine drains slower, not wrongly, and a run
+    that stopped draining still ends."""
     deliveries: list[int] = []
+    progress = Progress()
     while not drained(stack, watch, client, deliveries):
-        if time.time() > deadline:
-            print(f"{label}: not drained in time", file=sys.stderr)
+        if progress.stalled(deliveries[-1] if deliveries else 0, deadline):
+            print(f"{label}: not drained: no delivery for {STALLED_SECONDS:.0f} s past the deadline", file=sys.stderr)
             return False
         time.sleep(2)
     return True
+
+
+class Progress:
+    """Whether a wait has stalled: its deadline passed, and what it counts has not moved for STALLED_SECONDS."""
+
+    def __init__(self) -> None:
+        self._count: int | None = None
+        self._moved = time.time()
+
+    def stalled(self, count: int, deadline: float) -> bool:
+        now = time.time()
+        if count != self._count:
+            self._count, self._moved = count, now
+        return now > deadline and now - self._moved > STALLED_SECONDS
 
 
 def observed(stack: Stack, watch: Watch, client: ServiceBusClient, sent_at: dict[str, float],
@@ -244,7 +264,8 @@ def late_then_drain(stack: Stack, watch: Watch, client: ServiceBusClient, scenar
     """
     send(client, "orders", scenario.held, sent_at)  # storms' orders, held back until the rest was sent
     window_ends = time.time() + DETECTION_WINDOW_SECONDS + 1
-    while watch.orders_written() < len(scenario.orders) and time.time() < deadline:
+    progress = Progress()
+    while (written := watch.orders_written()) < len(scenario.orders) and not progress.stalled(written, deadline):
         time.sleep(2)
     time.sleep(max(0.0, window_ends - time.time()))
     send(client, "orders", scenario.late, sent_at)

@@ -58,19 +58,31 @@ def settings_file(values: dict[str, str]) -> Path:
     return path
 
 
-def sigkill(host: HostProcess, *, worker_only: bool) -> None:
-    """SIGKILL the host's worker, and the host too unless ``worker_only`` (its host then restarts it)."""
-    pid = host.process.pid
+def workers_of(host: HostProcess) -> list[int]:
+    """The host's worker processes."""
     workers = []
     # Every thread's children: a worker the host restarted is the child of the thread that restarted it.
-    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+    for children in Path(f"/proc/{host.process.pid}/task").glob("*/children"):
         with contextlib.suppress(OSError):  # the thread or the host is gone already
             workers += [int(p) for p in children.read_text().split()]
+    return workers
+
+
+def sigkill(host: HostProcess, *, worker_only: bool) -> None:
+    """SIGKILL the host's worker, and the host too unless ``worker_only`` (its host then restarts it)."""
+    workers = workers_of(host)
     if not worker_only:
         host.process.kill()  # first, so that it cannot restart the worker
     for worker in workers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, signal.SIGKILL)
+
+
+def pause(host: HostProcess, *, stopped: bool) -> None:
+    """SIGSTOP the host and its workers (a slow instance: nothing of it runs, its locks run on), or SIGCONT them."""
+    for pid in (host.process.pid, *workers_of(host)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP if stopped else signal.SIGCONT)
 
 
 @dataclass
