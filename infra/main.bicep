@@ -229,6 +229,18 @@ module roles 'modules/roles.bicep' = {
   }
 }
 
+// The operator's dashboard: free, so always made.
+module workbook 'modules/workbook.bicep' = {
+  name: 'workbook'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    serviceBusNamespaceName: serviceBus.outputs.name
+  }
+}
+
 // Only with somewhere to send them: a rule that notifies nobody would still be evaluated and billed.
 module alerts 'modules/alerts.bicep' = if (!empty(actionGroupId)) {
   name: 'alerts'

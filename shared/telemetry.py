@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import metrics
@@ -41,22 +42,29 @@ _deliveries = metrics.get_meter(METER_NAME).create_counter(
 )
 
 
-def delivery_fields(function: str, message: InboundMessage, result: Result, duration_ms: float) -> dict[str, Any]:
-    """The fields of the per-delivery record; payload contents never appear here."""
+def delivery_fields(function: str, message: InboundMessage, result: Result, duration_ms: float,
+                    now: datetime | None = None) -> dict[str, Any]:
+    """The fields of the per-delivery record; payload contents never appear here. ``latencyMs`` is the message's
+    end to end so far: from its enqueuing to this record, as the delivery is about to be settled (None when the
+    binding passed no enqueued time)."""
+    enqueued = message.enqueued_time_utc
+    latency = round(((now or datetime.now(UTC)) - enqueued).total_seconds() * 1000, 1) if enqueued else None
     return {"function": function, "messageId": message.message_id, "correlationId": message.correlation_id,
             "deliveryCount": message.delivery_count, "outcome": result.outcome.value,
-            "requestHash": result.request_hash, "durationMs": round(duration_ms, 1)}
+            "requestHash": result.request_hash, "durationMs": round(duration_ms, 1), "latencyMs": latency}
 
 
 def record_delivery(function: str, message: InboundMessage, result: Result, duration_ms: float) -> None:
-    """Log the delivery's record and count its outcome."""
+    """Log the delivery's record and count its outcome. The message text carries what the workbook and the alerts
+    read (infra/modules/workbook.bicep, alerts.bicep): they parse it, whether or not the fields reach
+    customDimensions."""
     fields = delivery_fields(function, message, result, duration_ms)
     level = logging.INFO if result.outcome in QUIET_OUTCOMES else logging.WARNING
     detail = f" detail={result.description}" if result.description else ""
-    # ``extra`` becomes customDimensions in Application Insights.
-    logger.log(level, "delivery %s messageId=%s outcome=%s deliveryCount=%s durationMs=%s%s", function,
-               message.message_id, result.outcome.value, message.delivery_count, fields["durationMs"], detail,
-               extra=fields)
+    latency = "-" if fields["latencyMs"] is None else fields["latencyMs"]
+    logger.log(level, "delivery %s messageId=%s outcome=%s latencyMs=%s deliveryCount=%s durationMs=%s%s", function,
+               message.message_id, result.outcome.value, latency, message.delivery_count, fields["durationMs"],
+               detail, extra=fields)
     _deliveries.add(1, {"function": function, "outcome": result.outcome.value})
 
 

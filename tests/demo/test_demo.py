@@ -32,3 +32,9 @@ def test_the_short_demo_drains_and_every_invariant_holds(tmp_path: Path) -> None
     assert figures["duplicates absorbed by the consumer"] > 0 and figures["events parked"] > 0
     assert (tmp_path / "demo.png").stat().st_size > 10_000
     assert "invariant violations" in run.stdout and "at a steady" in run.stdout
+    # The operator's workbook drawn from the run's own records, with the queries the Bicep deploys.
+    picture = tmp_path / "workbook.png"
+    drawn = subprocess.run([sys.executable, "-m", "demo.workbook", "--logs", str(tmp_path / "hosts.log"), "--out",
+                            str(picture)], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert drawn.returncode == 0 and "5 panels over" in drawn.stdout, drawn.stderr
+    assert picture.stat().st_size > 10_000

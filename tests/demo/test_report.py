@@ -9,7 +9,7 @@ from demo import report
 
 LOGS = """\
 2026-12-03 15:31:07,348 devservers.host worker [9a39c97d] idempotent_consumer: delivery process_order_event \
-messageId=evt-1 outcome=failed deliveryCount=None durationMs=7.2
+messageId=evt-1 outcome=failed latencyMs=12.5 deliveryCount=None durationMs=7.2
 2026-12-03 15:31:07,373 devservers.host process_order_event messageId=evt-1 outcome=Failed settlement=abandon 9 ms
 2026-12-03 15:31:08,373 devservers.host process_order_event messageId=evt-1 outcome=Failed settlement=abandon 9 ms
 2026-12-03 15:31:08,400 devservers.host process_order_event messageId=evt-2 outcome=Succeeded settlement=complete 9 ms

@@ -42,6 +42,7 @@ def test_main_targets_the_subscription_and_creates_a_resource_group(main: Scope)
         "functionApp",
         "roles",
         "alerts",
+        "workbook",
     }
 
 

@@ -66,7 +66,8 @@ def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool, *
         result = report.build(scenario, seen)
         print(report.table(result), flush=True)
         report.write(result, results)
-        print(f"demo: wrote {results / 'demo.json'} and {results / 'demo.png'}", flush=True)
+        (results / "hosts.log").write_text(seen.logs)  # ids, hashes and outcomes: what python -m demo.workbook draws
+        print(f"demo: wrote {results / 'demo.json'}, {results / 'demo.png'} and {results / 'hosts.log'}", flush=True)
         if keep_running:
             for _ in range(hosts):
                 stack.start_host()
