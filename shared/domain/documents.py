@@ -229,13 +229,9 @@ class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
         """The pending OrderAccepted entry of an order whose stock is reserved; its MessageId is derived, so
         resends are duplicates."""
         accepted = OrderAccepted(order.order_id, order.customer_id, order.currency_code, order.total, order.placed_at)
-        return cls(
-            id=identity.outbox_id(consumer, order.order_id),
-            order_id=order.order_id, status=OutboxStatus.PENDING, destination=destination,
-            message_id=identity.outbox_message_id(consumer, order.order_id),
-            correlation_id=message.correlation_id, session_id=order.order_id if requires_session else None,
-            subject=ORDER_ACCEPTED, created_at=now, payload=msgspec.to_builtins(accepted),
-        )
+        return cls._outcome(order.order_id, message, ORDER_ACCEPTED, identity.outbox_message_id(consumer,
+                            order.order_id), accepted, consumer=consumer, destination=destination,
+                            requires_session=requires_session, now=now)
 
     @classmethod
     def order_rejected(
@@ -244,12 +240,19 @@ class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
     ) -> OutboxEntry:
         """The pending OrderRejected entry of an order whose reservation the service refused; under the same
         entry id as OrderAccepted, so that an order holds one outcome or the other, never both."""
+        return cls._outcome(order.order_id, message, ORDER_REJECTED, identity.rejected_message_id(consumer,
+                            order.order_id), rejected, consumer=consumer, destination=destination,
+                            requires_session=requires_session, now=now)
+
+    @classmethod
+    def _outcome(cls, order_id: str, message: InboundMessage, subject: str, message_id: str, payload: msgspec.Struct,
+                 *, consumer: str, destination: str, requires_session: bool, now: float) -> OutboxEntry:
+        """The pending entry of an order's outcome, under the order's one outcome id."""
         return cls(
-            id=identity.outbox_id(consumer, order.order_id),
-            order_id=order.order_id, status=OutboxStatus.PENDING, destination=destination,
-            message_id=identity.rejected_message_id(consumer, order.order_id),
-            correlation_id=message.correlation_id, session_id=order.order_id if requires_session else None,
-            subject=ORDER_REJECTED, created_at=now, payload=msgspec.to_builtins(rejected),
+            id=identity.outbox_id(consumer, order_id), order_id=order_id, status=OutboxStatus.PENDING,
+            destination=destination, message_id=message_id, correlation_id=message.correlation_id,
+            session_id=order_id if requires_session else None, subject=subject, created_at=now,
+            payload=msgspec.to_builtins(payload),
         )
 
     def body(self) -> bytes:

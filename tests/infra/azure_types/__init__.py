@@ -105,18 +105,8 @@ class Walk:
             key = quoted.strip("'")  # pycep keeps the quotes of a quoted key ('odata.type')
             if path == "" and key in BICEP_KEYWORDS:
                 continue
-            here = f"{path}.{key}" if path else key
-            spec = properties.get(key)
-            if spec is None:
-                if additional is not None:
-                    self.node(value, additional, here)
-                else:
-                    self.found.append(f"{self.where}: {here} is not a property of {self._name(type_index)}"
-                                      " (unknown)")
-                continue
-            if spec.get("flags", 0) & READ_ONLY:
-                self.found.append(f"{self.where}: {here} is read-only (Azure sets it)")
-            self.node(value, _index(spec["type"]), here)
+            if (child := self._member(key, properties, additional, type_index, path)) is not None:
+                self.node(value, *child)
         if require:
             self._required([{key.strip("'") for key in node}], type_index, path)
 
@@ -128,18 +118,8 @@ class Walk:
             if properties is None:
                 return
             for key, item in value.items():
-                here = f"{path}.{key}" if path else key
-                spec = properties.get(key)
-                if spec is None:
-                    if additional is not None:
-                        self.value(item, additional, here)
-                    else:
-                        self.found.append(f"{self.where}: {here} is not a property of {self._name(type_index)}"
-                                          " (unknown)")
-                    continue
-                if spec.get("flags", 0) & READ_ONLY:
-                    self.found.append(f"{self.where}: {here} is read-only (Azure sets it)")
-                self.value(item, _index(spec["type"]), here)
+                if (child := self._member(key, properties, additional, type_index, path)) is not None:
+                    self.value(item, *child)
             self._required([set(value)], type_index, path)
         elif isinstance(value, list):
             for item in value:
@@ -147,6 +127,21 @@ class Walk:
         elif isinstance(value, str) and "<" not in value and (allowed := self._closed(entry)) is not None \
                 and value not in allowed:
             self.found.append(f"{self.where}: {path} is {value!r}, not one of {sorted(allowed)} (enum)")
+
+    def _member(self, key: str, properties: Mapping[str, Any], additional: int | None, type_index: int,
+                path: str) -> tuple[int, str] | None:
+        """The type of the property ``key`` set at ``path`` and its own path, to check what it holds; None (the
+        finding noted) when the type has no such property. A read-only one is noted, and checked all the same."""
+        here = f"{path}.{key}" if path else key
+        spec = properties.get(key)
+        if spec is None:
+            if additional is not None:
+                return additional, here
+            self.found.append(f"{self.where}: {here} is not a property of {self._name(type_index)} (unknown)")
+            return None
+        if spec.get("flags", 0) & READ_ONLY:
+            self.found.append(f"{self.where}: {here} is read-only (Azure sets it)")
+        return _index(spec["type"]), here
 
     def _properties(self, type_index: int, value: Mapping[str, Any]) -> tuple[dict[str, Any] | None, int | None]:
         """The properties an object of the type may have, and the type of any other key (a dictionary's)."""
