@@ -10,7 +10,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from consumers.lock_renewal import held_until
-from shared.domain.messages import InboundMessage
+from shared.domain.messages import Headers, InboundMessage
 
 
 def _text(value: Any) -> str | None:
@@ -46,4 +46,6 @@ def to_inbound(msg: ServiceBusReceivedMessage, *, renewal: float = 0.0) -> Inbou
         lock_held_until=held_until(msg.locked_until_utc, datetime.now(UTC), renewal),
         sequence_number=msg.sequence_number,
         application_properties=_properties(msg.application_properties),
+        headers=Headers(subject=_text(msg.subject), content_type=_text(msg.content_type),
+                        reply_to=_text(msg.reply_to), to=_text(msg.to), time_to_live=msg.time_to_live),
     )

@@ -64,7 +64,7 @@ def make_blueprint(settings: Settings, root: Callable[[], App]) -> func.Blueprin
         """Service Bus trigger (PeekLock): settle every delivery explicitly, exactly once."""
         app = root()
         await app.deliver("process_order", functools.partial(to_inbound, msg, renewal=renewal), app.handle_order,
-                          ActionsSettlement(msg, message_actions))
+                          ActionsSettlement(msg, message_actions), queue=settings.orders_queue)
 
     @blueprint.function_name("process_order_event")
     @blueprint.service_bus_queue_trigger(
@@ -79,7 +79,8 @@ def make_blueprint(settings: Settings, root: Callable[[], App]) -> func.Blueprin
         app = root()
         read = functools.partial(to_inbound, msg, renewal=0.0 if settings.order_events_sessions else renewal)
         await app.deliver("process_order_event", read, app.handle_event,
-                          ActionsSettlement(msg, message_actions, sessions=settings.order_events_sessions))
+                          ActionsSettlement(msg, message_actions, sessions=settings.order_events_sessions),
+                          queue=settings.order_events_queue)
 
     @blueprint.function_name("publish_outbox")
     @blueprint.cosmos_db_trigger(

@@ -19,9 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from shared.delivery import Clock, Handler, Recorder, Settlement, SettlementPort, Sleep, run_delivery
+from shared.breaker import Breaker
+from shared.delivery import Clock, Handler, Recorder, Retries, Settlement, SettlementPort, Sleep, run_delivery
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
+from shared.domain.retries import Backoff
 from shared.handlers import reports
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.outbox import OutboxPublisher
@@ -50,6 +52,7 @@ class App:
         self._record = record
         self._lock = threading.Lock()
         self._made: list[Any] = []
+        self._breakers: dict[str, Breaker] = {}
 
     # -- the handlers, each wired to its ports here and nowhere else ---------------------------------
 
@@ -75,11 +78,28 @@ class App:
                                           stuck_after=settings.side_effect_stuck_after_seconds)
 
     async def deliver(self, function: str, read: Callable[[], InboundMessage], handler: Handler,
-                      port: SettlementPort) -> Settlement:
-        """Run one delivery through ``handler`` and settle it on ``port``: ``run_delivery`` with this
-        app's abandon delay, clock, sleep and recorder."""
-        return await run_delivery(function, read, handler, port, abandon_delay=self.settings.abandon_delay_seconds,
+                      port: SettlementPort, *, queue: str) -> Settlement:
+        """Run one delivery from ``queue`` through ``handler`` and settle it on ``port``: ``run_delivery`` with
+        this app's retries (handed on to ``queue``, under the function's breaker), clock, sleep and recorder."""
+        return await run_delivery(function, read, handler, port, retrying=self.retries(function, queue),
                                   clock=self.clock, sleep=self._sleep, record=self._record)
+
+    @property
+    def breakers(self) -> list[Breaker]:
+        """The breakers this app made, one per function that delivered."""
+        with self._lock:
+            return list(self._breakers.values())
+
+    def retries(self, function: str, queue: str) -> Retries:
+        """How ``function``'s deliveries retry, as the settings say; its breaker is made once per app."""
+        settings = self.settings
+        with self._lock:
+            breaker = self._breakers.setdefault(function, Breaker(function, window=settings.breaker_window,
+                                                                  open_seconds=settings.breaker_open_seconds))
+        backoff = Backoff(settings.retry_backoff_seconds, settings.retry_backoff_ceiling_seconds,
+                          settings.retry_total_seconds) if settings.delayed_retries else None
+        return Retries(wait=settings.abandon_delay_seconds, attempts=settings.retry_in_lock_attempts, backoff=backoff,
+                       queue=queue, sender=self.sender, breaker=breaker if settings.delayed_retries else None)
 
     # -- the ports, handed in or made on first use ----------------------------------------------------
 

@@ -1,9 +1,15 @@
-"""The delivery policy: run one PeekLock delivery (translate, decide, record) and settle it exactly once.
+"""The delivery policy: run one PeekLock delivery (translate, decide, retry, record) and settle it exactly once.
 
 The Functions and the simulator run this one policy. Each brings its side of the broker as a
 ``SettlementPort`` (the binding's message actions, the simulated queue), and its own ``sleep`` and
 ``clock``, so the policy that ships is the policy the simulator proves. ``SETTLEMENTS`` is the one
 table from outcome to complete, abandon or dead-letter.
+
+A transient failure is tried again inside the lock, ``RETRY_IN_LOCK_ATTEMPTS`` times in all; one that
+persists is handed on (``shared.domain.retries``): a copy scheduled on the delivery's own queue, sent
+before the delivery is completed, so that a crash between the two leaves the message twice (which the
+consumer's key absorbs) and never not at all. The queue's breaker (``shared.breaker``) hands messages
+on untried while most attempts fail.
 """
 
 from __future__ import annotations
@@ -13,12 +19,17 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
+from shared.breaker import Admission, Breaker
+from shared.domain import retries
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result, abandon_wait
+from shared.domain.retries import Backoff, Chain
+from shared.errors import InvalidMessage
+from shared.ports.sender import MessageSender, OutgoingMessage
 from shared.telemetry import record_delivery
 
 logger = logging.getLogger("idempotent_consumer.delivery")
@@ -55,6 +66,8 @@ SETTLEMENTS: dict[Outcome, Settlement] = {
     Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
     Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),
     Outcome.TRANSIENT: Settlement(Action.ABANDON),
+    Outcome.HANDED_ON: Settlement(Action.COMPLETE),
+    Outcome.RETRY_LIMIT_EXCEEDED: Settlement(Action.DEADLETTER, retries.RETRY_LIMIT_EXCEEDED),
     Outcome.ERROR: Settlement(Action.ABANDON),
 }
 
@@ -77,24 +90,46 @@ Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
 
 
+@dataclass(frozen=True)
+class Retries:
+    """How a delivery retries a transient failure: ``attempts`` in all inside its lock, ``wait`` seconds apart
+    (also the wait before an abandon), then handed on to ``queue`` through ``sender`` as ``backoff`` says;
+    without a backoff, it abandons instead, as with DELAYED_RETRIES false."""
+
+    wait: float = 0.0
+    attempts: int = 1
+    backoff: Backoff | None = None
+    queue: str = ""
+    sender: Callable[[], MessageSender] | None = None
+    breaker: Breaker | None = None
+
+
 async def run_delivery(
     function: str, read: Callable[[], InboundMessage], handler: Handler, port: SettlementPort, *,
-    abandon_delay: float = 0.0, clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
+    retrying: Retries = Retries(), clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
     record: Recorder = record_delivery,
 ) -> Settlement:
     """Process one PeekLock delivery and settle it exactly once; returns the settlement made.
 
-    ``read`` translates the delivery. Any exception from it or from the handler becomes outcome
-    ``error`` (abandon, logged with its stack, ids only); only a failed settlement call is raised, for
-    the host to log. ``record`` logs and counts the delivery; if it fails, the delivery is still
-    settled. Before an abandon the delivery waits inside its lock (``abandon_wait`` at ``clock()``),
-    so that retries are spread out in time.
+    ``read`` translates the delivery; a retry copy is read as its original (``retries.unwrap``). Any
+    exception from ``read`` or the handler becomes outcome ``error`` (abandon, logged with its stack, ids
+    only); only a failed settlement call is raised, for the host to log. A transient outcome is tried again
+    and then handed on as ``retrying`` says. ``record`` logs and counts the delivery's final result; if it
+    fails, the delivery is still settled. Before an abandon the delivery waits inside its lock.
     """
     started = time.perf_counter()
-    inbound = InboundMessage(message_id=None, body=None)
+    delivered = inbound = InboundMessage(message_id=None, body=None)
+    chain: Chain | None = None
     try:
-        inbound = read()
-        result = await handler(inbound)
+        delivered = inbound = read()
+        try:
+            inbound, chain = retries.unwrap(delivered)
+        except InvalidMessage as exc:
+            result = Result(Outcome.INVALID, exc.rule)
+        else:
+            result = await _attempts(function, inbound, handler, port, retrying=retrying, clock=clock, sleep=sleep)
+            if result.outcome is Outcome.TRANSIENT and retrying.backoff is not None:
+                result = await _hand_on(function, delivered, inbound, chain, result, retrying=retrying, clock=clock)
     except asyncio.CancelledError:
         # Only when the worker stops: no settlement now, so the lock runs out and the broker redelivers.
         logger.warning("%s messageId=%s cancelled before its settlement; redelivered once its lock runs out",
@@ -111,7 +146,7 @@ async def run_delivery(
         logger.exception("recording delivery %s messageId=%s failed", function, inbound.message_id)
     settlement = SETTLEMENTS[result.outcome]
     if settlement.action is Action.ABANDON:
-        await sleep(await _wait_before_abandon(function, inbound, port, abandon_delay, clock))
+        await sleep(await _wait_in_lock(function, inbound, port, retrying.wait, clock))
     try:
         await port.settle(settlement, result)
     except Exception:
@@ -123,9 +158,62 @@ async def run_delivery(
     return settlement
 
 
-async def _wait_before_abandon(function: str, inbound: InboundMessage, port: SettlementPort, delay: float,
-                               clock: Clock) -> float:
-    """How long to wait inside the lock before abandoning.
+async def _attempts(function: str, inbound: InboundMessage, handler: Handler, port: SettlementPort, *,
+                    retrying: Retries, clock: Clock, sleep: Sleep) -> Result:
+    """The handler's result after up to ``retrying.attempts`` tries inside the lock, as the breaker admits."""
+    breaker = retrying.breaker
+    admission = breaker.admit(clock()) if breaker is not None else Admission.TRY
+    if admission is Admission.HAND_ON:
+        return Result(Outcome.TRANSIENT, f"not tried: the {function} breaker is open")
+    attempts = 1 if admission is Admission.PROBE or retrying.backoff is None else retrying.attempts
+    for attempt in range(1, attempts + 1):
+        result = await handler(inbound)
+        if breaker is not None:
+            breaker.record(result.outcome is Outcome.TRANSIENT, clock(), probe=admission is Admission.PROBE)
+        if result.outcome is not Outcome.TRANSIENT or attempt == attempts:
+            return result
+        wait = await _wait_in_lock(function, inbound, port, retrying.wait, clock)
+        if wait < retrying.wait or (breaker is not None and breaker.is_open):
+            return result  # the lock cannot hold another wait, or the dependency is down: hand it on now
+        await sleep(wait)
+    return result
+
+
+async def _hand_on(function: str, delivered: InboundMessage, inbound: InboundMessage, chain: Chain | None,
+                   failure: Result, *, retrying: Retries, clock: Clock) -> Result:
+    """Send the message's next copy, scheduled as the backoff says; the delivery is then completed. Past the
+    total limit: RETRY_LIMIT_EXCEEDED. A copy that cannot be sent leaves the failure as it was (abandon)."""
+    assert retrying.backoff is not None and retrying.sender is not None
+    now = datetime.fromtimestamp(clock(), UTC)
+    chain = chain or Chain.start(inbound, now)
+    due = retrying.backoff.next_copy(chain, now)
+    if due is None:
+        return Result(Outcome.RETRY_LIMIT_EXCEEDED, retries.limit_description(chain, now, failure.description),
+                      failure.request_hash)
+    headers = delivered.headers
+    copy = OutgoingMessage(
+        message_id=retries.copy_message_id(chain), body=delivered.body or b"", correlation_id=delivered.correlation_id,
+        session_id=delivered.session_id, subject=headers.subject, content_type=headers.content_type,
+        application_properties={**retries.originals(delivered.application_properties),
+                                **retries.copy_properties(chain, failure.description)},
+        scheduled_enqueue_time=due, reply_to=headers.reply_to, to=headers.to, time_to_live=headers.time_to_live,
+    )
+    try:
+        await retrying.sender().send(retrying.queue, [copy])
+    except Exception as exc:
+        # Nothing was handed on for sure: the delivery abandons, and the message comes back as it is.
+        logger.warning("%s messageId=%s: handing on to %s failed (%s); abandoning instead", function,
+                       inbound.message_id, retrying.queue, type(exc).__name__,
+                       extra={"messageId": inbound.message_id, "function": function})
+        return Result(Outcome.TRANSIENT, f"{failure.description}; handing on failed: {type(exc).__name__}",
+                      failure.request_hash)
+    return Result(Outcome.HANDED_ON, f"{failure.description}; retry {chain.attempt + 1} due {due.isoformat()}",
+                  failure.request_hash)
+
+
+async def _wait_in_lock(function: str, inbound: InboundMessage, port: SettlementPort, delay: float,
+                        clock: Clock) -> float:
+    """How long the delivery may wait inside its lock, up to ``delay``: before another attempt or an abandon.
 
     A session's messages share the session's lock, and an abandoned one comes straight back to the same
     receiver. So a wait that the lock cuts short would spin the message through MaxDeliveryCount in a
@@ -138,7 +226,7 @@ async def _wait_before_abandon(function: str, inbound: InboundMessage, port: Set
     try:
         locked_until = await port.renew_session_lock()
     except Exception as exc:
-        logger.warning("%s messageId=%s: renewing the session lock before the abandon failed (%s)", function,
+        logger.warning("%s messageId=%s: renewing the session lock before waiting failed (%s)", function,
                        inbound.message_id, type(exc).__name__,
                        extra={"messageId": inbound.message_id, "function": function})
         return wait

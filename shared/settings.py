@@ -100,8 +100,31 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         "environment on every Cosmos DB and fulfilment request (aiohttp's `trust_env`); `true` behind a proxy. Off, "
         "it saves a scan of the environment per request (see Performance).")
     abandon_delay_seconds: Annotated[float, msgspec.Meta(ge=0)] = setting(
-        "ABANDON_DELAY_SECONDS", 10.0, "How long a delivery waits inside its lock before it is abandoned "
-        "(`transient`, `error`), so that retries are spread over minutes; capped by the lock.")
+        "ABANDON_DELAY_SECONDS", 10.0, "How long a delivery waits inside its lock before it tries a message "
+        "again (`transient`) or abandons it (`error`, or `transient` with DELAYED_RETRIES false), so that retries "
+        "are spread out; capped by the lock.")
+    delayed_retries: bool = setting(
+        "DELAYED_RETRIES", True, "`true`: a message still failing transiently after RETRY_IN_LOCK_ATTEMPTS is "
+        "handed on, as a copy scheduled on its own queue, and the delivery completed. `false`: it is abandoned, "
+        "and dead-lettered `MaxDeliveryCountExceeded` once the queue's deliveries are spent.")
+    retry_in_lock_attempts: Annotated[int, msgspec.Meta(ge=1)] = setting(
+        "RETRY_IN_LOCK_ATTEMPTS", 3, "How many times one delivery tries a message that fails transiently, "
+        "ABANDON_DELAY_SECONDS apart, before it hands it on.")
+    retry_backoff_seconds: Annotated[float, msgspec.Meta(gt=0)] = setting(
+        "RETRY_BACKOFF_SECONDS", 10.0, "The delay before the first handed-on copy is due; each later one waits "
+        "twice as long as the one before (jittered by up to a fifth), up to RETRY_BACKOFF_CEILING_SECONDS.")
+    retry_backoff_ceiling_seconds: Annotated[float, msgspec.Meta(gt=0)] = setting(
+        "RETRY_BACKOFF_CEILING_SECONDS", 900.0, "The longest delay between two handed-on copies of a message.")
+    retry_total_seconds: Seconds = setting(
+        "RETRY_TOTAL_SECONDS", 14400, "How long a message is handed on, from its first hand-on: past it, the "
+        "delivery dead-letters it `RetryLimitExceeded`, saying how long it was tried (4 hours). Counts in the "
+        "retention window.", in_azure=True)
+    breaker_window: Annotated[int, msgspec.Meta(ge=2)] = setting(
+        "BREAKER_WINDOW", 20, "How many recent attempts of a queue's deliveries the circuit breaker weighs: it "
+        "opens when at least half of them failed transiently.")
+    breaker_open_seconds: Annotated[float, msgspec.Meta(ge=0)] = setting(
+        "BREAKER_OPEN_SECONDS", 30.0, "While the breaker is open, deliveries hand their messages on untried, "
+        "but for one probe this often; the probe's success closes it. 0: no breaker.")
     side_effect_lease_seconds: Seconds = setting("SIDE_EFFECT_LEASE_SECONDS", 60, "Longest lease of an in-progress "
                                                  "side effect; also capped by the message lock.")
     parked_set_aside_ttl_seconds: Seconds = setting(
@@ -166,6 +189,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             message_ttl_seconds=self.servicebus_message_ttl_seconds,
             resubmit_grace_seconds=self.dlq_resubmit_grace_seconds,
             dedup_ttl_seconds=self.dedup_ttl_seconds,
+            retry_total_seconds=self.retry_total_seconds if self.delayed_retries else 0,
         )
 
 
@@ -184,9 +208,10 @@ def _configuration_error(exc: msgspec.ValidationError) -> ConfigurationError:
 class Retention:
     """How long the same message can come back, and how long inbox markers live.
 
-    A message can be redelivered for up to ``lock * max deliveries`` after its first processing, sit
-    in the queue for up to its time to live, and be resubmitted from the dead-letter queue within the
-    grace period. Markers must outlive all three, added up.
+    A message can be redelivered for up to ``lock * max deliveries`` after its first processing, be
+    handed on to later copies for up to the delayed retries' total limit, sit in the queue for up to its
+    time to live, and be resubmitted from the dead-letter queue within the grace period. Markers must
+    outlive all four, added up.
     """
 
     lock_duration_seconds: int
@@ -194,18 +219,20 @@ class Retention:
     message_ttl_seconds: int
     resubmit_grace_seconds: int
     dedup_ttl_seconds: int
+    retry_total_seconds: int = 0
 
     @property
     def required_seconds(self) -> int:
         """The shortest marker lifetime that covers every way a message can come back."""
         redeliveries = self.lock_duration_seconds * self.max_delivery_count
-        return redeliveries + self.message_ttl_seconds + self.resubmit_grace_seconds
+        return redeliveries + self.retry_total_seconds + self.message_ttl_seconds + self.resubmit_grace_seconds
 
     def check(self) -> Retention:
         """Return self if markers live long enough, else raise ConfigurationError showing the computation."""
         if self.dedup_ttl_seconds < self.required_seconds:
             raise ConfigurationError("DEDUP_TTL_SECONDS", (
                 f"{self.dedup_ttl_seconds} s is shorter than the retention window: lock {self.lock_duration_seconds} s"
-                f" x {self.max_delivery_count} deliveries + message TTL {self.message_ttl_seconds} s + resubmit grace"
+                f" x {self.max_delivery_count} deliveries + delayed retries {self.retry_total_seconds} s + message TTL"
+                f" {self.message_ttl_seconds} s + resubmit grace"
                 f" {self.resubmit_grace_seconds} s = {self.required_seconds} s"))
         return self

@@ -32,7 +32,7 @@ OVERDUE_COUNTER = "consumer.overdue"
 logger = logging.getLogger(LOGGER_NAME)
 QUIET_OUTCOMES = frozenset(
     {Outcome.CREATED, Outcome.APPLIED, Outcome.DUPLICATE, Outcome.STALE, Outcome.PARKED, Outcome.IN_PROGRESS,
-     Outcome.TRANSIENT}
+     Outcome.TRANSIENT, Outcome.HANDED_ON}
 )
 
 
@@ -51,7 +51,8 @@ def delivery_fields(function: str, message: InboundMessage, result: Result, dura
     latency = round(((now or datetime.now(UTC)) - enqueued).total_seconds() * 1000, 1) if enqueued else None
     return {"function": function, "messageId": message.message_id, "correlationId": message.correlation_id,
             "deliveryCount": message.delivery_count, "outcome": result.outcome.value,
-            "requestHash": result.request_hash, "durationMs": round(duration_ms, 1), "latencyMs": latency}
+            "requestHash": result.request_hash, "durationMs": round(duration_ms, 1), "latencyMs": latency,
+            "retryAttempt": message.application_properties.get("retryAttempt")}
 
 
 def record_delivery(function: str, message: InboundMessage, result: Result, duration_ms: float) -> None:
@@ -60,11 +61,12 @@ def record_delivery(function: str, message: InboundMessage, result: Result, dura
     customDimensions."""
     fields = delivery_fields(function, message, result, duration_ms)
     level = logging.INFO if result.outcome in QUIET_OUTCOMES else logging.WARNING
+    retry = f" retryAttempt={fields['retryAttempt']}" if fields["retryAttempt"] else ""
     detail = f" detail={result.description}" if result.description else ""
     latency = "-" if fields["latencyMs"] is None else fields["latencyMs"]
-    logger.log(level, "delivery %s messageId=%s outcome=%s latencyMs=%s deliveryCount=%s durationMs=%s%s", function,
+    logger.log(level, "delivery %s messageId=%s outcome=%s latencyMs=%s deliveryCount=%s durationMs=%s%s%s", function,
                message.message_id, result.outcome.value, latency, message.delivery_count, fields["durationMs"],
-               detail, extra=fields)
+               retry, detail, extra=fields)
     _deliveries.add(1, {"function": function, "outcome": result.outcome.value})
 
 

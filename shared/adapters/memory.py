@@ -241,8 +241,9 @@ class RecordingSender:
 
     ``sent`` is every message sent; ``delivered`` drops a MessageId already sent to the same
     destination within ``detection_window_seconds``, as Service Bus duplicate detection does
-    (the window counts from the first send and does not slide). With ``destinations``, a send
-    anywhere else raises PublishError, as a missing queue does.
+    (the window counts from the first send and does not slide). A message with a scheduled enqueue time
+    waits in ``scheduled`` until ``release_due`` (called on every send) finds it due. With
+    ``destinations``, a send anywhere else raises PublishError, as a missing queue does.
     """
 
     def __init__(
@@ -256,9 +257,11 @@ class RecordingSender:
         self._first_sent: dict[tuple[str, str], float] = {}
         self.sent: list[tuple[str, OutgoingMessage]] = []
         self.delivered: list[tuple[str, OutgoingMessage]] = []
+        self.scheduled: list[tuple[str, OutgoingMessage]] = []
 
     async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
-        """Record the messages; keep as delivered those the destination's duplicate detection would."""
+        """Record the messages; keep as delivered (or scheduled) those the destination's duplicate detection
+        would."""
         if self._destinations is not None and destination not in self._destinations:
             raise PublishError(f"send to {destination} failed: no such queue or topic")
         with self._lock:
@@ -269,7 +272,17 @@ class RecordingSender:
                 first = self._first_sent.get(key)
                 if first is None or now - first >= self._window:
                     self._first_sent[key] = now
-                    self.delivered.append((destination, message))
+                    self.scheduled.append((destination, message))
+        self.release_due()
+
+    def release_due(self) -> None:
+        """Move the scheduled messages now due into ``delivered``, in the order they were sent."""
+        with self._lock:
+            now = self._clock()
+            due = [(d, m) for d, m in self.scheduled
+                   if m.scheduled_enqueue_time is None or m.scheduled_enqueue_time.timestamp() <= now]
+            self.scheduled = [item for item in self.scheduled if item not in due]
+            self.delivered.extend(due)
 
 
 class InMemoryFulfilment:

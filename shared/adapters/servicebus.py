@@ -43,7 +43,7 @@ def make_client(settings: Settings, credential: Any = None) -> ServiceBusClient:
 
 
 def to_sdk(message: OutgoingMessage) -> ServiceBusMessage:
-    """The SDK message: MessageId, CorrelationId, SessionId, subject and properties carried over."""
+    """The SDK message, every field of ``message`` carried over."""
     properties: dict[str | bytes, Any] = {k: v for k, v in message.application_properties.items()}
     return ServiceBusMessage(
         message.body,
@@ -53,6 +53,10 @@ def to_sdk(message: OutgoingMessage) -> ServiceBusMessage:
         subject=message.subject,
         content_type=message.content_type,
         application_properties=properties,
+        scheduled_enqueue_time_utc=message.scheduled_enqueue_time,
+        reply_to=message.reply_to,
+        to=message.to,
+        time_to_live=message.time_to_live,
     )
 
 

@@ -83,6 +83,12 @@ def rejected_message_id(consumer: str, order_id: str) -> str:
     return effect_key(consumer, ORDER_REJECTED, order_id)
 
 
+def retry_message_id(original_message_id: str, chain: str, attempt: int) -> str:
+    """The MessageId of copy ``attempt`` of a message handed on for a delayed retry (``shared.domain.retries``):
+    a copy sent again after a crash is a duplicate the queue drops; each attempt and each chain is new."""
+    return derive_id("retry", original_message_id, chain, str(attempt), label=f"{attempt}_{original_message_id}")
+
+
 def inbox_marker_id(consumer: str, source: str, event_id: str) -> str:
     """The id of the marker that says one consumer has applied (or parked) one event."""
     return derive_id("inbox", consumer, source, event_id, label=consumer)

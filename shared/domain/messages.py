@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+
+
+@dataclass(frozen=True)
+class Headers:
+    """A message's properties the core carries over unread (None: not set)."""
+
+    subject: str | None = None
+    content_type: str | None = None
+    reply_to: str | None = None
+    to: str | None = None
+    time_to_live: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -18,7 +29,9 @@ class InboundMessage:
     number for this message in its entity: a redelivery of the same message has the same one, a copy
     sent again by a producer has another. ``locked_until_utc`` is the lock as the message came with it;
     ``lock_held_until`` how long the host keeps renewing it (the binding computes it from host.json's
-    ``maxAutoLockRenewalDuration``), None where nothing renews it.
+    ``maxAutoLockRenewalDuration``), None where nothing renews it. ``headers`` are the other properties the
+    producer set (subject, content type, reply-to, to, time to live), which the core never reads but a
+    delayed retry's copy carries over.
     """
 
     message_id: str | None
@@ -31,6 +44,7 @@ class InboundMessage:
     sequence_number: int | None = None
     application_properties: Mapping[str, str] = field(default_factory=dict)
     lock_held_until: datetime | None = None
+    headers: Headers = field(default_factory=Headers)
 
     @property
     def lock_deadline(self) -> datetime | None:

@@ -54,6 +54,8 @@ class Outcome(StrEnum):
     IN_PROGRESS = "in_progress"
     DOWNSTREAM_REJECTED = "downstream_rejected"
     TRANSIENT = "transient"
+    HANDED_ON = "handed_on"  # still transient after the delivery's attempts: a copy is scheduled for later
+    RETRY_LIMIT_EXCEEDED = "retry_limit_exceeded"  # handed on for RETRY_TOTAL_SECONDS, and failing still
     ERROR = "error"
 
 

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TypedDict, Unpack
 
 import pytest
@@ -85,6 +86,7 @@ def destination(request: pytest.FixtureRequest, loop: asyncio.Runner) -> Iterato
             now[0] += seconds
 
         def read() -> list[OutgoingMessage]:
+            fake.release_due()
             found = [m for d, m in fake.delivered if d == QUEUE]
             fake.delivered.clear()
             return found
@@ -169,3 +171,30 @@ def test_sending_nothing_sends_nothing(destination: Destination, loop: asyncio.R
 def test_a_missing_destination_is_a_publish_error(destination: Destination, loop: asyncio.Runner) -> None:
     with pytest.raises(PublishError, match="no-such-queue"):
         loop.run(destination.sender.send("no-such-queue", [message()]))
+
+
+def test_a_scheduled_message_arrives_when_it_is_due_and_not_before(destination: Destination,
+                                                                   loop: asyncio.Runner) -> None:
+    # A delayed retry's copy: held back in its queue until its time, then delivered like any other.
+    due = datetime.fromtimestamp(time.time(), UTC) + timedelta(seconds=2)
+    now = message(application_properties={"retryAttempt": "1"})
+    later = message(application_properties={"retryAttempt": "2"})
+    later = OutgoingMessage(later.message_id, later.body, application_properties=later.application_properties,
+                            scheduled_enqueue_time=due)
+    loop.run(destination.sender.send(QUEUE, [later, now]))
+    assert [m.message_id for m in destination.delivered()] == [now.message_id]
+    destination.wait(3.0)
+    arrived = destination.delivered()
+    assert [m.message_id for m in arrived] == [now.message_id, later.message_id]
+    assert arrived[1].application_properties == {"retryAttempt": "2"}
+
+
+def test_a_scheduled_message_sent_again_inside_the_window_is_dropped(destination: Destination,
+                                                                     loop: asyncio.Runner) -> None:
+    # A copy sent again after a crash, under the same MessageId: the queue keeps one.
+    due = datetime.fromtimestamp(time.time(), UTC) + timedelta(seconds=0.5)
+    copy = OutgoingMessage(f"m-{uuid.uuid4()}", b"{}", scheduled_enqueue_time=due)
+    loop.run(destination.sender.send(QUEUE, [copy]))
+    loop.run(destination.sender.send(QUEUE, [copy]))
+    destination.wait(1.5)
+    assert [m.message_id for m in destination.delivered()] == [copy.message_id]

@@ -181,9 +181,12 @@ def app_on_cosmos(
     cosmos_target: CosmosTarget, fulfilment: FulfilmentServer, loop: asyncio.Runner, root: Root
 ) -> Iterator[Harness]:
     """An app pointed at the test container and the fulfilment server; its clients are made lazily (in the
-    loop, on first use) and closed when the test ends."""
+    loop, on first use) and closed when the test ends.
+
+    These tests drive each redelivery by hand, so a transient failure is tried once and abandoned, as with
+    DELAYED_RETRIES false; ``test_delayed_retries.py`` runs the default, which tries in the lock and hands on."""
     settings = cosmos_target.settings(fulfillment_url=fulfilment.url, fulfillment_read_timeout_seconds=2,
-                                      abandon_delay_seconds=0)
+                                      abandon_delay_seconds=0, delayed_retries=False)
     with ExitStack() as stack:
         harness = Harness(cosmos_target, settings, stack, loop, root)
         stack.callback(harness.close)  # last: after the clients it handed in are closed

@@ -15,7 +15,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from consumers.settlement import MAX_DESCRIPTION_CHARS, ActionsSettlement
-from shared.delivery import Action, Settlement, run_delivery
+from shared.delivery import Action, Retries, Settlement, run_delivery
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import LOCK_MARGIN_SECONDS, Outcome, Result
 
@@ -104,7 +104,7 @@ def test_a_transient_outcome_waits_inside_its_lock_then_abandons() -> None:
         waits.append(seconds)
 
     port = Port()
-    settled = _deliver(_answer(Outcome.TRANSIENT), port, abandon_delay=10, sleep=sleep)
+    settled = _deliver(_answer(Outcome.TRANSIENT), port, retrying=Retries(wait=10), sleep=sleep)
     assert settled.action is Action.ABANDON and port.actions() == [Action.ABANDON]
     assert waits == [10]  # the whole delay fits in the lock, so all of it is waited, before the abandon
 
@@ -115,7 +115,8 @@ def test_the_wait_is_cut_short_before_the_lock_runs_out_by_the_policy_clock() ->
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    _deliver(_answer(Outcome.TRANSIENT), Port(), read=lambda: _message(locked_for=7), abandon_delay=10, sleep=sleep)
+    _deliver(_answer(Outcome.TRANSIENT), Port(), read=lambda: _message(locked_for=7), retrying=Retries(wait=10),
+             sleep=sleep)
     assert waits == [7 - LOCK_MARGIN_SECONDS]
 
 
@@ -129,7 +130,7 @@ def test_a_session_message_whose_lock_cannot_hold_the_wait_renews_the_session_lo
 
     port = Port(renewed_for=60)
     _deliver(_answer(Outcome.TRANSIENT), port, read=lambda: _message(locked_for=3, session_id="ord-1"),
-             abandon_delay=10, sleep=sleep)
+             retrying=Retries(wait=10), sleep=sleep)
     assert port.renewals == 1 and waits == [10] and port.actions() == [Action.ABANDON]
 
 
@@ -142,7 +143,7 @@ def test_no_renewal_when_the_lock_is_the_delivery_s_own_or_holds_the_wait(sessio
     async def sleep(seconds: float) -> None:
         pass
 
-    _deliver(_answer(Outcome.TRANSIENT), port, read=lambda: _message(locked_for, session_id), abandon_delay=10,
+    _deliver(_answer(Outcome.TRANSIENT), port, read=lambda: _message(locked_for, session_id), retrying=Retries(wait=10),
              sleep=sleep)
     assert port.renewals == 0 and port.actions() == [Action.ABANDON]
 
@@ -156,9 +157,9 @@ def test_a_refused_session_renewal_keeps_the_wait_inside_the_lock_and_still_aban
 
     port = Port(renew_fails=True)
     _deliver(_answer(Outcome.TRANSIENT), port, read=lambda: _message(locked_for=7, session_id="ord-1"),
-             abandon_delay=10, sleep=sleep)
+             retrying=Retries(wait=10), sleep=sleep)
     assert waits == [7 - LOCK_MARGIN_SECONDS] and port.actions() == [Action.ABANDON]
-    assert "renewing the session lock before the abandon failed (RuntimeError)" in caplog.text
+    assert "renewing the session lock before waiting failed (RuntimeError)" in caplog.text
 
 
 def test_a_completed_outcome_does_not_wait() -> None:
@@ -166,7 +167,7 @@ def test_a_completed_outcome_does_not_wait() -> None:
         raise AssertionError("only an abandon waits")
 
     port = Port()
-    _deliver(_answer(Outcome.CREATED), port, abandon_delay=10, sleep=sleep)
+    _deliver(_answer(Outcome.CREATED), port, retrying=Retries(wait=10), sleep=sleep)
     assert port.actions() == [Action.COMPLETE]
 
 

@@ -46,6 +46,9 @@ KNOWN: list[tuple[str, str]] = [
     # Pinned when OrderRejected came (issue 30).
     (identity.rejected_message_id(CONSUMER, "ord-1"),
      "effect.OrderRejected.7133b827a179922a6d278c38d645a3b7421dec58683f62df8e4c404cbc4be361"),
+    # Pinned when delayed retries came (issue 32): a copy in flight must dedup against its resend.
+    (identity.retry_message_id("ord-1", "42", 1),
+     "retry.1_ord-1.40ba1b11e3b2b5785ddd55d6cfb3d820361adf52b7938adf6f140633b1cb4bfa"),
 ]
 
 

@@ -17,14 +17,19 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_defaults_satisfy_the_rule() -> None:
     retention = Settings.from_env({}).retention
     assert retention.check() is retention
-    assert retention.required_seconds == 60 * 10 + 86400 + 604800
+    assert retention.required_seconds == 60 * 10 + 14400 + 86400 + 604800
 
 
-def test_window_adds_redeliveries_message_ttl_and_resubmit_grace() -> None:
+def test_window_adds_redeliveries_delayed_retries_message_ttl_and_resubmit_grace() -> None:
     retention = Retention(lock_duration_seconds=30, max_delivery_count=4, message_ttl_seconds=1000,
-                          resubmit_grace_seconds=500, dedup_ttl_seconds=1620)
-    assert retention.required_seconds == 30 * 4 + 1000 + 500
+                          resubmit_grace_seconds=500, dedup_ttl_seconds=1820, retry_total_seconds=200)
+    assert retention.required_seconds == 30 * 4 + 200 + 1000 + 500
     retention.check()
+
+
+def test_without_delayed_retries_their_limit_does_not_count() -> None:
+    retention = Settings.from_env({"DELAYED_RETRIES": "false"}).retention
+    assert retention.required_seconds == 60 * 10 + 86400 + 604800
 
 
 def test_short_dedup_ttl_is_refused_with_the_computation() -> None:
@@ -33,7 +38,8 @@ def test_short_dedup_ttl_is_refused_with_the_computation() -> None:
         retention.check()
     message = str(caught.value)
     assert "DEDUP_TTL_SECONDS" in message
-    assert "lock 60 s x 10 deliveries + message TTL 3600 s + resubmit grace 600 s = 4800 s" in message
+    assert ("lock 60 s x 10 deliveries + delayed retries 0 s + message TTL 3600 s + resubmit grace 600 s = 4800 s"
+            in message)
 
 
 @pytest.mark.parametrize("setting", ["SERVICEBUS_MAX_DELIVERY_COUNT", "DEDUP_TTL_SECONDS"])
@@ -48,4 +54,4 @@ def test_app_refuses_to_start_when_markers_would_expire_too_soon() -> None:
                          capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode != 0
     assert "DEDUP_TTL_SECONDS" in run.stderr
-    assert "= 691800 s" in run.stderr
+    assert "= 706200 s" in run.stderr

@@ -58,7 +58,7 @@ def app(store: InMemoryStore) -> bootstrap.App:
 def settle(app: bootstrap.App, function: str, message: InboundMessage) -> Settlement:
     handler = app.handle_order if function == "process_order" else app.handle_event
     port = Port()
-    made = run(app.deliver(function, lambda: message, handler, port))
+    made = run(app.deliver(function, lambda: message, handler, port, queue="orders"))
     assert port.made == [made]
     return made
 

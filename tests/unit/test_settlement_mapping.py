@@ -31,6 +31,8 @@ def test_outcomes_map_to_the_documented_settlements() -> None:
         Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
         Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),
         Outcome.TRANSIENT: Settlement(Action.ABANDON),
+        Outcome.HANDED_ON: Settlement(Action.COMPLETE),
+        Outcome.RETRY_LIMIT_EXCEEDED: Settlement(Action.DEADLETTER, "RetryLimitExceeded"),
         Outcome.ERROR: Settlement(Action.ABANDON),
     } == SETTLEMENTS
 
