@@ -41,7 +41,11 @@ param messageTtlSeconds int = 86400
 param dlqResubmitGraceSeconds int = 604800
 
 @minValue(1)
-@description('Inbox marker TTL in seconds; must be at least lock x deliveries + message TTL + resubmit grace.')
+@description('How long a message failing transiently is handed on to later copies, from its first hand-on, before it is dead-lettered RetryLimitExceeded, in seconds (RETRY_TOTAL_SECONDS).')
+param retryTotalSeconds int = 14400
+
+@minValue(1)
+@description('Inbox marker TTL in seconds; must be at least lock x deliveries + delayed retries + message TTL + resubmit grace.')
 param dedupTtlSeconds int = 777600
 
 @allowed([
@@ -195,6 +199,7 @@ module functionApp 'modules/functionapp.bicep' = {
       SERVICEBUS_MAX_DELIVERY_COUNT: string(maxDeliveryCount)
       SERVICEBUS_MESSAGE_TTL_SECONDS: string(messageTtlSeconds)
       DLQ_RESUBMIT_GRACE_SECONDS: string(dlqResubmitGraceSeconds)
+      RETRY_TOTAL_SECONDS: string(retryTotalSeconds)
       DEDUP_TTL_SECONDS: string(dedupTtlSeconds)
     }
   }

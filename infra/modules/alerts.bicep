@@ -1,5 +1,6 @@
 // Alerts, each routed to one action group: dead letters per queue (a Service Bus metric), and from the
-// app's log records in Application Insights: events parked too long, side effects stuck, failed settlements.
+// app's log records in Application Insights: events parked too long, side effects stuck, a breaker opened (a
+// dependency down), failed settlements.
 // main.bicep deploys this module only when it is given an action group: a rule that notifies nobody is
 // only a cost.
 param location string
@@ -89,6 +90,16 @@ traces
     query: '''
 traces
 | where message startswith "overdue side-effect "
+| project timestamp, message
+'''
+  }
+  {
+    name: 'breaker'
+    displayName: 'A dependency is down: most deliveries of a queue fail transiently'
+    description: 'An instance opened its breaker: most of its recent attempts on a queue failed transiently (the fulfilment service or Cosmos DB down), and it hands messages on for a delayed retry untried. Nothing is lost; see docs/operations.md, In an outage.'
+    query: '''
+traces
+| where message startswith "breaker open "
 | project timestamp, message
 '''
   }

@@ -47,7 +47,8 @@ resource sendQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing
 // identity table); target-based scaling reads each queue's message count, which needs Manage rights, and Data
 // Owner is the data role that grants them: with Listen rights alone the scale controller falls back to incremental
 // scaling (functions-target-based-scaling, "Service Bus"; azure-functions-host#8892; Microsoft's Flex Consumption
-// Service Bus sample grants Data Owner). Scoped to each queue, never the namespace.
+// Service Bus sample grants Data Owner). It grants Send too, which the delayed retries need: a message handed on is
+// a copy the app schedules on its own input queue. Scoped to each queue, never the namespace.
 resource receiverAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in receiveQueueNames: {
   name: guid(receiveQueues[i].id, principalId, roles.serviceBusDataOwner)
   scope: receiveQueues[i]

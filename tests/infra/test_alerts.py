@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from shared.adapters.memory import InMemoryStore
+from shared.breaker import Breaker
 from shared.delivery import run_delivery
 from shared.domain.lifecycle import ORDER_SHIPPED
 from shared.domain.messages import InboundMessage
@@ -67,10 +68,11 @@ def test_a_dead_letter_alert_per_queue_on_its_entity_name(alerts: Scope) -> None
         assert properties["enabled"] is True
 
 
-def test_three_log_alerts_on_application_insights_routed_to_the_action_group(alerts: Scope) -> None:
+def test_four_log_alerts_on_application_insights_routed_to_the_action_group(alerts: Scope) -> None:
     rules = copies(alerts, "logAlertRules")
     assert [rule["name"] for rule in rules] == [
-        "alert-<resourceToken>-parked", "alert-<resourceToken>-side-effects", "alert-<resourceToken>-settlements"]
+        "alert-<resourceToken>-parked", "alert-<resourceToken>-side-effects", "alert-<resourceToken>-breaker",
+        "alert-<resourceToken>-settlements"]
     for rule in rules:
         properties = rule["properties"]
         assert rule["kind"] == "LogAlert"
@@ -154,6 +156,11 @@ def app_records(caplog: pytest.LogCaptureFixture) -> dict[str, list[logging.LogR
                                      LostLock()))
         records["settlement"] = [r for r in caplog.records if r.levelno >= logging.ERROR]
         records["delivery"] = [r for r in caplog.records if r.getMessage().startswith("delivery ")]
+        caplog.clear()
+        breaker = Breaker("process_order", window=2, open_seconds=30)
+        breaker.record(True, clock.now)
+        breaker.record(False, clock.now + 30, probe=True)
+        records["breaker"] = list(caplog.records)
     return records
 
 
@@ -163,8 +170,9 @@ def test_each_log_query_matches_the_app_s_own_record_and_no_other(alerts: Scope,
     overdue = {r.getMessage().split(" ", 2)[1]: r for r in records["overdue"]}
     [settlement] = records["settlement"]
     [delivery] = records["delivery"]
+    opened, closed = records["breaker"]
     every = {"parked": overdue["parked"], "side-effects": overdue["side-effect"], "settlements": settlement,
-             "delivery": delivery}
+             "delivery": delivery, "breaker": opened, "breaker closed": closed}
     for name, query in queries(alerts).items():
         assert [kind for kind, record in every.items() if matches(query, record)] == [name], name
 

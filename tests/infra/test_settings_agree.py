@@ -88,6 +88,6 @@ def test_retention_rule_catches_a_short_dedup_ttl_in_the_parameters() -> None:
     try:
         retention.check()
     except Exception as exc:  # ConfigurationError, with the computation
-        assert "691800" in str(exc)
+        assert "706200" in str(exc)
     else:
         raise AssertionError("a 1-hour dedup TTL must fail the retention rule")

@@ -56,8 +56,8 @@ def test_the_workbook_is_deployed_with_the_app_over_its_application_insights_and
     assert metric["metrics"] == [{"namespace": "microsoft.servicebus/namespaces", "aggregation": 3,
                                   "metric": "microsoft.servicebus/namespaces--DeadletteredMessages",
                                   "splitBy": "EntityName"}]
-    assert {panel["name"] for panel in PANELS["panels"]} == {"outcomes", "dead-letters", "parked", "waiting",
-                                                             "latency"}
+    assert {panel["name"] for panel in PANELS["panels"]} == {"outcomes", "dead-letters", "parked", "handed-on",
+                                                             "waiting", "latency"}
 
 
 @pytest.fixture
@@ -94,6 +94,14 @@ def test_dead_letters_are_counted_by_function_and_the_reason_the_settlement_give
 
 def test_events_parked_are_counted_from_the_deliveries_that_parked_one(deliveries: list[dict[str, Any]]) -> None:
     found = kql.run(QUERIES["parked"], deliveries)
+    assert sorted((row["function"], row["count_"]) for row in found) == [("process_order", 1),
+                                                                         ("process_order_event", 1)]
+
+
+def test_messages_handed_on_are_counted_from_the_deliveries_that_handed_one_on(
+    deliveries: list[dict[str, Any]],
+) -> None:
+    found = kql.run(QUERIES["handed-on"], deliveries)
     assert sorted((row["function"], row["count_"]) for row in found) == [("process_order", 1),
                                                                          ("process_order_event", 1)]
 
