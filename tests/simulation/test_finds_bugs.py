@@ -9,6 +9,7 @@ bug, not the seed, is what fails.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -21,11 +22,13 @@ from shared.domain import identity
 from shared.domain.documents import OrderAccepted, OrderDocument, OutboxEntry, OutboxStatus
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
-from shared.errors import AlreadyExists, BatchFailed, NotFound
+from shared.errors import AlreadyExists, BatchFailed, NotFound, PublishError
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService, Reply
+from shared.ports.sender import MessageSender, OutgoingMessage
 from shared.ports.store import ABSENT, MAX_PAGE_ITEMS, BatchOperation, Create, Document, DocumentStore, Patch, Replace
 from simulation.run import simulate
+from simulation.scheduler import drive
 from simulation.world import SETTINGS, Wiring
 
 MAX_SEEDS = 200
@@ -277,3 +280,29 @@ def test_a_port_that_suspends_fails_the_run_even_in_the_outbox_publisher() -> No
     assert {v.rule for v in report.violations} >= {"unexpected-error"}
     assert any("outbox invocation" in v.detail for v in report.violations)
     assert not simulate(0).violations
+
+
+class CompletedBeforeHandedOn:
+    """Bug 11: a handing-on that completes the current delivery before its copy is safely sent: the copy is
+    held back and sent only after the settlement, so a crash or a failed send between the two loses the
+    message (it left its queue, and no copy will bring it back)."""
+
+    def __init__(self, sender: MessageSender) -> None:
+        self.sender = sender
+        self.held: list[tuple[str, Sequence[OutgoingMessage]]] = []
+
+    async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+        if destination in (SETTINGS.orders_queue, SETTINGS.order_events_queue):
+            self.held.append((destination, messages))  # "sent", as far as the delivery can tell
+            return
+        await self.sender.send(destination, messages)
+
+    def after_settle(self) -> None:
+        held, self.held = self.held, []
+        for destination, messages in held:
+            with contextlib.suppress(PublishError):  # the send failed after the delivery was completed: lost
+                drive(self.sender.send(destination, messages))
+
+
+def test_a_hand_on_that_completes_before_its_copy_is_sent_is_found_as_a_message_lost() -> None:
+    assert_found(Wiring(sender=CompletedBeforeHandedOn), "one-order")

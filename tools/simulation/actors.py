@@ -81,7 +81,7 @@ class Consumer:
             # the host; the broker redelivers once the lock is gone.
             with contextlib.suppress(LockLost):
                 drive(world.app.deliver(queue, functools.partial(delivery.inbound, world.clock), world.handlers[queue],
-                                        BrokerSettlement(world, delivery)))
+                                        BrokerSettlement(world, delivery), queue=queue))
         finally:
             if order is not None:
                 world.events_in_flight[order] -= 1
@@ -106,6 +106,8 @@ class BrokerSettlement:
         world.chaos.checkpoint(f"settle {settlement.action}", SETTLE_FAULTS)
         try:
             self.delivery.queue.settle(self.delivery, settlement.action, settlement.reason, result.description)
+            if world.after_settle is not None:
+                world.after_settle()
         except LockLost:
             world.settlements["lock_lost"] += 1
             if sched.trace_lines is not None:
@@ -121,7 +123,7 @@ class BrokerSettlement:
 
 class Producer:
     """Sends one script's messages in order, each at its time; a send with ``after`` first waits for that
-    message to leave its queue and for its detection window to pass."""
+    message to be processed (it and every copy of it handed on settled) and for its detection window to pass."""
 
     def __init__(self, world: World, script: tuple[Send, ...]) -> None:
         self.world = world
@@ -134,7 +136,7 @@ class Producer:
             earliest = EPOCH + send.at
             if send.after is not None:
                 first = world.accepted[send.after]
-                while not first.settled:
+                while not world.queue(first.queue).processed(first):
                     sched.wait(world.broker.settled)
                 earliest = max(earliest, first.enqueued_at + world.detection_window + 1.0)
             sched.sleep(earliest - world.clock.now)

@@ -1,7 +1,9 @@
 """Service Bus queues as the consumer meets them: PeekLock, lock expiry, delivery counts, sessions, duplicate detection.
 
 - A send gets the entity's next sequence number; a MessageId seen within the detection window of its
-  first accepted send is dropped. Every message is available as soon as it is sent.
+  first accepted send is dropped. A message is available as soon as it is sent, or, sent with a
+  scheduled enqueue time, once that time comes: it then joins the queue behind what is there (and its
+  session behind that session's messages), as Service Bus enqueues a scheduled message when it is due.
 - A receive locks a message for ``lock_seconds`` and counts a delivery. Complete removes it,
   dead-letter moves it aside with a reason, abandon makes it available at once. A lock that runs out
   makes it available again, while the old delivery may still be running: its settlement then fails
@@ -16,11 +18,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from shared.delivery import Action
+from shared.domain import retries
 from shared.domain.messages import InboundMessage
+from shared.ports.sender import MessageSender, OutgoingMessage
 from shared.settings import Settings
 from simulation.scheduler import Clock, Scheduler, Signal
 
@@ -30,6 +35,7 @@ MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 class State(StrEnum):
     """Where a message is."""
 
+    SCHEDULED = "scheduled"
     AVAILABLE = "available"
     LOCKED = "locked"
     COMPLETED = "completed"
@@ -54,6 +60,7 @@ class BrokerMessage:
     locked_until: float = 0.0
     reason: str | None = None
     description: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def settled(self) -> bool:
@@ -81,7 +88,7 @@ class Delivery:
             message_id=message.message_id, body=message.body, correlation_id=message.correlation_id,
             session_id=message.session_id, delivery_count=message.deliveries - 1,
             enqueued_time_utc=clock.utc(message.enqueued_at), locked_until_utc=clock.utc(self.locked_until),
-            sequence_number=message.sequence_number,
+            sequence_number=message.sequence_number, application_properties=message.properties,
         )
 
 
@@ -117,11 +124,13 @@ class Queue:
         self._session_locks: dict[str, _SessionLock] = {}
         self._held: dict[int, str] = {}  # receiver -> the session it last took
         self._tokens = 0
+        self._scheduled = 0  # messages sent to come later, not yet due
 
     def send(
-        self, *, message_id: str | None, body: bytes, session_id: str | None, correlation_id: str | None, tag: int
+        self, *, message_id: str | None, body: bytes, session_id: str | None, correlation_id: str | None, tag: int,
+        properties: Mapping[str, str] | None = None, due: float | None = None,
     ) -> BrokerMessage | None:
-        """Enqueue a message; None when duplicate detection drops it."""
+        """Enqueue a message, or schedule it for ``due``; None when duplicate detection drops it."""
         now = self._sched.clock.now
         if message_id is not None:
             first = self._first_sent.get(message_id)
@@ -130,11 +139,23 @@ class Queue:
                 return None
             self._first_sent[message_id] = now
         message = BrokerMessage(self.name, len(self.messages) + 1, message_id, body, session_id, correlation_id,
-                                now, tag)
+                                now, tag, properties=dict(properties or {}))
         self.messages.append(message)
+        if due is not None and due > now:
+            message.state = State.SCHEDULED
+            self._scheduled += 1
+            self._sched.call_at(due, lambda: self._enqueue(message))
+        else:
+            self._enqueue(message)
+        return message
+
+    def _enqueue(self, message: BrokerMessage) -> None:
+        if message.state is State.SCHEDULED:
+            self._scheduled -= 1
+            message.state = State.AVAILABLE
+            message.enqueued_at = self._sched.clock.now
         self._active.append(message)
         self._sched.notify(self._ready)
-        return message
 
     def receive(self, receiver: int) -> Delivery | None:
         """Lock and return the next message for ``receiver``, or None when there is none for it now."""
@@ -197,9 +218,16 @@ class Queue:
         self._sched.notify(self._ready)
         return True
 
+    def processed(self, message: BrokerMessage) -> bool:
+        """Whether ``message`` has left the queue for good: settled, and so is every copy delayed retries made of
+        it (a message handed on has left the queue, not yet been processed)."""
+        chain = str(message.sequence_number)
+        return message.settled and all(m.settled for m in self.messages[message.sequence_number:]
+                                       if m.properties.get(retries.CHAIN) == chain)
+
     def unsettled(self) -> int:
-        """How many messages are still in the queue, available or locked."""
-        return len(self._active)
+        """How many messages are still in the queue, scheduled, available or locked."""
+        return len(self._active) + self._scheduled
 
     def _lock(self, message: BrokerMessage, receiver: int) -> Delivery:
         now = self._sched.clock.now
@@ -294,3 +322,28 @@ class Broker:
     def unsettled(self) -> int:
         """How many messages are still in the queues."""
         return sum(q.unsettled() for q in self.queues.values())
+
+
+class Namespace:
+    """The app's sender as the namespace takes it: a send to one of the broker's queues (a delayed retry's
+    copy) lands there, scheduled as it says, under the workload tag of the message it copies; a send anywhere
+    else goes on to ``outside`` (the OrderAccepted and OrderRejected destinations)."""
+
+    def __init__(self, broker: Broker, outside: MessageSender) -> None:
+        self._broker = broker
+        self._outside = outside
+
+    async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+        """Send, as the namespace does; see MessageSender."""
+        queue = self._broker.queues.get(destination)
+        if queue is None:
+            await self._outside.send(destination, messages)
+            return
+        for message in messages:
+            chain = message.application_properties.get(retries.CHAIN, "")
+            root = queue.messages[int(chain) - 1] if chain.isdigit() and 0 < int(chain) <= len(queue.messages) \
+                else None
+            due = message.scheduled_enqueue_time
+            queue.send(message_id=message.message_id, body=message.body, session_id=message.session_id,
+                       correlation_id=message.correlation_id, tag=root.tag if root else -1,
+                       properties=message.application_properties, due=due.timestamp() if due else None)

@@ -1,9 +1,12 @@
-"""Fault injection at every port call: interleave, crash, fail before or after the effect, stall, jump the clock.
+"""Fault injection at every port call: interleave, crash, fail before or after the effect, stall, jump the clock;
+and an outage, which takes the fulfilment service or the store away for a long stretch.
 
 Each fault costs the delivery it hits at most one attempt, and each subject (a message id, the
 publisher, the sweeper) gets at most ``per_subject`` faults; faults stop at ``until``, after which
 the run drains quietly. So a valid message always succeeds before MaxDeliveryCount, and what the
-invariants find is the code's doing, not the budget's.
+invariants find is the code's doing, not the budget's. An outage is the exception, on purpose: for
+its whole stretch every call to its dependency fails, longer than MaxDeliveryCount deliveries with
+their waits, and only the delayed retries carry the messages over it.
 """
 
 from __future__ import annotations
@@ -40,6 +43,21 @@ SETTLE_FAULTS = (Fault.CRASH, Fault.SLOW, Fault.CLOCK, Fault.RELEASE)
 CLOCK_SUBJECT = "clock"
 
 
+@dataclass
+class Outage:
+    """A dependency down from ``start`` to ``end``: every call to it fails before it takes effect. ``refused``
+    counts the calls it received meanwhile, which the breaker is there to keep down."""
+
+    dependency: str  # the port's prefix in a call's name: "fulfilment" or "store"
+    start: float
+    end: float
+    refused: int = 0
+
+    def covers(self, call: str, now: float) -> bool:
+        """Whether ``call`` at ``now`` goes to the dependency while it is down."""
+        return self.start <= now < self.end and call.startswith(f"{self.dependency}.")
+
+
 @dataclass(frozen=True)
 class ChaosProfile:
     """How hard one run is shaken: rates per port call, the fault budget, and when faults stop."""
@@ -51,6 +69,7 @@ class ChaosProfile:
     clock_jumps: int = 3
     stall_seconds: float = 90.0
     jump_seconds: float = 120.0
+    outage: Outage | None = None
 
 
 class Chaos:
@@ -90,6 +109,11 @@ class Chaos:
         return fault
 
     @property
+    def outage(self) -> Outage | None:
+        """The run's outage, if it has one."""
+        return self._profile.outage
+
+    @property
     def tracing(self) -> bool:
         """Whether the run keeps a trace, so that proxies spend time naming their calls only then."""
         return self._sched.trace_lines is not None
@@ -98,8 +122,16 @@ class Chaos:
         self, call: str, perform: Callable[[], Awaitable[T]], *, refuse: Callable[[str], T],
         lose: Callable[[str], BaseException],
     ) -> T:
-        """Make one port call under chaos: ``refuse`` answers instead of it (FAIL_BEFORE); ``lose`` is raised
-        after it took effect (FAIL_AFTER); errors of the port itself pass through, noted in the trace."""
+        """Make one port call under chaos: ``refuse`` answers instead of it (FAIL_BEFORE, or its dependency's
+        outage); ``lose`` is raised after it took effect (FAIL_AFTER); errors of the port itself pass through,
+        noted in the trace."""
+        outage = self._profile.outage
+        if outage is not None and outage.covers(call, self._sched.clock.now):
+            outage.refused += 1
+            if self._sched.trace_lines is not None:
+                self._sched.trace(f"{call} !outage")
+            self._sched.pause()
+            return refuse(f"{call}: {outage.dependency} is down")
         fault = self.checkpoint(call)
         if fault is Fault.FAIL_BEFORE:
             return refuse(f"{call} failed before it took effect")

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from shared.domain import retries
 from shared.domain.documents import (
     EffectStatus,
     OrderDocument,
@@ -24,7 +25,7 @@ from shared.domain.documents import (
 )
 from shared.domain.lifecycle import KINDS
 from shared.ports.store import Document
-from simulation.broker import State
+from simulation.broker import BrokerMessage, State
 from simulation.foreign import at_path
 from simulation.proxies import RECORD_KINDS
 from simulation.workload import EventPlan
@@ -162,20 +163,57 @@ def _newer_kept(event: EventPlan, records: list[Document], order: Document | Non
 
 
 def settled_as_expected(world: World, documents: list[Document]) -> Iterable[Violation]:
-    """No valid message dead-lettered; every invalid or mismatching one dead-lettered with its reason; an event that
-    can never apply completed (parked, then rejected) or dead-lettered InvalidTransition (it came after)."""
+    """No valid message dead-lettered (by an outage either: ``MaxDeliveryCountExceeded`` or
+    ``RetryLimitExceeded``); every invalid or mismatching one dead-lettered with its reason; an event that can
+    never apply completed (parked, then rejected) or dead-lettered InvalidTransition (it came after). A message
+    handed on is judged with its copies: the original completed, and the chain ending as the message should."""
+    for queue in world.broker.queues.values():
+        for root, chain in chains(queue.messages).items():
+            sent = world.workload.messages[root.tag]
+            ends = {(m.state, m.reason) for m in chain}
+            if sent.or_dead_lettered is not None and (State.DEAD_LETTERED, sent.or_dead_lettered) in ends:
+                ends.discard((State.DEAD_LETTERED, sent.or_dead_lettered))
+                if ends <= {(State.COMPLETED, None)}:
+                    continue
+            wanted = (State.COMPLETED, None) if sent.expect is None else (State.DEAD_LETTERED, sent.expect)
+            for message in chain:
+                if (message.state, message.reason) in (wanted, (State.COMPLETED, None)):
+                    continue
+                yield Violation("settlement", f"{sent.label} {message}{_copy(message)} is {message.state}"
+                                              f" {message.reason or ''}: {message.description or ''}")
+            if sent.expect is not None and wanted not in ends:
+                yield Violation("settlement", f"{sent.label} {root} and its {len(chain) - 1} copies all completed,"
+                                              f" none dead-lettered {sent.expect}")
+
+
+def chains(messages: Iterable[BrokerMessage]) -> dict[BrokerMessage, list[BrokerMessage]]:
+    """Each message a producer sent, with the copies delayed retries made of it (by ``retryChain``), in order."""
+    messages = list(messages)
+    found: dict[BrokerMessage, list[BrokerMessage]] = {}
+    for message in messages:
+        chain = message.properties.get(retries.CHAIN)
+        if chain is None:
+            found[message] = [message]
+        else:
+            found[messages[int(chain) - 1]].append(message)
+    return found
+
+
+def _copy(message: BrokerMessage) -> str:
+    attempt = message.properties.get(retries.ATTEMPT)
+    return f" (retry copy {attempt})" if attempt else ""
+
+
+def outage_carried_over(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """An outage shorter than RETRY_TOTAL_SECONDS dead-letters nothing (``settled_as_expected`` sees to each
+    message) and every message it met is processed once after it (``one_order_each``, ``events_once_in_order``);
+    here, that no copy was made when delayed retries are off, and none outlived the drain."""
     for queue in world.broker.queues.values():
         for message in queue.messages:
-            sent = world.workload.messages[message.tag]
-            if sent.or_dead_lettered is not None and (message.state, message.reason) == (State.DEAD_LETTERED,
-                                                                                         sent.or_dead_lettered):
-                continue
-            if sent.expect is None and message.state is not State.COMPLETED:
-                yield Violation("settlement", f"{sent.label} {message} is {message.state}"
-                                              f" {message.reason or ''}: {message.description or ''}")
-            elif sent.expect is not None and (message.state, message.reason) != (State.DEAD_LETTERED, sent.expect):
-                yield Violation("settlement", f"{sent.label} {message} is {message.state} {message.reason or ''},"
-                                              f" not dead-lettered {sent.expect}")
+            if message.state is State.SCHEDULED:
+                yield Violation("retries", f"{message}{_copy(message)} is still scheduled at the end")
+            if not world.settings.delayed_retries and retries.CHAIN in message.properties:
+                yield Violation("retries", f"{message}{_copy(message)}: a copy with DELAYED_RETRIES false")
 
 
 def no_unexpected_error(world: World, documents: list[Document]) -> Iterable[Violation]:
@@ -242,5 +280,5 @@ def foreign_fields_kept(world: World, documents: list[Document]) -> Iterable[Vio
 
 RULES: tuple[Callable[[World, list[Document]], Iterable[Violation]], ...] = (
     one_order_each, one_reservation_each, one_outcome_each, events_once_in_order, settled_as_expected,
-    no_unexpected_error, nothing_left_waiting, foreign_fields_kept,
+    outage_carried_over, no_unexpected_error, nothing_left_waiting, foreign_fields_kept,
 )

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain.documents import EventRecord, OrderDocument, OutboxEntry
 from shared.errors import (
     BatchFailed,
@@ -22,7 +22,7 @@ from shared.errors import (
     TransientStoreError,
 )
 from shared.ports.fulfilment import Reply
-from shared.ports.sender import OutgoingMessage
+from shared.ports.sender import MessageSender, OutgoingMessage
 from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Delete, Document, Patch, Replace
 from simulation.faults import Chaos
 
@@ -229,9 +229,10 @@ def _publish_refused(text: str) -> NoReturn:
 
 
 class FaultySender:
-    """The OrderAccepted destination under chaos: PublishError before the send, or after it went out."""
+    """The namespace under chaos (the outcome destinations, and the queues for delayed retries' copies):
+    PublishError before the send, or after it went out."""
 
-    def __init__(self, sender: RecordingSender, chaos: Chaos) -> None:
+    def __init__(self, sender: MessageSender, chaos: Chaos) -> None:
         self._sender = sender
         self._chaos = chaos
 

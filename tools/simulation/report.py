@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from simulation.faults import Outage
 from simulation.invariants import Violation
 
 
@@ -30,6 +31,8 @@ class RunReport:
     concurrent_events: int = 0  # event deliveries that began while another of the same order's was running
     storm: bool = False  # one order was a storm (simulation.workload)
     limits: Counter[str] = field(default_factory=Counter)  # proxies.FaultyStore.limits
+    outage: Outage | None = None
+    breaker_opened: int = 0  # how often a queue's breaker opened
 
     def replay(self) -> str:
         """The one-line command that replays this run with its trace."""
@@ -42,7 +45,8 @@ class RunReport:
                 f" settlements {_counts(self.settlements)}; foreign writes {_counts(self.foreign_writes)}"
                 f" ({_counts(self.foreign_races) or 'no races'}); outcomes resent past the window"
                 f" {self.resent_past_window}; events queue {self.events_queue}, {self.concurrent_events} event"
-                f" deliveries beside another of their order's; {len(self.violations)} violations")
+                f" deliveries beside another of their order's; {_outage(self.outage, self.breaker_opened)};"
+                f" {len(self.violations)} violations")
 
 
 @dataclass
@@ -66,6 +70,11 @@ class Totals:
     past_a_page: int = 0  # seeds where a query was read past its first page
     full_batches: int = 0  # batches of 90 operations or more
     largest_batch: int = 0
+    outages: Counter[str] = field(default_factory=Counter)  # seeds by the dependency that went down
+    outage_seconds: float = 0.0
+    longest_outage: float = 0.0
+    refused_in_outages: int = 0
+    breaker_opened: int = 0
 
     def add(self, report: RunReport) -> None:
         """Count one run in."""
@@ -84,6 +93,13 @@ class Totals:
         self.past_a_page += report.limits["queries_past_a_page"] > 0
         self.full_batches += report.limits["batches_of_90_or_more"]
         self.largest_batch = max(self.largest_batch, report.limits["largest_batch"])
+        if report.outage is not None:
+            length = report.outage.end - report.outage.start
+            self.outages[report.outage.dependency] += 1
+            self.outage_seconds += length
+            self.longest_outage = max(self.longest_outage, length)
+            self.refused_in_outages += report.outage.refused
+        self.breaker_opened += report.breaker_opened
         if report.resent_past_window:
             self.resent_past_window.append(report.seed)
         if report.violations:
@@ -107,6 +123,10 @@ class Totals:
             f"limits       storms in {self.storms} seeds; a query read past its first page in {self.past_a_page}"
             f" ({self.past_a_page / max(self.seeds, 1):.0%}); {self.full_batches} batches of 90 to 100 operations,"
             f" the largest {self.largest_batch}",
+            f"outages      {sum(self.outages.values())} seeds: {_counts(self.outages) or 'none'};"
+            f" {self.outage_seconds:.0f} s down in all, the longest {self.longest_outage:.0f} s;"
+            f" {self.refused_in_outages} calls refused meanwhile;"
+            f" breakers opened {self.breaker_opened} times; handed on {self.outcomes['handed_on']}",
             f"violations   {sum(self.violations.values())}: {_counts(self.violations) or 'none'}",
             f"OrderAccepted or OrderRejected resent past the destination's detection window in"
             f" {len(self.resent_past_window)} seeds"
@@ -118,3 +138,10 @@ class Totals:
 
 def _counts(counter: Counter[str]) -> str:
     return ", ".join(f"{name} {count}" for name, count in sorted(counter.items()))
+
+
+def _outage(outage: Outage | None, opened: int) -> str:
+    if outage is None:
+        return "no outage"
+    return (f"{outage.dependency} down {outage.end - outage.start:.0f} s, {outage.refused} calls refused meanwhile,"
+            f" breakers opened {opened} times")

@@ -19,10 +19,11 @@ from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
+from shared.ports.sender import MessageSender
 from shared.ports.store import DocumentStore, query_all
 from shared.settings import Settings
-from simulation.broker import Broker, BrokerMessage, Delivery, Queue
-from simulation.faults import Chaos, ChaosProfile
+from simulation.broker import Broker, BrokerMessage, Delivery, Namespace, Queue
+from simulation.faults import Chaos, ChaosProfile, Outage
 from simulation.proxies import FaultyFulfilment, FaultySender, FaultyStore, History
 from simulation.scheduler import EPOCH, Clock, Scheduler, Signal, drive
 from simulation.workload import Workload, build_workload
@@ -51,14 +52,26 @@ class Wiring:
     fulfilment: Callable[[FulfilmentService], FulfilmentService] = _unchanged
     handle_order: Callable[[Handler], Handler] = _unchanged
     releases: type[Releases] = Releases
+    sender: Callable[[MessageSender], MessageSender] = _unchanged
+
+
+# An outage in a third of the seeds, of the fulfilment service or of the store: from 5 to 40 minutes, far
+# longer than MaxDeliveryCount (10) deliveries with their waits (about 100 s), well inside RETRY_TOTAL_SECONDS.
+OUTAGE_SHARE = 1 / 3
+OUTAGE_SECONDS = (300.0, 2400.0)
 
 
 def chaos_profile(rng: random.Random) -> ChaosProfile:
-    """How hard this seed shakes the system: some seeds are calm, some rough, all drain in the end."""
+    """How hard this seed shakes the system: some seeds are calm, some rough, some meet an outage; all drain."""
+    outage = None
+    if rng.random() < OUTAGE_SHARE:
+        start = EPOCH + rng.uniform(10.0, 600.0)
+        outage = Outage(rng.choice(("fulfilment", "store")), start, start + rng.uniform(*OUTAGE_SECONDS))
     return ChaosProfile(
         fault_rate=rng.choice((0.0, 0.03, 0.08, 0.15, 0.25)),
         switch_rate=rng.choice((0.05, 0.25, 0.6)),
         until=EPOCH + rng.uniform(300.0, 1500.0),
+        outage=outage,
     )
 
 
@@ -81,7 +94,13 @@ class World:
         self.events_in_flight: Counter[str] = Counter()  # order (session) id -> its event deliveries running
         self.detection_window = rng.choice(DETECTION_WINDOWS_SECONDS)
         self.in_hand: dict[object, Delivery] = {}  # actor -> the delivery it is running
-        self.chaos = Chaos(self.sched, chaos_profile(rng), settings.servicebus_lock_duration_seconds,
+        profile = chaos_profile(rng)
+        # A fifth of the seeds without an outage run with DELAYED_RETRIES false: a transient failure abandons, as
+        # it does when a copy cannot be sent, and MaxDeliveryCount bounds it.
+        if profile.outage is None and rng.random() < 0.2:
+            settings = msgspec.structs.replace(settings, delayed_retries=False)
+            self.settings = settings
+        self.chaos = Chaos(self.sched, profile, settings.servicebus_lock_duration_seconds,
                            release=self._release_session, releasable=self._holds_session)
         self.broker = Broker(self.sched, settings, detection_window=self.detection_window)
         # Query pages far smaller than Cosmos DB's 100, and in half the runs an empty page before the first
@@ -102,7 +121,7 @@ class World:
         self.app = bootstrap.build(
             settings, store=wiring.store(self.store_proxy),
             fulfilment=wiring.fulfilment(FaultyFulfilment(self.fulfilment, self.chaos)),
-            sender=FaultySender(self.sender, self.chaos), clock=self.clock, sleep=self._sleep, record=self._record,
+            sender=self._sender(wiring), clock=self.clock, sleep=self._sleep, record=self._record,
             releases=wiring.releases,
         )
         self.handlers: dict[str, Handler] = {settings.orders_queue: wiring.handle_order(self.app.handle_order),
@@ -120,6 +139,13 @@ class World:
         self.errors: list[str] = []  # deliveries a handler failed with an unexpected exception
         self.foreign_writes: Counter[str] = Counter()  # kind -> writes of the other writers (simulation.foreign)
         self.foreign_stats: Counter[str] = Counter()  # their own 412s, writes given up, documents gone first
+
+    def _sender(self, wiring: Wiring) -> MessageSender:
+        """The app's sender: the namespace under chaos, through the wiring's wrapper. A wrapper with an
+        ``after_settle`` method has it called after each settlement (a planted bug sends there)."""
+        sender = wiring.sender(FaultySender(Namespace(self.broker, self.sender), self.chaos))
+        self.after_settle: Callable[[], None] | None = getattr(sender, "after_settle", None)
+        return sender
 
     def _holds_session(self, actor: object) -> bool:
         """Whether ``actor`` runs a session delivery that still holds its lock."""
