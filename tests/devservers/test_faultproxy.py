@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -208,3 +209,19 @@ def test_every_option_has_help_and_an_example() -> None:
     result = run_module("devservers.faultproxy", "--help")
     assert result.returncode == 0 and "example:\n  python -m devservers.faultproxy --upstream" in result.stdout
     assert options_without_help(result.stdout) == []
+
+
+def test_an_outage_refuses_every_request_with_503_for_its_time_then_lets_them_through(
+    proxy: FaultProxy, cosmos_endpoint: CosmosEndpoint, direct: ContainerProxy
+) -> None:
+    container = _through(proxy.url, cosmos_endpoint, direct, retry_total=0)
+    doc = _doc()
+    proxy.outage(1.5)
+    for call in (lambda: container.create_item(doc), lambda: container.read_item("x", partition_key="x")):
+        with pytest.raises(exceptions.CosmosHttpResponseError) as caught:
+            call()
+        assert caught.value.status_code == 503
+    assert not _stored(direct, doc) and proxy.counts["outage"] >= 2
+    time.sleep(1.6)
+    container.create_item(doc)
+    assert _stored(direct, doc)

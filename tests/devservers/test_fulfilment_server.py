@@ -394,3 +394,22 @@ def test_cli_help_has_help_for_every_option_and_an_example() -> None:
     assert "--ietf --forget-keys-after" in result.stdout
     negative = run_module("devservers.fulfilment", "--forget-keys-after", "-5")
     assert negative.returncode == 2 and "-5 is negative" in negative.stderr
+
+
+def test_an_outage_answers_503_to_every_reservation_for_its_time_records_them_and_reserves_nothing(
+    server: FulfilmentServer,
+) -> None:
+    server.fail_next(500)  # queued faults wait for the outage's end
+    server.outage(1.0)
+    assert [_reserve(server, "k-out").status_code for _ in range(3)] == [503, 503, 503]
+    assert server.reservation_count() == 0 and [c.status for c in server.calls("k-out")] == [503, 503, 503]
+    time.sleep(1.1)
+    assert [_reserve(server, "k-out").status_code for _ in range(2)] == [500, 201]
+    assert server.reservation_count() == 1
+
+
+def test_an_outage_is_controlled_from_outside_and_ended_at_once(server: FulfilmentServer) -> None:
+    requests.post(f"{server.url}/_control", json={"outage": {"seconds": 60, "status": 502}}, timeout=5)
+    assert _reserve(server, "k-ctl").status_code == 502
+    requests.post(f"{server.url}/_control", json={"outage": {"seconds": 0}}, timeout=5)
+    assert _reserve(server, "k-ctl").status_code == 201

@@ -31,7 +31,7 @@ class Feed:
         self.leases = self.database.create_container_if_not_exists("leases", PartitionKey(path="/id"))
         self.batches: list[int] = []
 
-    def listener(self, **binding: Any) -> ChangeFeedListener:
+    def listener(self, monitored: Any = None, **binding: Any) -> ChangeFeedListener:
         trigger = {"type": "cosmosDBTrigger", "name": "documents", "databaseName": self.database.id,
                    "containerName": "orders", **binding}
 
@@ -39,7 +39,8 @@ class Feed:
             self.batches.append(data["documents"].json.count('"orderId"'))
 
         function = Function(name="publish_outbox", function_id="id-publish", trigger=trigger)
-        return ChangeFeedListener(function, self.monitored, self.leases, f"{self.database.id}.orders.0", invoke)
+        return ChangeFeedListener(function, lambda: (monitored or self.monitored, self.leases),
+                                  f"{self.database.id}.orders.0", invoke)
 
     def write(self, count: int) -> None:
         for n in range(count):
@@ -142,8 +143,7 @@ class LeaseWriteAfterEachPage:
 
 
 def test_the_position_saved_is_the_feed_pages_own_even_when_the_lease_was_written_since(feed: Feed) -> None:
-    listener = feed.listener()
-    listener._monitored = LeaseWriteAfterEachPage(feed)  # type: ignore[assignment]  # a stand-in with its methods
+    listener = feed.listener(monitored=LeaseWriteAfterEachPage(feed))
     listener._step()
     feed.write(3)
     assert [listener._step(), listener._step()] == [0.0, 5.0]
@@ -152,3 +152,26 @@ def test_the_position_saved_is_the_feed_pages_own_even_when_the_lease_was_writte
     feed.write(2)
     listener._step()
     assert feed.batches == [3, 2]
+
+
+def test_a_listener_made_while_cosmos_is_unreachable_connects_on_its_own_turn_and_retries_until_it_can(
+    feed: Feed,
+) -> None:
+    # The Functions host starts, and serves its other triggers, while Cosmos DB is down: the trigger's client
+    # is made on the listener's turn, so making the listener (at the host's start) touches nothing.
+    attempts: list[int] = []
+
+    def connect() -> tuple[Any, Any]:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionRefusedError("Cosmos DB is down")
+        return feed.monitored, feed.leases
+
+    function = Function(name="publish_outbox", function_id="id-publish", trigger={
+        "type": "cosmosDBTrigger", "name": "documents", "databaseName": feed.database.id, "containerName": "orders"})
+    listener = ChangeFeedListener(function, connect, f"{feed.database.id}.orders.0", lambda *_: None)
+    assert attempts == []
+    with pytest.raises(ConnectionRefusedError):
+        listener._step()  # the polling thread logs this and waits feedPollDelay
+    listener._step()
+    assert len(attempts) == 2 and feed.lease()["owner"] == listener.owner

@@ -63,6 +63,7 @@ Tap = Callable[[str, str, Mapping[str, str], bytes, int | None], bool]
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+OUTAGE = "outage"  # the count of requests refused while the proxy's upstream was down (FaultProxy.outage)
 
 
 class Kind(StrEnum):
@@ -146,6 +147,7 @@ class FaultProxy:
         self.tap = tap
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request seen, faulted or not
         self.counts: Counter[str] = Counter()  # faults injected, by kind
+        self._down_until = 0.0  # an outage: every request answered 503 until then
         self._lock = threading.Lock()
         self._server = _QuietServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
@@ -165,14 +167,24 @@ class FaultProxy:
             self._faults.append(fault)
         return fault
 
+    def outage(self, seconds: float) -> None:
+        """Answer every request 503 for the next ``seconds`` (0 ends an outage now): the service down, as Cosmos DB
+        answers when it is unavailable. Counted as ``outage``."""
+        with self._lock:
+            self._down_until = time.time() + seconds if seconds > 0 else 0.0
+
     def clear(self) -> None:
-        """Remove every scripted fault."""
+        """Remove every scripted fault, and end an outage."""
         with self._lock:
             self._faults.clear()
+            self._down_until = 0.0
 
     def _match(self, method: str, path: str) -> Fault | Kind | None:
         with self._lock:
             self.requests.append((method, path))
+            if time.time() < self._down_until:
+                self.counts[OUTAGE] += 1
+                return Kind.UNAVAILABLE
             scripted = next((f for f in self._faults if f.take(method, path)), None)
             if scripted is not None:
                 self.counts[str(scripted.kind) if scripted.kind else f"status:{scripted.status}"] += 1

@@ -23,9 +23,12 @@ caller's retry paths:
   request under one reserves again; each new reservation takes a processing time (drawn from a range)
   while it holds its key, and a repeat is answered from the stored reply at once. Every reservation
   made is kept for counting, a forgotten key's too.
+* An outage (:meth:`FulfilmentServer.outage`): for a number of seconds every reservation request is
+  answered 503 (or the status given), recorded, and reserves nothing; queued faults wait for its end.
 * Out-of-process control: ``POST /_control`` with ``{"fail": {"status": 503, "count": 2, "reason":
-  "..."}}``, ``{"stall": {"seconds": 2, "count": 1}}``, ``{"lose": {"count": 1}}``, ``{"reset": true}``
-  (drop queued faults) or ``{"clear": true}`` (forget everything); ``GET /_calls`` answers ``{key: [{"status", "body",
+  "..."}}``, ``{"stall": {"seconds": 2, "count": 1}}``, ``{"lose": {"count": 1}}``, ``{"outage": {"seconds":
+  180, "status": 503}}``, ``{"reset": true}`` (drop queued faults, end an outage) or ``{"clear": true}``
+  (forget everything); ``GET /_calls`` answers ``{key: [{"status", "body",
   "time"}, ...]}``.
 
 The HTTP plumbing is werkzeug's threaded development server, which azure-functions already installs
@@ -151,6 +154,7 @@ class FulfilmentServer:
         self._lock = threading.Lock()  # makes a reservation and its Call record one step for observers
         self._ledger = ReservationLedger(conflict_in_flight=ietf, forget_after_seconds=forget_keys_after)
         self._faults: deque[_Fail | _Stall | _Lose] = deque()
+        self._down: tuple[float, int] | None = None  # an outage: until when, answering what status
         self._calls: dict[str, list[Call]] = {}
         self._stopping = threading.Event()
         self._httpd: BaseWSGIServer | None = None
@@ -231,10 +235,19 @@ class FulfilmentServer:
         with self._lock:
             self._faults.extend(_Lose() for _ in range(count))
 
+    def outage(self, seconds: float, status: int = 503) -> None:
+        """Answer every reservation request with ``status`` for the next ``seconds`` (0 ends an outage now), as a
+        service that is down does; each is recorded as a call, and reserves nothing."""
+        if seconds < 0 or not 100 <= status <= 599:
+            raise ValueError("seconds must not be negative, and status must be an HTTP status code")
+        with self._lock:
+            self._down = (time.time() + seconds, status) if seconds else None
+
     def reset_faults(self) -> None:
-        """Drop all queued faults."""
+        """Drop all queued faults and end an outage."""
         with self._lock:
             self._faults.clear()
+            self._down = None
 
     def clear(self) -> None:
         """Forget faults, calls and reservations."""
@@ -309,7 +322,10 @@ class FulfilmentServer:
         except RequestEntityTooLarge as err:
             return self._answer(key, {}, Reply(413, {"reason": err.description}))
         with self._lock:
-            fault = self._faults.popleft() if self._faults else None
+            down = self._down if self._down is not None and time.time() < self._down[0] else None
+            fault = self._faults.popleft() if self._faults and down is None else None
+        if down is not None:
+            return self._answer(key, body or {}, Reply(down[1], {"reason": "the service is down (an outage)"}))
         if isinstance(fault, _Fail):
             return self._answer(key, body or {}, Reply(fault.status, {"reason": fault.reason}))
         if key and (busy := self._ledger.begin(key)) is not None:
@@ -367,7 +383,7 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 
 
 def _apply_control(server: FulfilmentServer, command: Mapping[str, Any] | None) -> None:
-    known = {"fail", "stall", "lose", "reset", "clear"}
+    known = {"fail", "stall", "lose", "outage", "reset", "clear"}
     if not command or not set(command) <= known:
         raise BadRequest(f"expected a JSON object with one or more of {sorted(known)}")
     try:
@@ -387,6 +403,11 @@ def _apply_control(server: FulfilmentServer, command: Mapping[str, Any] | None) 
             if not isinstance(stall, dict) or "seconds" not in stall:
                 raise BadRequest("stall needs {seconds, count?}")
             server.stall_next(float(stall["seconds"]), count=int(stall.get("count", 1)))
+        if "outage" in command:
+            outage = command["outage"]
+            if not isinstance(outage, dict) or "seconds" not in outage:
+                raise BadRequest("outage needs {seconds, status?}")
+            server.outage(float(outage["seconds"]), int(outage.get("status", 503)))
         if "lose" in command:
             lose = command["lose"]
             if not isinstance(lose, dict):

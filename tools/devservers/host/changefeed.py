@@ -68,11 +68,11 @@ def cosmos_client(settings: dict[str, str], connection: str) -> CosmosClient:
 class ChangeFeedListener:
     """Polls one container's change feed for one function while this host holds the lease."""
 
-    def __init__(self, function: Function, monitored: ContainerProxy, leases: ContainerProxy, lease_id: str,
-                 invoke: Callable[[Function, dict[str, Any], dict[str, Any]], Any]) -> None:
+    def __init__(self, function: Function, connect: Callable[[], tuple[ContainerProxy, ContainerProxy]],
+                 lease_id: str, invoke: Callable[[Function, dict[str, Any], dict[str, Any]], Any]) -> None:
         self.function = function
-        self._monitored = monitored
-        self._leases = leases
+        self._connect = connect  # the monitored and the lease container, made by the polling thread on its first turn
+        self._containers: tuple[ContainerProxy, ContainerProxy] | None = None
         self._lease_id = lease_id
         self._invoke = invoke
         self.owner = f"host-{uuid.uuid4()}"
@@ -93,13 +93,34 @@ class ChangeFeedListener:
                      invoke: Callable[[Function, dict[str, Any], dict[str, Any]], Any]) -> ChangeFeedListener:
         """The listener for a cosmosDBTrigger's binding: its connection, container and lease container."""
         trigger = function.trigger
-        client = cosmos_client(settings, str(trigger.get("connection") or "CosmosDBConnection"))
-        database = client.get_database_client(str(trigger["databaseName"]))
-        lease_database = client.get_database_client(str(trigger.get("leaseDatabaseName") or trigger["databaseName"]))
-        monitored = database.get_container_client(str(trigger["containerName"]))
-        leases = lease_database.get_container_client(str(trigger.get("leaseContainerName") or "leases"))
+        connection = str(trigger.get("connection") or "CosmosDBConnection")
+        if not settings.get(connection) and not settings.get(f"{connection}__accountEndpoint"):
+            raise HostError(f"set {connection} (a connection string) or {connection}__accountEndpoint")
+
+        def connect() -> tuple[ContainerProxy, ContainerProxy]:
+            # Made on the listener's thread, not at start: the client reads the account when it is made, and the
+            # Functions host starts, and serves its other triggers, while Cosmos DB is unreachable.
+            client = cosmos_client(settings, connection)
+            database = client.get_database_client(str(trigger["databaseName"]))
+            leases = client.get_database_client(str(trigger.get("leaseDatabaseName") or trigger["databaseName"]))
+            return (database.get_container_client(str(trigger["containerName"])),
+                    leases.get_container_client(str(trigger.get("leaseContainerName") or "leases")))
+
         lease_id = f"{trigger.get('leaseContainerPrefix') or ''}{trigger['databaseName']}.{trigger['containerName']}.0"
-        return cls(function, monitored, leases, lease_id, invoke)
+        return cls(function, connect, lease_id, invoke)
+
+    @property
+    def _monitored(self) -> ContainerProxy:
+        return self._connected()[0]
+
+    @property
+    def _leases(self) -> ContainerProxy:
+        return self._connected()[1]
+
+    def _connected(self) -> tuple[ContainerProxy, ContainerProxy]:
+        if self._containers is None:
+            self._containers = self._connect()
+        return self._containers
 
     def start(self) -> None:
         """Start polling, and renewing the lease while this host holds it."""
@@ -123,7 +144,7 @@ class ChangeFeedListener:
                 wait = self._step()
             except Exception as exc:
                 logger.warning("%s: change feed of %s failed (%s: %s); retrying", self.function.name,
-                               self._monitored.id, type(exc).__name__, str(exc)[:300])
+                               self.function.trigger.get("containerName"), type(exc).__name__, str(exc)[:300])
                 wait = self._poll_delay
 
     def _step(self) -> float:
