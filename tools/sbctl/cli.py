@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from sbctl import dlq, parked, schemas
+from sbctl import dlq, parked, retries, schemas
 from sbctl.connection import Target, ToolError, open_client, target_of, translated
 from sbctl.detection import CLOCK_MARGIN, Detection, detection, note
 from sbctl.failures import first_line
@@ -74,6 +74,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "send":
         return _send(args)
     target = target_of(args.connection_string, args.namespace)
+    if args.command == "retries":
+        return _retries(args, target)
     if args.dlq_command == "list":
         return _list(args, target)
     selection = dlq.Selection(args.reason, frozenset(args.ids))
@@ -89,6 +91,30 @@ def _list(args: argparse.Namespace, target: Target) -> int:
     if not rows:
         print(f"the dead-letter queue of {args.queue} is empty", file=sys.stderr)
     return Exit.DONE if rows else Exit.NOTHING_MATCHED
+
+
+def _retries(args: argparse.Namespace, target: Target) -> int:
+    ids = frozenset(args.ids)
+    if args.retries_command == "send-now" and not (ids or args.all):
+        raise ToolError("retries send-now needs --ids MESSAGE_ID ... or --all")
+    where = f"{args.queue}{f' session {args.session}' if args.session else ''}"
+    with open_client(target) as client, translated(target, args.queue), retries.session_hints(args.queue):
+        found = retries.waiting(client, args.queue, args.session, ids)
+        if args.retries_command == "list":
+            rows = [copy for copy, _ in found]
+            print(json.dumps([r.as_json() for r in rows], indent=2) if args.json else retries.table(rows))
+        else:
+            retries.send_now(client, args.queue, found, lambda copy: print(f"sent now {copy.original_message_id}"
+                                                                            f" (attempt {copy.attempt})"))
+    missing = sorted(ids - {copy.original_message_id for copy, _ in found})
+    if missing:
+        print(f"no copy waiting in {where} for: {', '.join(missing)}", file=sys.stderr)
+    if not found:
+        print(f"nothing waits for a retry in {where}", file=sys.stderr)
+        return Exit.NOTHING_MATCHED
+    verb = "waiting for their retry in" if args.retries_command == "list" else "sent now to"
+    print(f"{len(found)} copies {verb} {where}", file=sys.stderr)
+    return Exit.DONE
 
 
 def _resubmit(args: argparse.Namespace, target: Target, selection: dlq.Selection) -> int:

@@ -17,6 +17,7 @@ from azure.servicebus import (
 )
 
 from sbctl.detection import Detection
+from shared.domain import retries
 
 PAGE = 100
 RECEIVE_WAIT_SECONDS = 2
@@ -40,7 +41,7 @@ class Selection:
             return False
         if self.sequence_numbers is not None and message.sequence_number not in self.sequence_numbers:
             return False
-        return not self.ids or message.message_id in self.ids
+        return not self.ids or original_id(message) in self.ids
 
     def missing(self, found: Iterable[DeadLetter]) -> list[str]:
         """The requested MessageIds that no matching dead letter had."""
@@ -60,7 +61,8 @@ class DeadLetter:
 
     @classmethod
     def of(cls, message: ServiceBusReceivedMessage) -> DeadLetter:
-        return cls(message.message_id, message.dead_letter_reason, message.dead_letter_error_description,
+        """The dead letter as listed: a delayed retry's copy under its original MessageId."""
+        return cls(original_id(message), message.dead_letter_reason, message.dead_letter_error_description,
                    message.delivery_count, message.enqueued_time_utc, message.sequence_number)
 
     def as_json(self) -> dict[str, Any]:
@@ -93,12 +95,23 @@ def _peek(receiver: Any, selection: Selection, limit: int | None) -> list[DeadLe
     return found[:limit] if limit is not None else found
 
 
+def original_id(message: ServiceBusReceivedMessage) -> str | None:
+    """The MessageId the producer sent ``message`` under: a delayed retry's copy carries it as a property."""
+    for key, value in (message.application_properties or {}).items():
+        if (key.decode() if isinstance(key, bytes) else key) == retries.ORIGINAL:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return message.message_id
+
+
 def resubmit_copy(message: ServiceBusReceivedMessage) -> ServiceBusMessage:
-    """The message as it was sent: same MessageId, body and properties, without the dead-letter ones."""
-    properties = {k: v for k, v in (message.application_properties or {}).items() if k not in _DEAD_LETTER_PROPERTIES}
+    """The message as the producer sent it: its MessageId, body and properties, without the dead-letter ones and,
+    for a delayed retry's copy, without the ``retry*`` ones: the resubmission starts afresh."""
+    properties = {k: v for k, v in (message.application_properties or {}).items()
+                  if k not in _DEAD_LETTER_PROPERTIES and (k.decode() if isinstance(k, bytes) else k)
+                  not in retries.PROPERTIES}
     return ServiceBusMessage(
         b"".join(bytes(section) for section in message.body),
-        message_id=message.message_id,
+        message_id=original_id(message),
         correlation_id=message.correlation_id,
         session_id=message.session_id,
         subject=message.subject,

@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _send_command(commands, common)
     _dlq_commands(commands, common)
+    _retries_commands(commands, common)
     _parked_commands(commands)
     schemas_cmd = _command(
         commands, "schemas", "write the messages' JSON Schemas",
@@ -230,6 +231,38 @@ def _dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser],
         parents=[common])
     _selection_options(purge)
     purge.add_argument("--yes", action="store_true", help="don't ask for confirmation")
+
+
+def _retries_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser],
+                      common: argparse.ArgumentParser) -> None:
+    retries = _command(commands, "retries", "see and hurry the messages waiting for a delayed retry",
+                       "The consumer hands a message that keeps failing transiently on to a later time: a copy "
+                       "scheduled on its own queue, with its original MessageId, attempt, first failure and reason "
+                       "(docs/operations.md, In an outage). A session-enabled queue can be read only one session "
+                       "at a time: give --session (the orderId) for the events queue.",
+                       ["retries list --queue orders", "retries send-now --queue orders --ids ord-17",
+                        "retries list --queue order-events --session ord-17"])
+    retries_commands = retries.add_subparsers(dest="retries_command", required=True, metavar="COMMAND")
+    listing = _command(
+        retries_commands, "list", "list the copies waiting for their retry, with when and why (peek)",
+        "Peeks the queue and lists every scheduled copy the consumer handed on: its original MessageId, attempt, "
+        "when it is due, when the message first failed, and why the last delivery handed it on.",
+        ["retries list --queue orders", "retries list --queue orders --json"], parents=[common])
+    sending = _command(
+        retries_commands, "send-now", "send waiting copies now, instead of at their time",
+        "Sends each chosen copy again, due at once, under a MessageId of its own, and only then cancels the "
+        "scheduled copy: a failure between the two leaves the message twice, which the consumer absorbs, never "
+        "not at all. Use it once the dependency is back, a few at a time first.",
+        ["retries send-now --queue orders --ids ord-17 ord-42", "retries send-now --queue orders --all"],
+        parents=[common])
+    for command in (listing, sending):
+        _queue_option(command, "the queue the copies wait in (the consumer's input queue)")
+        command.add_argument("--session", type=_name, metavar="SESSION_ID",
+                             help="the session to read (required on a session-enabled queue: the orderId)")
+        command.add_argument("--ids", nargs="+", default=[], type=_name, metavar="MESSAGE_ID",
+                             help="only the copies of these original MessageIds")
+    listing.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    sending.add_argument("--all", action="store_true", help="every waiting copy (without --ids)")
 
 
 def _parked_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
