@@ -19,6 +19,9 @@ from tests.devservers.helptext import REPO_ROOT, options_without_help, run_modul
 from tests.host.conftest import NEEDS_313, WHOLE_STACK
 
 SMOKE = ("--orders", "80", "--rate", "6", "--hosts", "4")
+# Outages far shorter than the full run's 3 and 2 minutes, and still longer than MaxDeliveryCount deliveries take
+# here (the lock is 6 s and unrenewed, so the waits inside it are about 1 s): only the delayed retries carry them.
+OUTAGES = ("--fulfilment-outage", "30", "--cosmos-outage", "20")
 STORM = ("--storm-orders", "1", "--storm-copies", "30")  # 60 copies and 15 events past the end, for one order
 
 
@@ -31,7 +34,7 @@ def _chaos(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @WHOLE_STACK
 @pytest.mark.timeout(1800)
 def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp_path: Path) -> None:
-    run = _chaos(tmp_path, "--seed", "4", *STORM, "--fulfilment", "ietf")
+    run = _chaos(tmp_path, "--seed", "4", *STORM, "--fulfilment", "ietf", *OUTAGES)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     assert figures["violations"] == []
@@ -66,6 +69,13 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
     assert kept == upgrade["orders written by the next version"]
     latency = figures["local Cosmos server latency"]
     assert latency["probes"] > 10 and latency["stalled"] == 0 and latency["point read ms"]["max"] > 0
+    # The outage phase: both dependencies down, messages handed on and processed once after (the invariants
+    # above), none dead-lettered by it (the dead letters are the planned ones), and the breakers opened.
+    assert [(o["dependency"], o["seconds"]) for o in figures["outages"]] == [("fulfilment", 30), ("cosmos", 20)]
+    assert all(o["requests received while down"] > 0 for o in figures["outages"])
+    assert figures["handed on"] > 0 and figures["breakers opened"] > 0
+    assert "MaxDeliveryCountExceeded" not in figures["dead letters"]
+    assert figures["dead letters"] == figures["dead letters planned"]
 
 
 @NEEDS_313
@@ -73,11 +83,12 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
 @pytest.mark.timeout(1800)
 def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_holds(tmp_path: Path) -> None:
     run = _chaos(tmp_path, "--seed", "4", "--orders", "50", "--events-queue", "plain", "--no-upgrade",
-                 "--storm-orders", "0")
+                 "--storm-orders", "0", *OUTAGES)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     assert figures["violations"] == [] and figures["events parked"] > 0
-    assert figures["replay"].endswith("--events-queue plain --storm-orders 0")
+    assert figures["replay"].endswith("--events-queue plain --storm-orders 0 --fulfilment-outage 30 --cosmos-outage 20")
+    assert figures["handed on"] > 0
     logs = (tmp_path / "hosts.log").read_text()
     assert "delivery process_order_event " in logs and "process_order_event session " not in logs
 
@@ -88,11 +99,12 @@ def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_
 def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_command(tmp_path: Path) -> None:
     # Smaller than the smoke run, 40 orders on 2 hosts: enough calls retried after a lost answer to reserve twice.
     run = _chaos(tmp_path, "--seed", "3", "--orders", "40", "--hosts", "2", "--plant", "fresh-reservation-key",
-                 "--storm-orders", "0")
+                 "--storm-orders", "0", "--fulfilment-outage", "0", "--cosmos-outage", "0")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     assert any(re.search(r": ([2-9]|\d\d+) reservations", v) for v in figures["violations"]), figures["violations"][:10]
-    replay = "python -m chaos --orders 40 --hosts 2 --seed 3 --rate 6 --plant fresh-reservation-key --storm-orders 0"
+    replay = ("python -m chaos --orders 40 --hosts 2 --seed 3 --rate 6 --plant fresh-reservation-key --storm-orders 0"
+              " --fulfilment-outage 0 --cosmos-outage 0")
     assert f"with seed 3; replay: {replay}" in run.stdout and figures["replay"] == replay
 
 

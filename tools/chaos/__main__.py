@@ -5,7 +5,9 @@ hosts, each behind its own Cosmos and fulfilment fault proxies (chaos/faults.py)
 scenario (orders, producer retries inside and outside the detection window, reused ids, malformed
 messages, events out of order within their sessions, and a storm phase: a few orders held back while
 their events are rebuilt and resent under new ids, then the orders) while requests fail at random and hosts and
-workers are killed, at random moments and at chosen ones; from half-way through the sending, replaces
+workers are killed, at random moments and at chosen ones, and, in an outage phase, the fulfilment service and
+then Cosmos DB are down for minutes (the delayed retries carry the messages over); from half-way through the
+sending, replaces
 the hosts one by one by hosts on a generated next version of the app (a rolling upgrade, while the
 old ones still run: chaos/versions.py); stops killing once everything is sent,
 waits until the queues and the outbox have drained, then checks the invariants from outside: at the
@@ -17,7 +19,7 @@ observed (what could not be checked is said instead of the table).
 
     python -m chaos [--orders 3500] [--hosts 4] [--seed 1] [--rate 24] [--results results/chaos] [--plant NAME]
                     [--no-upgrade] [--events-queue sessions|plain] [--storm-orders 4] [--storm-copies 120]
-                    [--fulfilment standard|ietf]
+                    [--fulfilment standard|ietf] [--fulfilment-outage 180] [--cosmos-outage 120]
 """
 
 from __future__ import annotations
@@ -43,22 +45,30 @@ from chaos.faults import LOCK_SECONDS, Chaos
 from demo import observe
 from demo import report as demo_report
 from demo.probe import LatencyProbe
-from demo.scenario import plan
+from demo.scenario import Scenario, plan
 from demo.stack import ROOT, Stack
+from devservers.faultproxy import OUTAGE
 
 SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
 UPGRADE_SHARE = 0.4  # of the sending time, from its half-way point, over which the hosts are upgraded
 STORMS, STORM_COPIES = 4, 120  # the storm phase: orders, and copies of each of their events
+# The delayed retries on the chaos hosts: the first copy due after 2 s, at most 30 s apart (Azure's defaults are
+# 10 s and 15 minutes), so that a run's copies come back within it and are tried more often (with a 6 s lock there
+# is no room to try again inside it), and handed on for at most 30 minutes, far past the outages below.
+RETRY_SETTINGS = {"RETRY_BACKOFF_SECONDS": "2", "RETRY_BACKOFF_CEILING_SECONDS": "30", "RETRY_TOTAL_SECONDS": "1800"}
 # The fulfilment stand-in as a service following the IETF Idempotency-Key draft: a request under a key another
 # still holds is answered 409; each new reservation takes up to 6 s while it holds its key (the stack's read
-# timeout is 2 s: two calls in three time out while the service still works on them, and the next delivery's call,
-# after the 2 s wait before an abandon, meets one in four of them still in flight); and keys are forgotten 120 s
-# after their reservation, twice the longest a claim stays in progress in a run (the lock x MaxDeliveryCount,
-# 6 s x 10), so that a call made on a key after that reserves a second time.
+# timeout is 2 s: two calls in three time out while the service still works on them, and a later call meets
+# some of them still in flight); and keys are forgotten 3,720 s after their reservation, twice the longest a
+# claim stays in progress (the lock x MaxDeliveryCount, 6 s x 10, plus RETRY_TOTAL_SECONDS), so that a call
+# made on a key after that would reserve a second time. A service must keep its keys that long: docs/adapt.md.
 FULFILMENT_BEHAVIOURS: dict[str, dict[str, Any]] = {
     "standard": {},
-    "ietf": {"ietf": True, "processing_seconds": (0.0, 6.0), "forget_keys_after": 120.0},
+    "ietf": {"ietf": True, "processing_seconds": (0.0, 6.0), "forget_keys_after": 3720.0},
 }
+# The outage phase: the fulfilment stand-in refuses everything, then, after a pause, every host's Cosmos proxy;
+# from this share of the sending time on, the pause a tenth of it.
+OUTAGE_FROM_SHARE, OUTAGE_GAP_SHARE = 0.15, 0.1
 
 
 def replay_command(options: Options) -> str:
@@ -69,7 +79,10 @@ def replay_command(options: Options) -> str:
             + ("" if options.events_sessions else " --events-queue plain")
             + ("" if options.storms == STORMS else f" --storm-orders {options.storms}")
             + ("" if options.storm_copies == STORM_COPIES else f" --storm-copies {options.storm_copies}")
-            + ("" if options.fulfilment == "standard" else f" --fulfilment {options.fulfilment}"))
+            + ("" if options.fulfilment == "standard" else f" --fulfilment {options.fulfilment}")
+            + ("" if options.fulfilment_outage == FULFILMENT_OUTAGE
+               else f" --fulfilment-outage {options.fulfilment_outage:g}")
+            + ("" if options.cosmos_outage == COSMOS_OUTAGE else f" --cosmos-outage {options.cosmos_outage:g}"))
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,11 @@ class Options:
     storms: int = STORMS
     storm_copies: int = STORM_COPIES
     fulfilment: str = "standard"
+    fulfilment_outage: float = 180.0
+    cosmos_outage: float = 120.0
+
+
+FULFILMENT_OUTAGE, COSMOS_OUTAGE = Options.fulfilment_outage, Options.cosmos_outage
 
 
 def run(options: Options) -> int:
@@ -108,7 +126,7 @@ def run(options: Options) -> int:
         stack = Stack.start(lock_seconds=LOCK_SECONDS, events_sessions=options.events_sessions,
                             fulfilment=FULFILMENT_BEHAVIOURS[options.fulfilment])
         opened += [functools.partial(_keep_logs, stack, results), stack.stop]
-        chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant))
+        chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant), RETRY_SETTINGS)
         opened.append(chaos.close)
         probe = LatencyProbe(stack.cosmos.endpoint, stack.cosmos.key)
         watch = observe.Watch(stack)
@@ -126,15 +144,8 @@ def run(options: Options) -> int:
         started = time.time()
         phase = "the sending"
         with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client:
-            chaos.start()
-            halfway = threading.Event()
-            senders = observe.start_senders(client, scenario, sent_at, halfway, rate, stack=stack)
-            upgrader = _start_upgrade(chaos, options, versions.app_dir(versions.NEXT, journal, plant), halfway,
-                                      sending_seconds=len(scenario.everything()) / rate)
-            for thread in senders:
-                thread.join()
-            if upgrader is not None:
-                upgrader.join()
+            _send_and_shake(chaos, options, client, scenario, sent_at,
+                            next_version=versions.app_dir(versions.NEXT, journal, plant))
             phase = "the drain"
             deadline = 300 + orders * SECONDS_PER_ORDER
             drained = observe.late_then_drain(stack, watch, client, scenario, sent_at, label="chaos",
@@ -149,7 +160,8 @@ def run(options: Options) -> int:
             result = report.build(scenario, seen, dataclasses.replace(
                 so_far(), upgrade=upgrade, drained=None if drained else f"not drained: nothing moved for"
                 f" {observe.STALLED_SECONDS:.0f} s after {deadline:.0f} s",
-                fulfilment=_fulfilment_figures(stack, options.fulfilment)))
+                fulfilment=_fulfilment_figures(stack, options.fulfilment),
+                outages=_outage_figures(chaos, stack)))
     except Exception as exc:  # the stack could not be observed, or the driver failed: no verdict on the invariants
         result = report.unobserved(so_far() if "so_far" in locals() else run_so_far, phase, exc)
     finally:
@@ -157,6 +169,26 @@ def run(options: Options) -> int:
             with contextlib.suppress(Exception):
                 stop()
     return _verdict(result, results, seed, replay)
+
+
+def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, scenario: Scenario,
+                    sent_at: dict[str, float], *, next_version: Path) -> None:
+    """Send the scenario while the killer and the slower run, the hosts are upgraded half-way through, and the
+    outage phase takes the fulfilment service and then Cosmos DB down; return once all of it is over."""
+    chaos.start()
+    halfway = threading.Event()
+    senders = observe.start_senders(client, scenario, sent_at, halfway, options.rate, stack=chaos.stack)
+    sending = len(scenario.everything()) / options.rate
+    upgrader = _start_upgrade(chaos, options, next_version, halfway, sending_seconds=sending)
+    outages = chaos.outage_phase(
+        [(name, seconds) for name, seconds in (("fulfilment", options.fulfilment_outage),
+                                               ("cosmos", options.cosmos_outage)) if seconds > 0],
+        first_after=OUTAGE_FROM_SHARE * sending, gap=OUTAGE_GAP_SHARE * sending)
+    for thread in senders:
+        thread.join()
+    if upgrader is not None:
+        upgrader.join()
+    outages.join()
 
 
 def _fulfilment_figures(stack: Stack, behaviour: str) -> dict[str, Any]:
@@ -167,6 +199,17 @@ def _fulfilment_figures(stack: Stack, behaviour: str) -> dict[str, Any]:
     return {"behaviour": behaviour, **FULFILMENT_BEHAVIOURS[behaviour],
             "answered 409, key in flight": statuses.get(409, 0), "keys forgotten, then asked for again":
                 server.forgotten_keys(), "calls": sum(statuses.values())}
+
+
+def _outage_figures(chaos: Chaos, stack: Stack) -> list[dict[str, Any]]:
+    """Each outage: how long, and the requests the dependency received meanwhile (the stand-in's reservation
+    calls; the Cosmos proxies' requests refused)."""
+    keys = stack.fulfilment.keys()
+    calls = [call for key in keys for call in stack.fulfilment.calls(key)]
+    refused = sum(slot.cosmos.counts.get(OUTAGE, 0) for slot in chaos.slots)
+    return [{"dependency": outage.dependency, "seconds": round(outage.end - outage.start),
+             "requests received while down": refused if outage.dependency == "cosmos" else
+             sum(outage.start <= call.time < outage.end for call in calls)} for outage in chaos.outages]
 
 
 def _keep_logs(stack: Stack, results: Path) -> None:
@@ -240,13 +283,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="the fulfilment stand-in's behaviour: standard (default), or ietf: a request under a key"
                              " another still holds is answered 409, each new reservation takes up to 6 s, and keys are"
                              " forgotten 120 s after their reservation")
+    parser.add_argument("--fulfilment-outage", type=float, default=FULFILMENT_OUTAGE, metavar="SECONDS",
+                        help="the outage phase: the fulfilment stand-in refuses every reservation for this long, from"
+                             " 15%% of the sending on (default 180; 0: none)")
+    parser.add_argument("--cosmos-outage", type=float, default=COSMOS_OUTAGE, metavar="SECONDS",
+                        help="then, after a pause of a tenth of the sending, every host's Cosmos proxy refuses every"
+                             " request for this long (default 120; 0: none)")
     args = parser.parse_args(argv)
+    if args.fulfilment_outage < 0 or args.cosmos_outage < 0:
+        parser.error("--fulfilment-outage and --cosmos-outage must not be negative")
     if args.orders < 1 or args.hosts < 2 or args.rate <= 0 or not 0 <= args.storms <= args.orders \
             or args.storm_copies < 0:
         parser.error("--orders must be at least 1, --hosts at least 2, --rate above 0, --storm-orders from 0 to"
                      " --orders and --storm-copies at least 0")
     return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant, args.upgrade,
-                       args.events_queue == "sessions", args.storms, args.storm_copies, args.fulfilment))
+                       args.events_queue == "sessions", args.storms, args.storm_copies, args.fulfilment,
+                       args.fulfilment_outage, args.cosmos_outage))
 
 
 if __name__ == "__main__":

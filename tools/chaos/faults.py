@@ -72,6 +72,15 @@ class Slot:
     upgrading: bool = False  # its host is being replaced by one on the next version
 
 
+@dataclass(frozen=True)
+class Outage:
+    """A dependency down for a stretch of the run: every request to it refused (503)."""
+
+    dependency: str  # "fulfilment" (the stand-in itself) or "cosmos" (every slot's Cosmos proxy)
+    start: float
+    end: float
+
+
 @dataclass
 class Armed:
     moment: Moment
@@ -86,6 +95,7 @@ class Chaos:
     stack: Stack
     seed: int
     app_dir: Path  # the version every slot starts with
+    retry_settings: Mapping[str, str] = field(default_factory=dict)  # the delayed retries' app settings
     slots: list[Slot] = field(default_factory=list)
     upgraded: int = 0  # slots whose host was replaced by one on the next version
     kills: Counter[str] = field(default_factory=Counter)
@@ -97,6 +107,7 @@ class Chaos:
     _thread: threading.Thread | None = None
     _slower: threading.Thread | None = None
     slowed: Counter[str] = field(default_factory=Counter)
+    outages: list[Outage] = field(default_factory=list)
 
     def start_hosts(self, count: int) -> None:
         """Give each of ``count`` slots its proxies and settings, and start its host."""
@@ -114,7 +125,7 @@ class Chaos:
                       "CosmosDBConnection": f"AccountEndpoint={cosmos.url}/;AccountKey={self.stack.cosmos.key};",
                       "FULFILLMENT_READ_TIMEOUT_SECONDS": str(FULFILMENT_READ_TIMEOUT_SECONDS),
                       "AzureFunctionsJobHost__extensions__serviceBus__maxAutoLockRenewalDuration": "00:00:00",
-                      RELEASE_RATE_SETTING: str(SESSION_RELEASE_RATE)}
+                      RELEASE_RATE_SETTING: str(SESSION_RELEASE_RATE), **self.retry_settings}
             self.slots.append(Slot(index, cosmos, fulfilment, settings_file(values), self.app_dir))
         for slot in self.slots:
             slot.host = self.stack.start_host(slot.settings, slot.app_dir)
@@ -135,6 +146,29 @@ class Chaos:
         with self._lock:
             self._give_up_armed()
         self._replace_dead()
+
+    def outage_phase(self, plan: list[tuple[str, float]], *, first_after: float, gap: float) -> threading.Thread:
+        """In the background: ``first_after`` seconds from now, take each dependency of ``plan`` down for its
+        seconds, one after the other, ``gap`` seconds apart: the fulfilment stand-in refuses every reservation, or
+        every slot's Cosmos proxy every request (503)."""
+        def run() -> None:  # on whether the killing has stopped or not: the drain waits for the phase's end
+            time.sleep(first_after)
+            for index, (dependency, seconds) in enumerate(plan):
+                time.sleep(gap if index else 0.0)
+                start = time.time()
+                if dependency == "fulfilment":
+                    self.stack.fulfilment.outage(seconds)
+                else:
+                    for slot in self.slots:
+                        slot.cosmos.outage(seconds)
+                print(f"chaos: {dependency} down for {seconds:.0f} s", flush=True)
+                self.outages.append(Outage(dependency, start, start + seconds))
+                time.sleep(seconds)
+                print(f"chaos: {dependency} back", flush=True)
+
+        thread = threading.Thread(target=run, name="chaos-outages", daemon=True)
+        thread.start()
+        return thread
 
     def upgrade(self, app_dir: Path, every_seconds: float) -> None:
         """A rolling upgrade: one slot after another, stop its host as the platform does (it finishes what

@@ -38,6 +38,7 @@ class Run:
     upgraded: int = 0  # slots moved to the next version
     drained: str | None = None  # why the drain did not end, if it did not
     fulfilment: dict[str, Any] | None = None  # the stand-in's behaviour and what it answered
+    outages: list[dict[str, Any]] | None = None  # the outage phase: each dependency down, and what it received
 
 
 def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_report.Report:
@@ -61,6 +62,11 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
         if run.fulfilment["keys forgotten, then asked for again"]:
             result.violations.append(f"{run.fulfilment['keys forgotten, then asked for again']} reservation keys were"
                                      " used again after the service forgot them")
+    if run.outages is not None:
+        result.figures["outages"] = run.outages
+        result.figures["handed on"] = outcomes.get("handed_on", 0)
+        result.figures["handed on untried (breaker open)"] = seen.logs.count("not tried: the ")
+        result.figures["breakers opened"] = seen.logs.count("breaker open function=")
     if run.probe is not None:
         result.figures["local Cosmos server latency"] = run.probe.figures()
         result.violations += run.probe.violations()
@@ -130,6 +136,7 @@ def table(result: demo_report.Report) -> str:
         ("reservations / OrderAccepted / OrderRejected (out of stock)",
          f"{f['reservations']} / {f['OrderAccepted']} / {f['OrderRejected']} ({f['orders out of stock']})"),
         *_fulfilment_rows(f),
+        *_outage_rows(f),
         *_upgrade_rows(f),
         ("invariant violations", str(len(result.violations))),
         ("elapsed", f"{f['seconds']} s"),
@@ -172,6 +179,16 @@ def _fulfilment_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
             ("&nbsp;&nbsp;calls / answered 409, key in flight / keys forgotten, then asked again",
              f"{service['calls']} / {service['answered 409, key in flight']} /"
              f" {service['keys forgotten, then asked for again']}")]
+
+
+def _outage_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    outages = f.get("outages")
+    if not outages:
+        return [("outage phase", "off")]
+    return [*[(f"outage: {o['dependency']} down / requests it received meanwhile",
+               f"{o['seconds']} s / {o['requests received while down']}") for o in outages],
+            ("&nbsp;&nbsp;handed on for a delayed retry (untried, breaker open) / breakers opened",
+             f"{f['handed on']} ({f['handed on untried (breaker open)']}) / {f['breakers opened']}")]
 
 
 def _upgrade_rows(f: dict[str, Any]) -> list[tuple[str, str]]:

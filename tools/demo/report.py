@@ -54,6 +54,20 @@ class Report:
     figures: dict[str, Any] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     timeline: dict[str, list[float]] = field(default_factory=dict)
+    outage: tuple[float, float] | None = None  # when the fulfilment service was down, for the chart
+
+    def add_outage(self, logs: str, calls: list[Any], start: float, end: float) -> None:
+        """The fulfilment outage and the recovery from it: how long, the requests the service received while down,
+        the messages handed on and the breakers opened, and when the last order waiting for it was reserved."""
+        reserved = [call.time for call in calls if 200 <= call.status < 300 and call.time >= end]
+        self.outage = (start, end)
+        self.figures["outage"] = {
+            "seconds": round(end - start), "requests received while down": sum(start <= c.time < end for c in calls),
+            "handed on": self.figures["outcomes"].get("handed_on", 0),
+            "handed on untried (breaker open)": logs.count("not tried: the "),
+            "breakers opened": logs.count("breaker open function="),
+            "last reservation after the service came back, s": round(max(reserved) - end, 1) if reserved else None,
+        }
 
 
 def build(scenario: Scenario, seen: Observed) -> Report:
@@ -73,7 +87,8 @@ def build(scenario: Scenario, seen: Observed) -> Report:
         "orders written": len(by_type["order"]),
         "events applied": sum(len(by_type[k.record_type]) for k in KINDS.values()),
         "events stale": outcomes["stale"], "events parked": outcomes["parked"],
-        "duplicates absorbed by the broker": sent - seen.broker_accepted,
+        # The broker numbers the copies the hosts handed on too: one per handed_on delivery, sent by the app.
+        "duplicates absorbed by the broker": sent + outcomes["handed_on"] - seen.broker_accepted,
         "duplicates absorbed by the consumer": outcomes["duplicate"] + outcomes["in_progress"],
         "dead letters": dict(reasons), "dead letters planned": dict(planned_reasons),
         "reservations": len(seen.reservations), "OrderAccepted": len(seen.accepted),
@@ -246,12 +261,25 @@ def table(report: Report) -> str:
         if f["steady messages"] else ("end-to-end latency p50 / p99", "not measured: no steady phase"),
         ("send to settlement in the burst's backlog p50 / p99",
          f"{f['backlog latency p50 ms']} ms / {f['backlog latency p99 ms']} ms"),
+        *_outage_rows(f),
         ("invariant violations", str(len(report.violations))),
     ]
     width = max(len(label) for label, _ in rows)
     lines = [f"| {'':{width}} | result |", f"| {'-' * width} | ------ |"]
     lines += [f"| {label:{width}} | {value} |" for label, value in rows]
     return "\n".join(lines + [f"- {v}" for v in report.violations[:20]])
+
+
+def _outage_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    outage = f.get("outage")
+    if not outage:
+        return []
+    return [("fulfilment down / requests it received meanwhile",
+             f"{outage['seconds']} s / {outage['requests received while down']}"),
+            ("handed on for a delayed retry (untried, breaker open) / breakers opened",
+             f"{outage['handed on']} ({outage['handed on untried (breaker open)']}) / {outage['breakers opened']}"),
+            ("recovered: the last reservation after the service came back",
+             f"{outage['last reservation after the service came back, s']} s")]
 
 
 def write(report: Report, results: Path) -> None:
@@ -268,6 +296,10 @@ def write(report: Report, results: Path) -> None:
     every = sorted(t - start for ts in report.timeline.values() for t in ts)
     for outcome, times in sorted(report.timeline.items()):
         outcomes.plot(sorted(t - start for t in times), range(1, len(times) + 1), label=outcome)
+    if report.outage is not None:
+        for axes in (outcomes, throughput):
+            axes.axvspan(report.outage[0] - start, report.outage[1] - start, color="tab:red", alpha=0.12,
+                         label="fulfilment down" if axes is outcomes else None)
     outcomes.set(ylabel="deliveries (cumulative)", title="Outcomes over time")
     outcomes.legend(loc="upper left", fontsize="small")
     seconds = int(every[-1]) + 1 if every else 1
