@@ -71,7 +71,7 @@ def draw(rows: list[dict[str, Any]], out: Path, panels: Path = PANELS, bin_size:
             axis.barh(labels, [row["count_"] for row in result])
             axis.tick_params(labelsize=7)
     figure.suptitle(spec["title"], fontsize=11)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.985))  # room for the title above the first panel
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=90)
     return len(shown)
