@@ -127,7 +127,11 @@ async def run_delivery(
         except InvalidMessage as exc:
             result = Result(Outcome.INVALID, exc.rule)
         else:
-            result = await _attempts(function, inbound, handler, port, retrying=retrying, clock=clock, sleep=sleep)
+            # The chain's last delivery tries whatever the breaker says: no message is dead-lettered untried.
+            last = chain is not None and retrying.backoff is not None and retrying.backoff.next_copy(
+                chain, datetime.fromtimestamp(clock(), UTC)) is None
+            result = await _attempts(function, inbound, handler, port, retrying=retrying, clock=clock, sleep=sleep,
+                                     last=last)
             if result.outcome is Outcome.TRANSIENT and retrying.backoff is not None:
                 result = await _hand_on(function, delivered, inbound, chain, result, retrying=retrying, clock=clock)
     except asyncio.CancelledError:
@@ -159,21 +163,26 @@ async def run_delivery(
 
 
 async def _attempts(function: str, inbound: InboundMessage, handler: Handler, port: SettlementPort, *,
-                    retrying: Retries, clock: Clock, sleep: Sleep) -> Result:
-    """The handler's result after up to ``retrying.attempts`` tries inside the lock, as the breaker admits."""
+                    retrying: Retries, clock: Clock, sleep: Sleep, last: bool = False) -> Result:
+    """The handler's result after up to ``retrying.attempts`` tries inside the lock, as the breaker admits (but
+    for the ``last`` delivery of a chain, which tries). Only a failure that shows the dependency down counts
+    against the breaker: not one where it answered that it is busy or was slow (``Result.dependency_up``)."""
     breaker = retrying.breaker
     admission = breaker.admit(clock()) if breaker is not None else Admission.TRY
+    if admission is Admission.HAND_ON and last:
+        admission = Admission.TRY
     if admission is Admission.HAND_ON:
         return Result(Outcome.TRANSIENT, f"not tried: the {function} breaker is open")
     attempts = 1 if admission is Admission.PROBE or retrying.backoff is None else retrying.attempts
     for attempt in range(1, attempts + 1):
         result = await handler(inbound)
         if breaker is not None:
-            breaker.record(result.outcome is Outcome.TRANSIENT, clock(), probe=admission is Admission.PROBE)
+            breaker.record(result.outcome is Outcome.TRANSIENT and not result.dependency_up, clock(),
+                           probe=admission is Admission.PROBE)
         if result.outcome is not Outcome.TRANSIENT or attempt == attempts:
             return result
         wait = await _wait_in_lock(function, inbound, port, retrying.wait, clock)
-        if wait < retrying.wait or (breaker is not None and breaker.is_open):
+        if wait < retrying.wait or (breaker is not None and breaker.is_open and not last):
             return result  # the lock cannot hold another wait, or the dependency is down: hand it on now
         await sleep(wait)
     return result

@@ -52,7 +52,15 @@ class InvalidMessage(ConsumerError):
 
 
 class DownstreamUnavailable(ConsumerError):
-    """An outgoing HTTP call timed out or could not connect; its outcome is unknown."""
+    """An outgoing HTTP call timed out or could not connect; its outcome is unknown.
+
+    ``slow``: the service took the request and did not answer in time (a read timeout), so it is up and may
+    still be doing the work; not a sign of an outage. An unreachable service, a refused or dropped connection
+    or an answer that is not HTTP are not slow."""
+
+    def __init__(self, message: str, *, slow: bool = False) -> None:
+        super().__init__(message)
+        self.slow = slow
 
 
 class PublishError(ConsumerError):

@@ -44,7 +44,10 @@ class HttpFulfilment:
         # ClientResponseError: an answer that is not HTTP (a bad status line), which requests raised as ConnectionError.
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError,
                 aiohttp.ClientResponseError) as exc:
-            raise DownstreamUnavailable(f"fulfilment call failed: {type(exc).__name__}") from exc
+            # A timeout once connected (the read's, or the whole call's: the connect has its own, shorter) is a
+            # service that took the request and is slow to answer, not one that is down.
+            slow = isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError)
+            raise DownstreamUnavailable(f"fulfilment call failed: {type(exc).__name__}", slow=slow) from exc
         return Reply(status, body if isinstance(body, dict) else {})
 
     async def close(self) -> None:

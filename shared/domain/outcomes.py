@@ -66,6 +66,10 @@ class Result:
     outcome: Outcome
     description: str = ""
     request_hash: str | None = None
+    # TRANSIENT only: the dependency showed itself up (it answered that the key's first request is still in
+    # flight, or took the request and was slow to answer). The message may succeed later, but this is no sign
+    # of an outage, and the breaker does not count it.
+    dependency_up: bool = False
 
 
 def abandon_wait(delay_seconds: float, locked_until: datetime | None, now: float) -> float:

@@ -27,6 +27,7 @@ message holds it, TRANSIENT, DOWNSTREAM_REJECTED.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ import msgspec
 from shared.domain import identity
 from shared.domain.documents import EffectStatus, SideEffectRecord
 from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result, is_transient_under_key
+from shared.domain.outcomes import Outcome, Result, is_transient, is_transient_under_key
 from shared.errors import (
     AlreadyExists,
     BatchFailed,
@@ -122,7 +123,8 @@ class SideEffect:
         result = await step.run(claim, call, claimed=claimed, found=found)
         if result.outcome is done:
             return Result(done, result.description, claim.request_hash)
-        return Result(result.outcome, f"order {claim.order_id}: {result.description}", claim.request_hash)
+        return dataclasses.replace(result, description=f"order {claim.order_id}: {result.description}",
+                                   request_hash=claim.request_hash)
 
     async def patch(self, current: SideEffectRecord, *, announce: Announce = lambda _: (),
                     **changes: Any) -> SideEffectRecord | None:
@@ -192,10 +194,11 @@ class _Run:
             reply = await call(record.idempotency_key)
         except DownstreamUnavailable as exc:
             await self._release(record)
-            return Result(Outcome.TRANSIENT, f"{self.name}: {exc}")
+            return Result(Outcome.TRANSIENT, f"{self.name}: {exc}", dependency_up=exc.slow)
         if is_transient_under_key(reply.status):  # 409: the first call, which this one overlaps, still runs
             await self._release(record)
-            return Result(Outcome.TRANSIENT, f"{self.name}: HTTP {reply.status}")
+            return Result(Outcome.TRANSIENT, f"{self.name}: HTTP {reply.status}",
+                          dependency_up=not is_transient(reply.status))
         if 200 <= reply.status < 300 or reply.refusal is not None:
             return await self._finish(record, reply)
         # The call itself is wrong, not the effect: nothing is recorded as its outcome, and the claim is left for

@@ -93,24 +93,27 @@ def test_unreachable_service_raises_downstream_unavailable(
 ) -> None:
     with FulfilmentServer() as closing:
         url = closing.url
-    with pytest.raises(DownstreamUnavailable):
+    with pytest.raises(DownstreamUnavailable) as raised:
         loop.run(http(url, 1, 1).reserve("k", request_for("o")))
+    assert not raised.value.slow  # a sign of an outage, which the breaker counts
 
 
 def test_slow_service_times_out_as_downstream_unavailable(
     server: FulfilmentServer, http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
 ) -> None:
     server.stall_next(1.5)
-    with pytest.raises(DownstreamUnavailable):
+    with pytest.raises(DownstreamUnavailable) as raised:
         loop.run(http(server.url, 1, 0.3).reserve(f"k-{uuid.uuid4()}", request_for("o")))
+    assert raised.value.slow  # it took the request: up, and perhaps still working on it
 
 
 def test_a_lost_answer_raises_downstream_unavailable(
     server: FulfilmentServer, http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
 ) -> None:
     server.lose_next()
-    with pytest.raises(DownstreamUnavailable):
+    with pytest.raises(DownstreamUnavailable) as raised:
         loop.run(http(server.url, 1, 1).reserve(f"k-{uuid.uuid4()}", request_for("o")))
+    assert not raised.value.slow
 
 
 @contextlib.contextmanager
@@ -146,8 +149,9 @@ def trickle(connection: socket.socket) -> None:
 def test_an_answer_that_is_not_http_raises_downstream_unavailable(
     http: Callable[[str, float, float], HttpFulfilment], loop: asyncio.Runner
 ) -> None:
-    with answering(not_http) as url, pytest.raises(DownstreamUnavailable):
+    with answering(not_http) as url, pytest.raises(DownstreamUnavailable) as raised:
         loop.run(http(url, 1, 1).reserve("k", request_for("o")))
+    assert not raised.value.slow
 
 
 def test_an_answer_that_trickles_past_both_timeouts_raises_downstream_unavailable(
@@ -155,5 +159,6 @@ def test_an_answer_that_trickles_past_both_timeouts_raises_downstream_unavailabl
 ) -> None:
     # Each byte comes well inside the read timeout, so only a bound on the whole call ends it: without
     # one the call would answer 201 after 10 s, long past connect + read.
-    with answering(trickle) as url, pytest.raises(DownstreamUnavailable):
+    with answering(trickle) as url, pytest.raises(DownstreamUnavailable) as raised:
         loop.run(http(url, 0.2, 0.3).reserve("k", request_for("o")))
+    assert raised.value.slow

@@ -18,6 +18,7 @@ from shared.domain.messages import Headers, InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.domain.retries import Backoff, Chain
 from shared.errors import DownstreamUnavailable, PublishError
+from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
 from shared.ports.store import Patch
 from shared.settings import Settings
@@ -328,3 +329,68 @@ def test_a_copy_takes_over_the_claim_an_earlier_delivery_of_its_chain_left_live(
     result = asyncio.run(app.handle_order(unwrapped))
     assert (result.outcome, result.description[:34]) == (Outcome.DUPLICATE, "reserve-stock completed, attempt 2")
     assert fulfilment.reservation_count() == 1
+
+
+@pytest.mark.parametrize(("failure", "up"), [
+    (DownstreamUnavailable("fulfilment call failed: ClientConnectorError"), False),  # unreachable: maybe down
+    (Reply(503, {}), False),
+    (DownstreamUnavailable("fulfilment call failed: SocketTimeoutError", slow=True), True),  # took it, slow
+    (Reply(409, {"reason": "key-in-flight"}), True),  # the key's first request still runs
+])
+def test_the_reservation_says_whether_a_transient_failure_shows_the_service_up(
+    failure: DownstreamUnavailable | Reply, up: bool,
+) -> None:
+    class Failing:
+        async def reserve(self, key: str, request: Any) -> Reply:
+            if isinstance(failure, DownstreamUnavailable):
+                raise failure
+            return failure
+
+    settings = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0)
+    app = bootstrap.build(settings, store=InMemoryStore(), fulfilment=Failing(), sender=RecordingSender(),
+                          clock=lambda: NOW)
+    result = asyncio.run(app.handle_order(inbound(order_body("ord-3"), sequence_number=42)))
+    assert (result.outcome, result.dependency_up) == (Outcome.TRANSIENT, up)
+    assert result.description.startswith("order ord-3: ")
+
+
+def test_a_service_that_answers_busy_or_slow_never_opens_the_breaker_and_every_message_is_tried() -> None:
+    # A slow service (each first call times out while it works; the next meets it in flight, 409) is up: were
+    # its answers counted as an outage, the breaker would hand the backlog on untried, probe by probe, until
+    # the total limit dead-lettered messages the service would have taken (found by the chaos suite against
+    # the IETF-draft stand-in).
+    breaker = Breaker("process_order", window=4, open_seconds=30)
+    journal = Journal()
+
+    async def busy(message: InboundMessage) -> Result:
+        journal.steps.append("try")
+        return Result(Outcome.TRANSIENT, "fulfilment.reserve: HTTP 409", "hash-1", dependency_up=True)
+
+    for second in range(10):
+        _deliver(journal, busy, breaker=breaker, now=NOW + second)
+    assert not breaker.is_open and breaker.opened == 0
+    assert journal.steps.count("try") == 30  # every delivery tried three times inside its lock, then handed on
+    breaker.record(True, NOW)
+    breaker.record(True, NOW)
+    assert breaker.is_open
+    journal.steps.clear()
+    _deliver(journal, busy, breaker=breaker, now=NOW + 31)  # the probe meets a busy service: it is up
+    assert journal.steps == ["try", f"send {QUEUE}", "complete"] and not breaker.is_open
+
+
+def test_the_last_delivery_of_a_chain_tries_even_with_the_breaker_open() -> None:
+    breaker = Breaker("process_order", window=2, open_seconds=30)
+    breaker.record(True, NOW)
+    assert breaker.is_open and breaker.admit(NOW + 1) is Admission.HAND_ON
+    first = datetime.fromtimestamp(NOW - 4 * 3600, UTC)  # the total limit reached: no further copy
+    copy = _message(message_id="retry.x", properties={
+        retries.ORIGINAL: "ord-1", retries.CHAIN: "42", retries.ATTEMPT: "21",
+        retries.FIRST_FAILED_AT: first.isoformat()})
+    journal = Journal()
+    settled, _ = _deliver(journal, journal.handler(Outcome.CREATED), message=copy, breaker=breaker, now=NOW + 1)
+    assert settled == Settlement(Action.COMPLETE) and journal.steps == ["try", "complete"]
+    journal = Journal()
+    settled, _ = _deliver(journal, journal.handler(Outcome.TRANSIENT), message=copy, breaker=breaker, now=NOW + 2)
+    assert settled == Settlement(Action.DEADLETTER, "RetryLimitExceeded")
+    assert journal.steps == ["try", "wait 10", "try", "wait 10", "try", "deadletter"]  # tried in full, not "not tried"
+    assert journal.settled[-1][1].description.endswith("last failure: fulfilment.reserve: HTTP 503")
