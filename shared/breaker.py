@@ -1,10 +1,11 @@
 """The health of one queue's dependencies, as its deliveries see it: a circuit breaker per queue and process.
 
-While most recent attempts of a queue's deliveries fail transiently, trying each message again and
-again only burns requests against a dependency that is down. The breaker opens when at least
-``FAILING_SHARE`` of the last ``window`` attempts (and at least half a window of them) failed
-transiently; while it is open, a delivery hands its message on at once, untried, but for one every
-``open_seconds``, let through to try (the probe): its success closes the breaker. Every change is logged
+While most recent attempts of a queue's deliveries fail with the dependency down, trying each message
+again and again only burns requests against it. The breaker opens when at least ``FAILING_SHARE`` of the
+last ``window`` attempts (and at least half a window of them) failed that way; the delivery policy does
+not count a transient failure that shows the dependency up (``Result.dependency_up``: busy, or slow to
+answer). While it is open, a delivery hands its message on at once, untried, but for one every
+``open_seconds``, let through to try (the probe): a probe that finds the dependency up closes it. Every change is logged
 (a warning when it opens, which the alert in ``infra/modules/alerts.bicep`` reads) and counted
 (``consumer.breaker``).
 
@@ -65,7 +66,8 @@ class Breaker:
         return Admission.HAND_ON
 
     def record(self, failed: bool, now: float, *, probe: bool = False) -> None:
-        """One attempt's result at ``now``: whether it failed transiently; ``probe`` when it was the probe."""
+        """One attempt's result at ``now``: whether it failed with the dependency down; ``probe`` when it was the
+        probe."""
         if probe and self._opened_at is not None:
             if failed:
                 self._next_probe = now + self.open_seconds

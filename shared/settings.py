@@ -121,10 +121,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         "retention window.", in_azure=True)
     breaker_window: Annotated[int, msgspec.Meta(ge=2)] = setting(
         "BREAKER_WINDOW", 20, "How many recent attempts of a queue's deliveries the circuit breaker weighs: it "
-        "opens when at least half of them failed transiently.")
+        "opens when at least half of them failed with the dependency down (unreachable, 5xx or 429; a 409 for a key "
+        "in flight or a read timeout shows it up, and does not count).")
     breaker_open_seconds: Annotated[float, msgspec.Meta(ge=0)] = setting(
         "BREAKER_OPEN_SECONDS", 30.0, "While the breaker is open, deliveries hand their messages on untried, "
-        "but for one probe this often; the probe's success closes it. 0: no breaker.")
+        "but for one probe this often, and the last delivery before RETRY_TOTAL_SECONDS; a probe that finds the "
+        "dependency up closes it. 0: no breaker.")
     side_effect_lease_seconds: Seconds = setting("SIDE_EFFECT_LEASE_SECONDS", 60, "Longest lease of an in-progress "
                                                  "side effect; also capped by the message lock.")
     parked_set_aside_ttl_seconds: Seconds = setting(

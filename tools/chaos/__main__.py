@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fulfilment", choices=sorted(FULFILMENT_BEHAVIOURS), default="standard",
                         help="the fulfilment stand-in's behaviour: standard (default), or ietf: a request under a key"
                              " another still holds is answered 409, each new reservation takes up to 6 s, and keys are"
-                             " forgotten 120 s after their reservation")
+                             " forgotten 3,720 s after their reservation")
     parser.add_argument("--fulfilment-outage", type=float, default=FULFILMENT_OUTAGE, metavar="SECONDS",
                         help="the outage phase: the fulfilment stand-in refuses every reservation for this long, from"
                              " 15%% of the sending on (default 180; 0: none)")
