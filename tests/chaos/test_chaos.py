@@ -81,31 +81,25 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
 @NEEDS_313
 @WHOLE_STACK
 @pytest.mark.timeout(1800)
-def test_without_sessions_one_orders_events_run_on_any_host_and_every_invariant_holds(tmp_path: Path) -> None:
-    # No outage here (the simulator runs the plain queue through outages): the 10-minute budget of the test command.
-    run = _chaos(tmp_path, "--seed", "4", "--orders", "50", "--events-queue", "plain", "--no-upgrade",
-                 "--storm-orders", "0", "--fulfilment-outage", "0", "--cosmos-outage", "0")
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
-    figures = json.loads((tmp_path / "chaos.json").read_text())
-    assert figures["violations"] == [] and figures["events parked"] > 0
-    assert figures["replay"].endswith("--events-queue plain --storm-orders 0 --fulfilment-outage 0 --cosmos-outage 0")
-    logs = (tmp_path / "hosts.log").read_text()
-    assert "delivery process_order_event " in logs and "process_order_event session " not in logs
-
-
-@NEEDS_313
-@WHOLE_STACK
-@pytest.mark.timeout(1800)
 def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_command(tmp_path: Path) -> None:
     # Smaller than the smoke run, 40 orders on 2 hosts: enough calls retried after a lost answer to reserve twice.
+    # The events go through the queue without sessions, where one order's events run on any host: every violation
+    # must be the planted bug's, so that the rest of the run, that queue's events among it, kept every invariant.
     run = _chaos(tmp_path, "--seed", "3", "--orders", "40", "--hosts", "2", "--plant", "fresh-reservation-key",
-                 "--storm-orders", "0", "--fulfilment-outage", "0", "--cosmos-outage", "0")
+                 "--events-queue", "plain", "--storm-orders", "0", "--fulfilment-outage", "0", "--cosmos-outage", "0")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
-    assert any(re.search(r": ([2-9]|\d\d+) reservations", v) for v in figures["violations"]), figures["violations"][:10]
-    replay = ("python -m chaos --orders 40 --hosts 2 --seed 3 --rate 6 --plant fresh-reservation-key --storm-orders 0"
-              " --fulfilment-outage 0 --cosmos-outage 0")
+    planted = re.compile(r"order \S+: ([2-9]|\d\d+) reservations, 1 OrderAccepted and 0 OrderRejected messages")
+    found = [v for v in figures["violations"] if planted.match(v)]
+    # A run this short may end before its first kill (a chosen moment is waited for up to 15 s), and says so.
+    others = set(figures["violations"]) - set(found) - {"no process was killed: the run proves nothing about crashes"}
+    assert found and not others, figures["violations"][:10]
+    replay = ("python -m chaos --orders 40 --hosts 2 --seed 3 --rate 6 --plant fresh-reservation-key"
+              " --events-queue plain --storm-orders 0 --fulfilment-outage 0 --cosmos-outage 0")
     assert f"with seed 3; replay: {replay}" in run.stdout and figures["replay"] == replay
+    assert figures["events parked"] > 0
+    logs = (tmp_path / "hosts.log").read_text()
+    assert "delivery process_order_event " in logs and "process_order_event session " not in logs
 
 
 def test_a_stack_that_cannot_be_observed_is_a_verdict_naming_what_was_not_checked(tmp_path: Path) -> None:

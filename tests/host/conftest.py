@@ -31,6 +31,9 @@ NEEDS_313 = pytest.mark.skipif(sys.version_info < (3, 13),
 # The whole-stack runs (the demo's and the chaos suite's) take one pytest worker in turn (make test runs
 # pytest with --dist loadgroup), so that their hosts do not compete with each other for the 2 cores.
 WHOLE_STACK = pytest.mark.xdist_group("whole-stack")
+# A whole-stack run that mostly waits (one host, a few dozen orders, an outage and a breaker to wait out: about
+# 15 s of CPU in 110 s) goes beside them, in a group of its own.
+LIGHT_STACK = pytest.mark.xdist_group("light-stack")
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_APP = Path(__file__).resolve().parent / "rules_app"
