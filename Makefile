@@ -12,7 +12,9 @@ COSMOS_DIR := tools/devservers/cosmos
 
 test: setup lint typecheck pytest
 
-setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
+# The three installs side by side: each mostly waits on its registry.
+setup:
+	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed $(CHECKOV_VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
 
 # The tools (tools/*) are installed into the venv by a path file, so that `.venv/bin/python -m sbctl ...`,
 # `-m devservers.host`, `-m simulation` and the rest run from the project root.
