@@ -8,13 +8,16 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 COSMOS_DIR := tools/devservers/cosmos
 
-.PHONY: test setup lint typecheck pytest run demo chaos bench cosmos-server servicebus-server checkov simulate clean
+.PHONY: test setup installs lint typecheck pytest run demo chaos bench cosmos-server servicebus-server checkov simulate clean
 
 test: setup lint typecheck pytest
 
 # The three installs side by side: each mostly waits on its registry.
 setup:
-	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed $(CHECKOV_VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
+	@$(MAKE) --no-print-directory -j3 installs
+
+installs: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
+	@:
 
 # The tools (tools/*) are installed into the venv by a path file, so that `.venv/bin/python -m sbctl ...`,
 # `-m devservers.host`, `-m simulation` and the rest run from the project root.
