@@ -1,4 +1,4 @@
-"""The report's trace of a dead letter the plan did not expect: what its deliveries logged."""
+"""The report's trace of a dead letter the plan did not expect, and its recovery from the outage."""
 
 from __future__ import annotations
 
@@ -27,3 +27,13 @@ def test_an_unplanned_dead_letter_is_traced_through_its_deliveries_and_a_planned
     assert traced.startswith("; evt-1 MaxDeliveryCountExceeded: the app logged ['failed'], the hosts settled"
                              " ['abandon', 'abandon'], described 'Message could not be consumed")
     assert "evt-2" not in traced
+
+
+def test_the_recovery_is_the_bursts_last_reservation_after_the_return_not_the_steady_phases() -> None:
+    calls = [SimpleNamespace(time=t, status=status) for t, status in
+             [(105.0, 503), (130.0, 201), (171.5, 200), (180.0, 503), (250.0, 201)]]  # 250: the steady phase's
+    result = report.Report(figures={"outcomes": {"handed_on": 7}})
+    result.add_outage("", calls, 100.0, 120.0, drained=200.0)
+    outage = result.figures["outage"]
+    assert outage["last reservation after the service came back, s"] == 51.5
+    assert (outage["seconds"], outage["requests received while down"], outage["handed on"]) == (20, 1, 7)

@@ -72,7 +72,7 @@ def run(orders: int, seed: int, hosts: int, results: Path, keep_running: bool, *
         result = report.build(scenario, seen)
         keys = stack.fulfilment.keys()
         result.add_outage(seen.logs, [call for key in keys for call in stack.fulfilment.calls(key)], down_at,
-                          down_at + outage)
+                          down_at + outage, started + elapsed)
         print(report.table(result), flush=True)
         report.write(result, results)
         (results / "hosts.log").write_text(seen.logs)  # ids, hashes and outcomes: what python -m demo.workbook draws

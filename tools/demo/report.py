@@ -56,10 +56,11 @@ class Report:
     timeline: dict[str, list[float]] = field(default_factory=dict)
     outage: tuple[float, float] | None = None  # when the fulfilment service was down, for the chart
 
-    def add_outage(self, logs: str, calls: list[Any], start: float, end: float) -> None:
+    def add_outage(self, logs: str, calls: list[Any], start: float, end: float, drained: float) -> None:
         """The fulfilment outage and the recovery from it: how long, the requests the service received while down,
-        the messages handed on and the breakers opened, and when the last order waiting for it was reserved."""
-        reserved = [call.time for call in calls if 200 <= call.status < 300 and call.time >= end]
+        the messages handed on and the breakers opened, and when the last order waiting for it was reserved: the
+        last reservation between the return and the burst's drain (``drained``), not the steady phase's after it."""
+        reserved = [call.time for call in calls if 200 <= call.status < 300 and end <= call.time <= drained]
         self.outage = (start, end)
         self.figures["outage"] = {
             "seconds": round(end - start), "requests received while down": sum(start <= c.time < end for c in calls),
