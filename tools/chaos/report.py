@@ -41,6 +41,10 @@ class Run:
     outages: list[dict[str, Any]] | None = None  # the outage phase: each dependency down, and what it received
 
 
+# What a run says when it ended before its first kill: not a fault of the app, a gap in the proof.
+NO_KILL = "no process was killed: the run proves nothing about crashes"
+
+
 def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_report.Report:
     """The demo's figures and invariants, then the chaos figures, and one more invariant: no outcome
     ``error`` (an exception the handlers did not expect, which the README calls a bug)."""
@@ -80,7 +84,7 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
     if run.failure:
         result.violations.append(run.failure)
     if not any(k.startswith(("kill host", "kill worker")) for k in run.faults):
-        result.violations.append("no process was killed: the run proves nothing about crashes")
+        result.violations.append(NO_KILL)
     if outcomes.get("error"):
         result.violations.append(f"{outcomes['error']} deliveries ended with outcome error (an unexpected exception)")
     return result
