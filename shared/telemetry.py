@@ -17,6 +17,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
+from shared.domain import retries
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 
@@ -52,7 +53,7 @@ def delivery_fields(function: str, message: InboundMessage, result: Result, dura
     return {"function": function, "messageId": message.message_id, "correlationId": message.correlation_id,
             "deliveryCount": message.delivery_count, "outcome": result.outcome.value,
             "requestHash": result.request_hash, "durationMs": round(duration_ms, 1), "latencyMs": latency,
-            "retryAttempt": message.application_properties.get("retryAttempt")}
+            "retryAttempt": retries.attempt_of(message.application_properties)}
 
 
 def record_delivery(function: str, message: InboundMessage, result: Result, duration_ms: float) -> None:

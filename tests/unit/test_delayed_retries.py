@@ -394,3 +394,34 @@ def test_the_last_delivery_of_a_chain_tries_even_with_the_breaker_open() -> None
     assert settled == Settlement(Action.DEADLETTER, "RetryLimitExceeded")
     assert journal.steps == ["try", "wait 10", "try", "wait 10", "try", "deadletter"]  # tried in full, not "not tried"
     assert journal.settled[-1][1].description.endswith("last failure: fulfilment.reserve: HTTP 503")
+
+
+@pytest.mark.parametrize("properties", [
+    {"retryAttempt": "2"},
+    {"retryAttempt": "2", "retryChain": "7", "retryReason": "the producer's own resend"},
+    {retries.LEGACY.original: "ord-1", retries.LEGACY.chain: "42", retries.LEGACY.attempt: "1",
+     retries.LEGACY.first_failed_at: "yesterday"},
+])
+def test_a_producers_properties_under_the_old_unnamespaced_names_are_its_own_not_a_copy(
+    properties: dict[str, str]
+) -> None:
+    message = _message(properties=properties)
+    assert retries.unwrap(message) == (message, None)
+    assert retries.originals(properties) == properties
+
+
+def test_a_copy_the_release_before_scheduled_is_read_under_the_old_names_and_its_next_copy_drops_them() -> None:
+    old = {"tenant": "eu", retries.LEGACY.original: "ord-1", retries.LEGACY.chain: "42", retries.LEGACY.attempt: "2",
+           retries.LEGACY.first_failed_at: "2026-12-01T00:00:00+00:00", retries.LEGACY.reason: "HTTP 503"}
+    unwrapped, chain = retries.unwrap(_message(message_id="retry.x", sequence_number=977, properties=old))
+    assert (unwrapped.message_id, unwrapped.sequence_number) == ("ord-1", 42)
+    assert chain is not None and (chain.attempt, chain.names) == (2, retries.LEGACY)
+    assert retries.originals(old) == {"tenant": "eu"}
+
+
+def test_the_namespaced_names_win_over_the_old_ones_on_one_message() -> None:
+    properties = {retries.ORIGINAL: "ord-1", retries.CHAIN: "42", retries.ATTEMPT: "1",
+                  retries.FIRST_FAILED_AT: "2026-12-01T00:00:00+00:00", "retryAttempt": "9"}
+    chain = retries.chain_of(properties)
+    assert chain is not None and (chain.attempt, chain.names) == (1, retries.CURRENT)
+    assert retries.originals(properties) == {"retryAttempt": "9"}

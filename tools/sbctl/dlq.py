@@ -95,20 +95,25 @@ def _peek(receiver: Any, selection: Selection, limit: int | None) -> list[DeadLe
     return found[:limit] if limit is not None else found
 
 
+def text_properties(message: ServiceBusReceivedMessage) -> dict[str, str]:
+    """A received message's application properties as text (the SDK may hand keys and values over as bytes)."""
+    def text(value: Any) -> str:
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return {text(k): text(v) for k, v in (message.application_properties or {}).items()}
+
+
 def original_id(message: ServiceBusReceivedMessage) -> str | None:
     """The MessageId the producer sent ``message`` under: a delayed retry's copy carries it as a property."""
-    for key, value in (message.application_properties or {}).items():
-        if (key.decode() if isinstance(key, bytes) else key) == retries.ORIGINAL:
-            return value.decode() if isinstance(value, bytes) else str(value)
-    return message.message_id
+    chain = retries.chain_of(text_properties(message))
+    return chain.original_message_id if chain is not None else message.message_id
 
 
 def resubmit_copy(message: ServiceBusReceivedMessage) -> ServiceBusMessage:
     """The message as the producer sent it: its MessageId, body and properties, without the dead-letter ones and,
     for a delayed retry's copy, without the ``retry*`` ones: the resubmission starts afresh."""
+    kept = retries.originals(text_properties(message))
     properties = {k: v for k, v in (message.application_properties or {}).items()
-                  if k not in _DEAD_LETTER_PROPERTIES and (k.decode() if isinstance(k, bytes) else k)
-                  not in retries.PROPERTIES}
+                  if k not in _DEAD_LETTER_PROPERTIES and (k.decode() if isinstance(k, bytes) else k) in kept}
     return ServiceBusMessage(
         b"".join(bytes(section) for section in message.body),
         message_id=original_id(message),

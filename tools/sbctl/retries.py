@@ -1,6 +1,6 @@
 """sbctl retries: list the copies the consumer handed on for a delayed retry, and send chosen ones now.
 
-A copy waits in its queue as a scheduled message, with the ``retry*`` application properties
+A copy waits in its queue as a scheduled message, with its chain's application properties
 (``shared.domain.retries``): its original MessageId, attempt, first failure and reason. ``list`` peeks
 them. ``send-now`` sends each chosen copy again, due at once, and only then cancels the scheduled one,
 so that a failure between the two leaves the message twice (the consumer absorbs the duplicate) and
@@ -22,7 +22,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMess
 from azure.servicebus.exceptions import ServiceBusError, SessionCannotBeLockedError
 
 from sbctl.connection import ToolError
-from sbctl.dlq import clip
+from sbctl.dlq import clip, text_properties
 from shared.domain import retries
 
 PAGE = 100
@@ -45,14 +45,12 @@ class Waiting:
     @classmethod
     def of(cls, message: ServiceBusReceivedMessage) -> Waiting | None:
         """The copy ``message`` is, or None for any other message (not a copy, or not scheduled)."""
-        properties = _text_properties(message)
-        if message.state is not ServiceBusMessageState.SCHEDULED or retries.ORIGINAL not in properties:
+        chain = retries.chain_of(text_properties(message))
+        if message.state is not ServiceBusMessageState.SCHEDULED or chain is None:
             return None
-        attempt = properties.get(retries.ATTEMPT, "")
-        return cls(properties[retries.ORIGINAL], int(attempt) if attempt.isdigit() else 0,
-                   message.scheduled_enqueue_time_utc, properties.get(retries.FIRST_FAILED_AT, ""),
-                   properties.get(retries.REASON, ""), message.sequence_number or 0, str(message.message_id),
-                   message.session_id)
+        first = chain.first_failed_at.isoformat() if chain.first_failed_at else ""
+        return cls(chain.original_message_id, chain.attempt, message.scheduled_enqueue_time_utc, first, chain.reason,
+                   message.sequence_number or 0, str(message.message_id), message.session_id)
 
     def as_json(self) -> dict[str, Any]:
         """The keys of ``retries list --json``."""
@@ -60,12 +58,6 @@ class Waiting:
                 "due": self.due.isoformat() if self.due else None, "firstFailedAt": self.first_failed_at,
                 "reason": self.reason, "sequenceNumber": self.sequence_number, "messageId": self.message_id,
                 "sessionId": self.session_id}
-
-
-def _text_properties(message: ServiceBusReceivedMessage) -> dict[str, str]:
-    def text(value: Any) -> str:
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    return {text(k): text(v) for k, v in (message.application_properties or {}).items()}
 
 
 @contextmanager
@@ -113,7 +105,7 @@ def send_now(client: ServiceBusClient, queue: str, chosen: Sequence[tuple[Waitin
 
 def now_copy(message: ServiceBusReceivedMessage) -> ServiceBusMessage:
     """``message`` due at once, under a MessageId of its own (the queue would drop the scheduled one's)."""
-    properties: dict[str | bytes, Any] = {name: value for name, value in _text_properties(message).items()}
+    properties: dict[str | bytes, Any] = {name: value for name, value in text_properties(message).items()}
     return ServiceBusMessage(
         b"".join(bytes(section) for section in message.body),
         message_id=f"{message.message_id}{SEND_NOW_SUFFIX}", correlation_id=message.correlation_id,
