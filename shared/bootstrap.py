@@ -19,15 +19,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from shared.breaker import Breaker
-from shared.delivery import Clock, Handler, Recorder, Retries, Settlement, SettlementPort, Sleep, run_delivery
+from shared.breaker import Breaker, watched_fulfilment, watched_store
+from shared.delivery import Check, Clock, Handler, Recorder, Retries, Settlement, SettlementPort, Sleep, run_delivery
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
 from shared.domain.retries import Backoff
 from shared.handlers import reports
-from shared.handlers.apply_event import apply_order_event
+from shared.handlers.apply_event import apply_order_event, check_event
 from shared.handlers.outbox import OutboxPublisher
-from shared.handlers.place_order import OrderServices, place_order
+from shared.handlers.place_order import OrderServices, check_order, place_order
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.sender import MessageSender
@@ -56,14 +56,23 @@ class App:
 
     # -- the handlers, each wired to its ports here and nowhere else ---------------------------------
 
+    # The handlers' ports are watched: what each attempt reached tells its breaker whether a probe may close it.
     async def handle_order(self, message: InboundMessage) -> Result:
         """Apply one OrderPlaced delivery."""
-        return await place_order(message, OrderServices(self.store(), self.fulfilment(), self.settings, self.clock,
-                                                        self._releases))
+        return await place_order(message, OrderServices(watched_store(self.store()),
+                                                        watched_fulfilment(self.fulfilment()), self.settings,
+                                                        self.clock, self._releases))
 
     async def handle_event(self, message: InboundMessage) -> Result:
         """Apply one lifecycle event."""
-        return await apply_order_event(message, self.store(), self.settings, self.clock, self._releases)
+        return await apply_order_event(message, watched_store(self.store()), self.settings, self.clock,
+                                       self._releases)
+
+    @property
+    def checks(self) -> dict[Handler, Check]:
+        """What each handler decides with no dependency (a message's own validity), for the delivery policy to
+        decide first while a breaker is open."""
+        return {self.handle_order: check_order, self.handle_event: check_event}
 
     def publisher(self) -> OutboxPublisher:
         """The outbox publisher over the store and the sender."""
@@ -82,7 +91,8 @@ class App:
         """Run one delivery from ``queue`` through ``handler`` and settle it on ``port``: ``run_delivery`` with
         this app's retries (handed on to ``queue``, under the function's breaker), clock, sleep and recorder."""
         return await run_delivery(function, read, handler, port, retrying=self.retries(function, queue),
-                                  clock=self.clock, sleep=self._sleep, record=self._record)
+                                  clock=self.clock, sleep=self._sleep, record=self._record,
+                                  check=self.checks.get(handler))
 
     @property
     def breakers(self) -> list[Breaker]:

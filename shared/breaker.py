@@ -5,9 +5,16 @@ again and again only burns requests against it. The breaker opens when at least 
 last ``window`` attempts (and at least half a window of them) failed that way; the delivery policy does
 not count a transient failure that shows the dependency up (``Result.dependency_up``: busy, or slow to
 answer). While it is open, a delivery hands its message on at once, untried, but for one every
-``open_seconds``, let through to try (the probe): a probe that finds the dependency up closes it. Every change is logged
-(a warning when it opens, which the alert in ``infra/modules/alerts.bicep`` reads) and counted
-(``consumer.breaker``).
+``open_seconds``, let through to try (the probe). Only a probe that reached each dependency whose failures
+opened the breaker, and found it up, closes it: a probe that reached none of them (a duplicate answered
+from Cosmos DB alone while the fulfilment service is down) proves nothing, and the next delivery probes
+instead. Every change is logged (a warning when it opens, which the alert in
+``infra/modules/alerts.bicep`` reads) and counted (``consumer.breaker``).
+
+What an attempt reached is seen at its ports: ``attempt()`` opens a ``Reach`` for one attempt, and the
+handlers' store and fulfilment service, wrapped by ``watched_store`` and ``watched_fulfilment``, note in
+it each dependency that answered (whatever it answered: a 409 is Cosmos DB up) and each that was down
+(unreachable, 5xx, 429, a transient store error).
 
 Each process keeps its own breakers: an instance that sees its dependency fail stops on its own,
 with no shared state to fail in turn.
@@ -15,12 +22,21 @@ with no shared state to fail in turn.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from opentelemetry import metrics
 
+from shared.domain.outcomes import is_transient
+from shared.errors import BatchFailed, DownstreamUnavailable, TransientStoreError
+from shared.ports.fulfilment import FulfilmentService, Reply
+from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Document, DocumentStore
 from shared.telemetry import LOGGER_NAME, METER_NAME
 
 FAILING_SHARE = 0.5
@@ -40,6 +56,109 @@ class Admission(StrEnum):
     HAND_ON = "hand_on"  # open: hand the message on untried
 
 
+STORE = "store"
+FULFILMENT = "fulfilment"
+
+
+@dataclass
+class Reach:
+    """What one attempt showed of its dependencies: those that answered, and those that were down."""
+
+    answered: set[str] = field(default_factory=set)
+    down: set[str] = field(default_factory=set)
+
+
+_reach: ContextVar[Reach | None] = ContextVar("reach", default=None)
+
+
+@contextlib.contextmanager
+def attempt() -> Iterator[Reach]:
+    """Note, for the attempt run inside, which dependencies answered and which were down (its own task's or
+    greenlet's context: attempts running side by side each keep their own)."""
+    reach = Reach()
+    token = _reach.set(reach)
+    try:
+        yield reach
+    finally:
+        _reach.reset(token)
+
+
+def note(dependency: str, *, up: bool) -> None:
+    """Note in the current attempt's ``Reach`` that ``dependency`` answered (``up``) or was down."""
+    reach = _reach.get()
+    if reach is not None:
+        (reach.answered if up else reach.down).add(dependency)
+
+
+class _WatchedStore:
+    """A store that notes, in the current attempt's ``Reach``, whether Cosmos DB answered or was down."""
+
+    def __init__(self, store: DocumentStore) -> None:
+        self._store = store
+
+    @contextlib.contextmanager
+    def _watch(self) -> Iterator[None]:
+        try:
+            yield
+        except TransientStoreError:
+            note(STORE, up=False)
+            raise
+        except BatchFailed as exc:
+            note(STORE, up=not isinstance(exc.error, TransientStoreError))
+            raise
+        except Exception:
+            note(STORE, up=True)  # an answer: not found, taken, changed
+            raise
+        note(STORE, up=True)
+
+    async def create(self, document: Document) -> Document:
+        with self._watch():
+            return await self._store.create(document)
+
+    async def read(self, doc_id: str, partition_key: str) -> Document:
+        with self._watch():
+            return await self._store.read(doc_id, partition_key)
+
+    async def query_pages(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
+                          before: tuple[str, Any] | None = None, page_size: int = MAX_PAGE_ITEMS,
+                          ) -> AsyncIterator[list[Document]]:
+        with self._watch():
+            async for page in self._store.query_pages(conditions, partition_key=partition_key, before=before,
+                                                      page_size=page_size):
+                yield page
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        with self._watch():
+            return await self._store.execute_batch(partition_key, operations)
+
+
+class _WatchedFulfilment:
+    """A fulfilment service that notes, in the current attempt's ``Reach``, whether it answered or was down. A
+    read timeout is an answer of a kind: the service took the request (``DownstreamUnavailable.slow``)."""
+
+    def __init__(self, fulfilment: FulfilmentService) -> None:
+        self._fulfilment = fulfilment
+
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        try:
+            reply = await self._fulfilment.reserve(idempotency_key, request)
+        except DownstreamUnavailable as exc:
+            note(FULFILMENT, up=exc.slow)
+            raise
+        note(FULFILMENT, up=not is_transient(reply.status))
+        return reply
+
+
+def watched_store(store: DocumentStore) -> DocumentStore:
+    """``store``, noting what it answered in the current attempt's ``Reach``."""
+    return _WatchedStore(store)
+
+
+def watched_fulfilment(fulfilment: FulfilmentService) -> FulfilmentService:
+    """``fulfilment``, noting what it answered in the current attempt's ``Reach``."""
+    return _WatchedFulfilment(fulfilment)
+
+
 class Breaker:
     """One queue's breaker in one process; ``open_seconds`` 0 keeps it closed for good."""
 
@@ -48,8 +167,10 @@ class Breaker:
         self.window = window
         self.open_seconds = open_seconds
         self._recent: deque[bool] = deque(maxlen=window)  # True: the attempt failed transiently
+        self._downs: deque[frozenset[str]] = deque(maxlen=window)  # what each of them found down
         self._opened_at: float | None = None
         self._next_probe = 0.0  # a probe that never reports (its process died) holds up the next one this long only
+        self._failing: set[str] = set()  # while open: the dependencies found down, which a probe must reach
         self.opened = 0  # how many times it opened
     @property
     def is_open(self) -> bool:
@@ -65,21 +186,29 @@ class Breaker:
             return Admission.PROBE
         return Admission.HAND_ON
 
-    def record(self, failed: bool, now: float, *, probe: bool = False) -> None:
+    def record(self, failed: bool, now: float, *, probe: bool = False, reach: Reach | None = None) -> None:
         """One attempt's result at ``now``: whether it failed with the dependency down; ``probe`` when it was the
-        probe."""
+        probe; ``reach``, what it showed of each dependency. A probe that did not fail closes the breaker only if
+        it reached every dependency found down in the attempts that opened it; one that did not leaves the next
+        delivery to probe, at once."""
+        reach = reach or Reach()
         if probe and self._opened_at is not None:
             if failed:
+                self._failing |= reach.down
                 self._next_probe = now + self.open_seconds
-            else:
+            elif reach.answered >= self._failing and reach.answered:
                 self._close(now)
+            else:
+                self._next_probe = now  # it proved nothing: the next delivery probes
             return
         self._recent.append(failed)
+        self._downs.append(frozenset(reach.down) if failed else frozenset())
         failing = sum(self._recent)
         if (self._opened_at is None and self.open_seconds > 0 and len(self._recent) * 2 >= self.window
                 and failing >= FAILING_SHARE * len(self._recent)):
             self._opened_at = now
             self._next_probe = now + self.open_seconds
+            self._failing = set().union(*self._downs)
             self.opened += 1
             logger.warning("breaker open function=%s failing=%d/%d: handing messages on untried, a probe every %ss",
                            self.function, failing, len(self._recent), self.open_seconds,
@@ -90,6 +219,8 @@ class Breaker:
         opened = self._opened_at or now
         self._opened_at = None
         self._recent.clear()
+        self._downs.clear()
+        self._failing.clear()
         logger.info("breaker closed function=%s after %.0fs open", self.function, now - opened,
                     extra={"function": self.function, "breaker": "closed"})
         _changes.add(1, {"function": self.function, "state": "closed"})

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
+from shared import breaker as health
 from shared.breaker import Admission, Breaker
 from shared.domain import retries
 from shared.domain.messages import InboundMessage
@@ -85,6 +86,9 @@ class SettlementPort(Protocol):
 
 
 Handler = Callable[[InboundMessage], Awaitable[Result]]
+# What needs no dependency to decide: the message's own validity. A final result for a message no dependency
+# could help (invalid, past a limit), None for one fit to try.
+Check = Callable[[InboundMessage], Result | None]
 Recorder = Callable[[str, InboundMessage, Result, float], None]
 Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
@@ -107,7 +111,7 @@ class Retries:
 async def run_delivery(
     function: str, read: Callable[[], InboundMessage], handler: Handler, port: SettlementPort, *,
     retrying: Retries = Retries(), clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
-    record: Recorder = record_delivery,
+    record: Recorder = record_delivery, check: Check | None = None,
 ) -> Settlement:
     """Process one PeekLock delivery and settle it exactly once; returns the settlement made.
 
@@ -115,7 +119,9 @@ async def run_delivery(
     exception from ``read`` or the handler becomes outcome ``error`` (abandon, logged with its stack, ids
     only); only a failed settlement call is raised, for the host to log. A transient outcome is tried again
     and then handed on as ``retrying`` says. ``record`` logs and counts the delivery's final result; if it
-    fails, the delivery is still settled. Before an abandon the delivery waits inside its lock.
+    fails, the delivery is still settled. Before an abandon the delivery waits inside its lock. While the
+    queue's breaker is open, ``check`` decides first what needs no dependency: an invalid message is
+    dead-lettered as it is, never handed on untried (its copy would lose what made it invalid).
     """
     started = time.perf_counter()
     delivered = inbound = InboundMessage(message_id=None, body=None)
@@ -130,8 +136,10 @@ async def run_delivery(
             # The chain's last delivery tries whatever the breaker says: no message is dead-lettered untried.
             last = chain is not None and retrying.backoff is not None and retrying.backoff.next_copy(
                 chain, datetime.fromtimestamp(clock(), UTC)) is None
-            result = await _attempts(function, inbound, handler, port, retrying=retrying, clock=clock, sleep=sleep,
-                                     last=last)
+            verdict = check(inbound) if check is not None and retrying.breaker is not None \
+                and retrying.breaker.is_open else None
+            result = verdict or await _attempts(function, inbound, handler, port, retrying=retrying, clock=clock,
+                                                sleep=sleep, last=last)
             if result.outcome is Outcome.TRANSIENT and retrying.backoff is not None:
                 result = await _hand_on(function, delivered, inbound, chain, result, retrying=retrying, clock=clock)
     except asyncio.CancelledError:
@@ -165,20 +173,23 @@ async def run_delivery(
 async def _attempts(function: str, inbound: InboundMessage, handler: Handler, port: SettlementPort, *,
                     retrying: Retries, clock: Clock, sleep: Sleep, last: bool = False) -> Result:
     """The handler's result after up to ``retrying.attempts`` tries inside the lock, as the breaker admits (but
-    for the ``last`` delivery of a chain, which tries). Only a failure that shows the dependency down counts
-    against the breaker: not one where it answered that it is busy or was slow (``Result.dependency_up``)."""
+    for the ``last`` delivery of a chain, which tries, all its attempts). Only a failure that shows the
+    dependency down counts against the breaker: not one where it answered that it is busy or was slow
+    (``Result.dependency_up``). What each attempt reached goes with it, for a probe to close the breaker only
+    by a call that reached the dependency."""
     breaker = retrying.breaker
     admission = breaker.admit(clock()) if breaker is not None else Admission.TRY
-    if admission is Admission.HAND_ON and last:
+    if admission is not Admission.TRY and last:
         admission = Admission.TRY
     if admission is Admission.HAND_ON:
         return Result(Outcome.TRANSIENT, f"not tried: the {function} breaker is open")
     attempts = 1 if admission is Admission.PROBE or retrying.backoff is None else retrying.attempts
     for attempt in range(1, attempts + 1):
-        result = await handler(inbound)
+        with health.attempt() as reach:
+            result = await handler(inbound)
         if breaker is not None:
             breaker.record(result.outcome is Outcome.TRANSIENT and not result.dependency_up, clock(),
-                           probe=admission is Admission.PROBE)
+                           probe=admission is Admission.PROBE, reach=reach)
         if result.outcome is not Outcome.TRANSIENT or attempt == attempts:
             return result
         wait = await _wait_in_lock(function, inbound, port, retrying.wait, clock)

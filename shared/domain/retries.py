@@ -167,10 +167,13 @@ class Backoff:
         return min(self.ceiling_seconds, raw * (0.8 + 0.4 * spread))
 
     def next_copy(self, chain: Chain, now: datetime) -> datetime | None:
-        """When the next copy of ``chain`` is due, or None when the total limit has passed at ``now``."""
+        """When the next copy of ``chain`` is due, or None when this delivery is the chain's last: the total
+        limit has passed at ``now``, or is less than ``base_seconds`` away. So the copy due at the limit is the
+        last even when it comes a little early by this instance's clock (skew), instead of being handed on
+        again, due at once, under a new id each time until the clock passes the limit."""
         first = chain.first_failed_at or now
         deadline = first + timedelta(seconds=self.total_seconds)
-        if now >= deadline:
+        if now >= deadline or deadline - now < timedelta(seconds=self.base_seconds):
             return None
         return min(now + timedelta(seconds=self.delay(chain.chain, chain.attempt + 1)), deadline)
 

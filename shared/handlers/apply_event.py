@@ -23,7 +23,7 @@ import msgspec
 
 from shared.domain.aggregate import MAX_PARKED_EVENTS
 from shared.domain.documents import InboxMarker, ParkedEvent
-from shared.domain.lifecycle import parse_event
+from shared.domain.lifecycle import CloudEvent, parse_event
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import (
@@ -45,12 +45,9 @@ async def apply_order_event(
 ) -> Result:
     """Apply one lifecycle event exactly once for this consumer, in order, or park it until it can be;
     ``releases`` writes what a release decides."""
-    try:
-        event = parse_event(message)
-    except InvalidMessage as exc:
-        return Result(Outcome.INVALID, exc.rule)
-    except LimitExceeded as exc:
-        return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
+    event = _parsed(message)
+    if isinstance(event, Result):
+        return event
     hash_, consumer = event.request_hash(), settings.consumer_name
     content = msgspec.json.decode(message.body or b"{}")  # an object: parse_event decoded it as one
     writes = EventWrites(releases(store, consumer, settings.parked_set_aside_ttl_seconds),
@@ -74,6 +71,21 @@ async def apply_order_event(
         return Result(Outcome.LIMIT_EXCEEDED, f"event {event.id} of order {event.order_id}: {exc} ({exc.limit})",
                       hash_)
     return Result(outcome, description, hash_)
+
+
+def check_event(message: InboundMessage) -> Result | None:
+    """What needs no dependency to decide: the final result of a delivery that is no valid event, else None."""
+    parsed = _parsed(message)
+    return parsed if isinstance(parsed, Result) else None
+
+
+def _parsed(message: InboundMessage) -> CloudEvent | Result:
+    try:
+        return parse_event(message)
+    except InvalidMessage as exc:
+        return Result(Outcome.INVALID, exc.rule)
+    except LimitExceeded as exc:
+        return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
 
 
 async def _duplicate(releases: Releases, order_id: str, hash_: str, *, finish: bool) -> Result:

@@ -62,12 +62,9 @@ class OrderServices:
 async def place_order(message: InboundMessage, services: OrderServices) -> Result:
     """Validate; write the order's intake in one batch; on a taken id compare request hashes; then
     reserve stock through the two-phase record. Other errors propagate: the delivery policy abandons."""
-    try:
-        order = parse_order(message)
-    except InvalidMessage as exc:
-        return Result(Outcome.INVALID, exc.rule)
-    except LimitExceeded as exc:
-        return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
+    order = _parsed(message)
+    if isinstance(order, Result):
+        return order
     hash_, settings = order.request_hash(), services.settings
     effect = SideEffect(services.store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds,
                         services.clock)
@@ -98,6 +95,21 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
     except UnreadableDocument as exc:  # rewritten, under the call, by a version whose record this one cannot read
         return _left_to_writer(order.order_id, exc, hash_)  # the order is this content's: it was created, or compared
+
+
+def check_order(message: InboundMessage) -> Result | None:
+    """What needs no dependency to decide: the final result of a delivery that is no valid OrderPlaced, else None."""
+    parsed = _parsed(message)
+    return parsed if isinstance(parsed, Result) else None
+
+
+def _parsed(message: InboundMessage) -> OrderPlaced | Result:
+    try:
+        return parse_order(message)
+    except InvalidMessage as exc:
+        return Result(Outcome.INVALID, exc.rule)
+    except LimitExceeded as exc:
+        return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
 
 
 async def _write(

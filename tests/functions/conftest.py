@@ -125,8 +125,9 @@ class Harness:
         return self.target.endpoint
 
     def reconfigure(self, **changes: Any) -> bootstrap.App:
-        """Build a new app: ``store``, ``fulfilment``, ``sender`` replace clients, the rest are settings."""
-        for name in ("store", "fulfilment", "sender"):
+        """Build a new app: ``store``, ``fulfilment``, ``sender`` replace clients, ``clock`` the app's time, the rest
+        are settings."""
+        for name in ("store", "fulfilment", "sender", "clock"):
             if name in changes:
                 self.overrides[name] = changes.pop(name)
         self.settings = msgspec.structs.replace(self.settings, **changes)
@@ -221,7 +222,7 @@ class Deliverer:
         self.function = functions[name]
         self.loop = loop
 
-    def __call__(self, body: bytes, **message: Any) -> list[Settlement]:
+    def __call__(self, body: bytes | None, **message: Any) -> list[Settlement]:
         msg = make_received_message(body, **message)
         self.invoke(msg)
         return self.settlements(msg)

@@ -4,12 +4,14 @@ before the delivery is completed; the copy read as its original; the total limit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from shared import bootstrap
+from shared import breaker as health
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.breaker import Admission, Breaker
 from shared.delivery import Action, Retries, Settlement, run_delivery
@@ -44,6 +46,7 @@ class Journal:
             self.steps.append("try")
             self.seen_ids.append(message.message_id)
             outcome = answers.pop(0) if len(answers) > 1 else answers[0]
+            health.note(health.FULFILMENT, up=outcome is not Outcome.TRANSIENT)  # as a watched port notes it
             return Result(outcome, "fulfilment.reserve: HTTP 503", "hash-1")
         return handle
 
@@ -364,6 +367,7 @@ def test_a_service_that_answers_busy_or_slow_never_opens_the_breaker_and_every_m
 
     async def busy(message: InboundMessage) -> Result:
         journal.steps.append("try")
+        health.note(health.FULFILMENT, up=True)  # it answered
         return Result(Outcome.TRANSIENT, "fulfilment.reserve: HTTP 409", "hash-1", dependency_up=True)
 
     for second in range(10):
@@ -425,3 +429,34 @@ def test_the_namespaced_names_win_over_the_old_ones_on_one_message() -> None:
     chain = retries.chain_of(properties)
     assert chain is not None and (chain.attempt, chain.names) == (1, retries.CURRENT)
     assert retries.originals(properties) == {"retryAttempt": "9"}
+
+
+def test_only_a_probe_that_reached_each_dependency_found_down_closes_the_breaker() -> None:
+    breaker = Breaker("process_order", window=2, open_seconds=30)
+    breaker.record(True, NOW, reach=health.Reach(answered={health.STORE}, down={health.FULFILMENT}))
+    assert breaker.is_open and breaker.admit(NOW + 30) is Admission.PROBE
+    breaker.record(False, NOW + 30, probe=True, reach=health.Reach(answered={health.STORE}))  # a duplicate
+    assert breaker.is_open
+    assert breaker.admit(NOW + 31) is Admission.PROBE  # it proved nothing: the next delivery probes at once
+    breaker.record(False, NOW + 31, probe=True)  # an invalid message: it reached nothing
+    assert breaker.is_open and breaker.admit(NOW + 32) is Admission.PROBE
+    breaker.record(False, NOW + 32, probe=True, reach=health.Reach(answered={health.STORE, health.FULFILMENT}))
+    assert not breaker.is_open
+
+
+def test_the_watched_ports_note_what_answered_and_what_was_down() -> None:
+    class Down:
+        async def reserve(self, key: str, request: Any) -> Reply:
+            raise DownstreamUnavailable("connection refused")
+
+    async def run() -> health.Reach:
+        store = health.watched_store(InMemoryStore())
+        with health.attempt() as reach:
+            with contextlib.suppress(Exception):
+                await store.read("missing", "missing")
+            with contextlib.suppress(DownstreamUnavailable):
+                await health.watched_fulfilment(Down()).reserve("key", {})
+        return reach
+
+    reach = asyncio.run(run())
+    assert (reach.answered, reach.down) == ({health.STORE}, {health.FULFILMENT})
