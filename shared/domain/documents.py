@@ -25,6 +25,8 @@ docs/design.md ("Schema versions").
     outbox         OutboxEntry         the order's outcome (OrderAccepted or OrderRejected) waiting to be published
     side-effect    SideEffectRecord    the two-phase record of a call that cannot join a transaction
     inbox          InboxMarker         one consumer has applied (or parked) one event
+    event-identity EventIdentity       one consumer has taken an event's identity for one subject; in a
+                                       partition of its own (its ``orderId`` is its id), not its order's
     parked-event   ParkedEvent         an event that came before its predecessor, waiting for it
     payment, shipment, cancellation    EventRecord   what an applied event recorded
 """
@@ -324,6 +326,26 @@ class InboxMarker(StoredDocument, kw_only=True, tag="inbox"):
         return cls(id=identity.inbox_marker_id(consumer, event.source, event.id), order_id=event.order_id,
                    consumer=consumer, request_hash=request_hash, ttl=ttl, event_type=event.type,
                    event_time=event.time_text, event_id=event.id)
+
+
+class EventIdentity(StoredDocument, kw_only=True, tag="event-identity"):
+    """One consumer took an event's identity (its ``source`` and ``id``) for the content it first came with, its
+    subject included (``requestHash`` covers it). Its partition is its own: ``order_id`` is its id, since an
+    identity belongs to no one order. It expires after ``ttl`` seconds, with the inbox markers."""
+
+    consumer: str
+    event_source: str
+    event_id: str
+    subject: str
+    request_hash: str
+    ttl: int
+
+    @classmethod
+    def of(cls, event: CloudEvent, consumer: str, request_hash: str, ttl: int) -> EventIdentity:
+        """The identity record of one consumer's event, for the event's content as it came."""
+        doc_id = identity.event_identity_id(consumer, event.source, event.id)
+        return cls(id=doc_id, order_id=doc_id, consumer=consumer, event_source=event.source, event_id=event.id,
+                   subject=event.subject, request_hash=request_hash, ttl=ttl)
 
 
 class ParkedStatus(StrEnum):

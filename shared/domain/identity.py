@@ -94,6 +94,13 @@ def inbox_marker_id(consumer: str, source: str, event_id: str) -> str:
     return derive_id("inbox", consumer, source, event_id, label=consumer)
 
 
+def event_identity_id(consumer: str, source: str, event_id: str) -> str:
+    """The id of one consumer's record of an event's identity (``source`` + ``id``, as CloudEvents defines it),
+    kept in a partition of its own (its id is its partition key), so that the identity holds across orders:
+    the same key under another subject is the same event with other content, never a new one."""
+    return derive_id("event", consumer, source, event_id, label=consumer)
+
+
 def parked_event_id(consumer: str, source: str, event_id: str, sequence: int) -> str:
     """The id of a parked event; the label shows the version it waits to become."""
     return derive_id("parked", consumer, source, event_id, label=f"v{sequence}")

@@ -1,6 +1,9 @@
 """The lifecycle-event handler: apply each event exactly once for this consumer, in order, or park it.
 
-The happy path is one batch, unread (``EventWrites.apply``): the inbox marker, the order patched on
+An event's identity (``source`` + ``id``) is first taken for its content, subject included, by the create
+of an ``EventIdentity`` in a partition of its own: the check holds across orders, so the same key with
+other content under another subject is dead-lettered PayloadMismatch, and that order is never touched.
+The happy path is then one batch, unread (``EventWrites.apply``): the inbox marker, the order patched on
 its version and state (and on nothing parked against it), and the event's record. When the patch does
 not hold, the order is read and its aggregate decides (``Order.decide``): stale, an invalid
 transition, applied with the parked events it releases, or parked until its predecessor comes. When
@@ -22,14 +25,16 @@ from collections.abc import Callable
 import msgspec
 
 from shared.domain.aggregate import MAX_PARKED_EVENTS
-from shared.domain.documents import InboxMarker, ParkedEvent
+from shared.domain.documents import EventIdentity, InboxMarker, ParkedEvent
 from shared.domain.lifecycle import CloudEvent, parse_event
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import (
+    AlreadyExists,
     AlreadySeen,
     InvalidMessage,
     LimitExceeded,
+    NotFound,
     OrderChanged,
     TransientStoreError,
     UnreadableDocument,
@@ -53,6 +58,10 @@ async def apply_order_event(
     writes = EventWrites(releases(store, consumer, settings.parked_set_aside_ttl_seconds),
                          InboxMarker.of(event, consumer, hash_, settings.dedup_ttl_seconds), event, content)
     try:
+        taken = await _take_identity(store, EventIdentity.of(event, consumer, hash_, settings.dedup_ttl_seconds),
+                                     message)
+        if taken is not None:
+            return taken
         outcome, description = await _apply(writes, message, clock)
     except AlreadySeen as seen:
         if seen.stored_hash == hash_:
@@ -86,6 +95,40 @@ def _parsed(message: InboundMessage) -> CloudEvent | Result:
         return Result(Outcome.INVALID, exc.rule)
     except LimitExceeded as exc:
         return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
+
+
+async def _take_identity(store: DocumentStore, record: EventIdentity, message: InboundMessage) -> Result | None:
+    """Take the event's identity for this content, before anything of it is written: None when it is this
+    content's (taken now, or by an earlier delivery of it: a redelivery after a crash goes on to apply it);
+    PAYLOAD_MISMATCH when it was taken for other content, under another subject say, which is then never
+    applied; UNREADABLE when what holds it does not read. The create is the check, across every order's
+    partition: of two deliveries of one identity with other contents, one creates it and the other finds it."""
+    for _ in range(MAX_RACES):
+        try:
+            await store.create(record.to_document())
+            return None
+        except AlreadyExists:
+            pass
+        try:
+            stored = await store.read(record.id, record.order_id)
+        except NotFound:
+            continue  # it expired between the two: take it again
+        try:
+            found = EventIdentity.from_document(stored)
+        except UnreadableDocument as exc:
+            if exc.request_hash == record.request_hash:
+                return None
+            return Result(Outcome.UNREADABLE if exc.request_hash is None else Outcome.PAYLOAD_MISMATCH,
+                          f"event {record.event_source} {record.event_id} (messageId {message.message_id}): {exc}",
+                          record.request_hash)
+        if found.request_hash == record.request_hash:
+            return None
+        return Result(Outcome.PAYLOAD_MISMATCH,
+                      f"event {record.event_source} {record.event_id} (messageId {message.message_id}) already seen"
+                      f" by {record.consumer} for subject {found.subject} with requestHash {found.request_hash}; this"
+                      f" delivery, for subject {record.subject}, has {record.request_hash}", record.request_hash)
+    return Result(Outcome.TRANSIENT, f"event {record.event_source} {record.event_id}: its identity record kept"
+                                     " vanishing under us; retry", record.request_hash)
 
 
 async def _duplicate(releases: Releases, order_id: str, hash_: str, *, finish: bool) -> Result:

@@ -152,11 +152,13 @@ def test_unavailable_cosmos_abandons(
     assert order(app_on_cosmos, order_id)["version"] == 1
 
 
-def test_happy_path_is_one_cosmos_request(cosmos_proxy: FaultProxy, deliver_event: Deliverer, order_id: str) -> None:
+def test_happy_path_is_two_cosmos_requests_the_identity_then_the_batch(
+    cosmos_proxy: FaultProxy, deliver_event: Deliverer, order_id: str
+) -> None:
     send(deliver_event, event_body(order_id, 2))  # warms the client
     cosmos_proxy.requests.clear()
     send(deliver_event, event_body(order_id, 3, ORDER_SHIPPED))
-    assert [method for method, _ in cosmos_proxy.requests] == ["POST"], cosmos_proxy.requests
+    assert [method for method, _ in cosmos_proxy.requests] == ["POST", "POST"], cosmos_proxy.requests
 
 
 def test_batch_failing_at_its_last_operation_writes_nothing(

@@ -253,3 +253,17 @@ def test_schemas_that_cannot_be_written_are_one_line(tmp_path: Path, capsys: pyt
     assert main(["schemas", "--out", str(blocker / "schemas")]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"sbctl: error: cannot write the schemas to {blocker / 'schemas'}: ") and err.count("\n") == 1
+
+
+def test_an_event_id_reused_elsewhere_goes_to_another_orders_subject_and_session_with_the_same_id_and_source() -> None:
+    base = list(generated("events", 30, random.Random(8)))
+    planned = list(with_faults(base, duplicates=0.0, reuse_ids=0.0, rng=random.Random(9), reuse_ids_elsewhere=0.5))
+    moved = [(previous, item) for (label, item), (_, previous) in zip(planned[1:], planned, strict=False)
+             if label == "reused"]
+    assert len(moved) > 5
+    subjects = {item.body["subject"] for item in base}
+    for original, item in moved:
+        assert (item.message_id, item.body["id"], item.body["source"]) == (
+            original.message_id, original.body["id"], original.body["source"])
+        assert item.body["subject"] != original.body["subject"] and item.body["subject"] in subjects
+        assert item.session_id == item.body["subject"] and item.body["data"] != original.body["data"]

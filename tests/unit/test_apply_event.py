@@ -49,15 +49,19 @@ def store() -> InMemoryStore:
     return s
 
 
-def test_event_applies_in_one_batch_with_marker_business_document_and_patch(store: InMemoryStore) -> None:
+def test_event_takes_its_identity_then_applies_in_one_batch_with_marker_business_document_and_patch(
+    store: InMemoryStore,
+) -> None:
     before = store.requests
     result = deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2"))
     assert result.outcome is Outcome.APPLIED
-    assert store.requests - before == 1
+    assert store.requests - before == 2  # the identity's create, in its own partition; then the order's batch
     order = run(store.read("ord-1", "ord-1"))
     assert (order["status"], order["version"], order["payment"]["paymentId"]) == ("paid", 2, "pay-1")
     kinds = sorted(d["type"] for d in store.documents())
-    assert kinds == ["inbox", "order", "payment"]
+    assert kinds == ["event-identity", "inbox", "order", "payment"]
+    [record] = [d for d in store.documents() if d["type"] == "event-identity"]
+    assert record["orderId"] == record["id"] and record["subject"] == "ord-1"
     [marker] = [d for d in store.documents() if d["type"] == "inbox"]
     assert marker["ttl"] == SETTINGS.dedup_ttl_seconds
     assert (marker["eventType"], marker["requestHash"]) == (PAYMENT_CAPTURED, result.request_hash)
@@ -108,8 +112,8 @@ def test_predecessor_releases_the_parked_successor_in_its_own_batch(store: InMem
     result = deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2"))
     assert result.outcome is Outcome.APPLIED
     assert "released versions [3]" in result.description
-    # the conditional patch fails (something is parked), then: read the order, read what is parked, one batch
-    assert store.requests - batches == 4
+    # its identity; the conditional patch fails (something is parked), then: read the order, what is parked, one batch
+    assert store.requests - batches == 5
     order = run(store.read("ord-1", "ord-1"))
     assert (order["version"], order["status"], order["parked"]) == (3, "shipped", 0)
     assert len(of_type(store, "payment")) == len(of_type(store, "shipment")) == 1
@@ -248,7 +252,8 @@ def test_a_parked_event_sent_again_after_its_marker_expired_is_a_duplicate_not_a
     run(store.execute_batch("ord-1", [Delete(marker["id"], None)]))  # as its ttl would
     before = store.requests
     assert deliver(store, body).outcome is Outcome.DUPLICATE
-    assert store.requests - before <= 4  # happy path, read the order, park (its copy is there), read that copy
+    # its identity found and read (the same content), happy path, read the order, park (its copy is there), read that copy
+    assert store.requests - before <= 6
     other = {**body, "data": {**body["data"], "carrier": "UPS"}}  # still no marker: the duplicate wrote none
     assert deliver(store, other).outcome is Outcome.PAYLOAD_MISMATCH
 

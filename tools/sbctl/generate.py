@@ -83,11 +83,12 @@ def order_events(rng: random.Random, placed: dict[str, Any]) -> list[dict[str, A
     return events
 
 
-def altered(rng: random.Random, body: dict[str, Any]) -> dict[str, Any]:
-    """The same identity with other content, as a producer reusing an id would send (PayloadMismatch)."""
+def altered(rng: random.Random, body: dict[str, Any], *, subject: str | None = None) -> dict[str, Any]:
+    """The same identity with other content, as a producer reusing an id would send (PayloadMismatch); for an
+    event, with ``subject``, for another order: the same ``source`` and ``id`` under that subject."""
     message = _decoded(body)
     if isinstance(message, CloudEvent):
-        return _body(replace(message, data=_changed(message.data)))
+        return _body(replace(message, data=_changed(message.data), subject=subject or message.subject))
     first, *rest = message.items
     items = [replace(first, quantity=first.quantity + rng.randint(1, 3)), *rest]
     return _body(replace(message, items=items, total=_total(items)))

@@ -186,6 +186,9 @@ def _send_command(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                              "queue's duplicate-detection window plus 5 s)")
     faults.add_argument("--reuse-ids", type=_rate, default=0.0, metavar="RATE",
                         help="send other content under this share of ids (to exercise PayloadMismatch)")
+    faults.add_argument("--reuse-ids-elsewhere", type=_rate, default=0.0, metavar="RATE",
+                        help="events only: send this share of event ids and sources again for another order (its "
+                             "subject and session), their content changed (PayloadMismatch across orders)")
     _window_option(send)
 
 

@@ -145,12 +145,16 @@ _FIELD = {"original": "originals", "duplicate": "duplicates", "reused": "reused"
 
 
 def with_faults(envelopes: Iterable[Envelope], duplicates: float, reuse_ids: float,
-                rng: random.Random, late_duplicates: float = 0.0) -> Iterator[tuple[str, Envelope]]:
+                rng: random.Random, late_duplicates: float = 0.0,
+                reuse_ids_elsewhere: float = 0.0) -> Iterator[tuple[str, Envelope]]:
     """Each envelope, then maybe an exact copy (a retrying producer), then maybe another payload under its id.
 
-    With ``late_duplicates``, also maybe an exact copy labelled ``late``, which :func:`send` sends only
-    after all the others, when the queue's duplicate detection has forgotten the id.
+    With ``reuse_ids_elsewhere``, maybe also an event's id and source under another order's subject (and its
+    session), its content changed: one key for two orders, labelled ``reused``. With ``late_duplicates``, also
+    maybe an exact copy labelled ``late``, which :func:`send` sends only after all the others, when the queue's
+    duplicate detection has forgotten the id.
     """
+    subjects: list[str] = []
     for item in envelopes:
         yield "original", item
         if rng.random() < duplicates:
@@ -158,6 +162,15 @@ def with_faults(envelopes: Iterable[Envelope], duplicates: float, reuse_ids: flo
         if rng.random() < reuse_ids:
             yield "reused", Envelope(generate.altered(rng, item.body), item.message_id, item.session_id,
                                      item.correlation_id, item.application_properties)
+        subject = item.body.get("subject")
+        others = [s for s in subjects if s != subject]
+        if isinstance(subject, str) and others and rng.random() < reuse_ids_elsewhere:
+            other = rng.choice(others)
+            yield "reused", Envelope(generate.altered(rng, item.body, subject=other), item.message_id,
+                                     other if item.session_id is not None else None, item.correlation_id,
+                                     item.application_properties)
+        if isinstance(subject, str) and subject not in subjects:
+            subjects.append(subject)
         if late_duplicates and rng.random() < late_duplicates:
             yield "late", item
 
