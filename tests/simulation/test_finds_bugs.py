@@ -306,3 +306,34 @@ class CompletedBeforeHandedOn:
 
 def test_a_hand_on_that_completes_before_its_copy_is_sent_is_found_as_a_message_lost() -> None:
     assert_found(Wiring(sender=CompletedBeforeHandedOn), "one-order")
+
+
+class KeyWithoutSource(_Delegating):
+    """Bug 12: an event's keys (its inbox marker and its identity record) derived from its id without its source:
+    a distinct event of another source under the same id is taken for the first, with other content."""
+
+    def __init__(self, store: DocumentStore) -> None:
+        super().__init__(store)
+        self.ids: dict[str, str] = {}  # the id the app derives -> the one the bug derives
+
+    def _rekeyed(self, document: Document) -> Document:
+        kind = document.get("type")
+        if kind not in ("inbox", "event-identity"):
+            return document
+        wrong = identity.derive_id(str(kind), document["consumer"], document["eventId"])
+        self.ids[document["id"]] = wrong
+        return {**document, "id": wrong, **({"orderId": wrong} if kind == "event-identity" else {})}
+
+    async def create(self, document: Document) -> Document:
+        return await self.store.create(self._rekeyed(document))
+
+    async def read(self, doc_id: str, partition_key: str) -> Document:
+        return await self.store.read(self.ids.get(doc_id, doc_id), self.ids.get(partition_key, partition_key))
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        return await self.store.execute_batch(partition_key, [
+            Create(self._rekeyed(op.document)) if isinstance(op, Create) else op for op in operations])
+
+
+def test_an_event_key_without_its_source_is_found_as_another_sources_event_dead_lettered() -> None:
+    assert_found(Wiring(store=KeyWithoutSource), "settlement")

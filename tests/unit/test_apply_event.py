@@ -252,7 +252,8 @@ def test_a_parked_event_sent_again_after_its_marker_expired_is_a_duplicate_not_a
     run(store.execute_batch("ord-1", [Delete(marker["id"], None)]))  # as its ttl would
     before = store.requests
     assert deliver(store, body).outcome is Outcome.DUPLICATE
-    # its identity found and read (the same content), happy path, read the order, park (its copy is there), read that copy
+    # its identity found and read (the same content), happy path, read the order, park (its copy is there), read
+    # that copy
     assert store.requests - before <= 6
     other = {**body, "data": {**body["data"], "carrier": "UPS"}}  # still no marker: the duplicate wrote none
     assert deliver(store, other).outcome is Outcome.PAYLOAD_MISMATCH

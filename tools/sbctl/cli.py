@@ -213,7 +213,7 @@ def _send(args: argparse.Namespace) -> int:
     traffic, faults = generators(args.seed)
     envelopes = read_jsonl(args.file) if args.file else list(generated(args.kind, args.generate, traffic))
     planned = list(with_faults(envelopes, args.duplicates, args.reuse_ids, faults, args.late_duplicates,
-                               args.reuse_ids_elsewhere))
+                               reuse_ids_elsewhere=args.reuse_ids_elsewhere))
     target = target_of(args.connection_string, args.namespace)
     labels = [label for label, _ in planned]
     after = args.after

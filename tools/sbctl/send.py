@@ -145,7 +145,7 @@ _FIELD = {"original": "originals", "duplicate": "duplicates", "reused": "reused"
 
 
 def with_faults(envelopes: Iterable[Envelope], duplicates: float, reuse_ids: float,
-                rng: random.Random, late_duplicates: float = 0.0,
+                rng: random.Random, late_duplicates: float = 0.0, *,
                 reuse_ids_elsewhere: float = 0.0) -> Iterator[tuple[str, Envelope]]:
     """Each envelope, then maybe an exact copy (a retrying producer), then maybe another payload under its id.
 

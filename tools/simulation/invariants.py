@@ -125,18 +125,18 @@ def delivered(world: World, destination: str) -> dict[str, list[str]]:
 def events_once_in_order(world: World, documents: list[Document]) -> Iterable[Violation]:
     """Every valid event applied exactly once, in version order, to the state the state machine gives."""
     orders = {d["id"]: d for d in documents if OrderDocument.is_kind(d)}
-    records = {d["eventId"]: d for d in documents if d.get("type") in RECORD_KINDS}
-    recorded = Counter(d["eventId"] for d in documents if d.get("type") in RECORD_KINDS)
+    records = {(d["eventSource"], d["eventId"]): d for d in documents if d.get("type") in RECORD_KINDS}
+    recorded = Counter((d["eventSource"], d["eventId"]) for d in documents if d.get("type") in RECORD_KINDS)
     history = world.history
     for plan in world.workload.orders:
         for event in plan.events:
-            ids = (event.event_id, *event.aliases)  # the event and its copies rebuilt under new ids: one applies
-            created = sum(history.records_created[i] for i in ids)
-            if sum(recorded[i] for i in ids) != 1 or created != 1:
+            keys = event.keys  # the event and its copies rebuilt under new ids: one applies
+            created = sum(history.records_created[k] for k in keys)
+            if sum(recorded[k] for k in keys) != 1 or created != 1:
                 copies = f" and its {len(event.aliases)} rebuilt copies were" if event.aliases else " was"
                 yield Violation("events", f"event {event.event_id} (v{event.sequence} of {plan.order_id}){copies}"
                                           f" recorded {created} times")
-            yield from _newer_kept(event, [records[i] for i in ids if i in records], orders.get(plan.order_id))
+            yield from _newer_kept(event, [records[k] for k in keys if k in records], orders.get(plan.order_id))
         applied = history.applied[plan.order_id]
         if applied != sorted(applied):
             yield Violation("events", f"order {plan.order_id}: events applied in the order {applied}")

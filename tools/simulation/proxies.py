@@ -41,7 +41,7 @@ class History:
     def __init__(self, on_outbox_change: Callable[[], None], on_change: Callable[[], None]) -> None:
         self.order_versions: defaultdict[str, list[int]] = defaultdict(list)
         self.applied: defaultdict[str, list[int]] = defaultdict(list)  # order id -> sequences, as recorded
-        self.records_created: Counter[str] = Counter()  # event id -> event records created
+        self.records_created: Counter[tuple[str, str]] = Counter()  # (source, event id) -> event records created
         self.outbox_changes: dict[_Key, None] = {}  # the change feed's backlog, in order, without repeats
         self.documents: dict[_Key, None] = {}  # every document the app created, in order, without repeats
         self.changes: dict[_Key, None] = {}  # the app's writes the enrichment job has not seen yet, in order
@@ -108,7 +108,7 @@ class History:
             self.order_versions[document["orderId"]].append(document["version"])
         elif kind in RECORD_KINDS and isinstance(operation, Create):
             self.applied[document["orderId"]].append(document["sequence"])
-            self.records_created[document["eventId"]] += 1
+            self.records_created[document["eventSource"], document["eventId"]] += 1
         elif OutboxEntry.is_kind(document):
             self.outbox_changes[key] = None
             self._on_outbox_change()

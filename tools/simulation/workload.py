@@ -41,6 +41,9 @@ STORM_COPIES = (10, 120)  # copies of each event rebuilt under new ids
 STORM_OUT_OF_TURN = (10, 80)  # events past the order's last version
 SOLD_OUT_RATE = 0.15  # orders holding a sku the fulfilment fake is out of stock of
 NEWER_PRODUCER_RATE = 0.3  # events sent by a newer producer, with fields in their data this version does not model
+ELSEWHERE_RATE = 0.5  # of the altered copies of events, those sent for another order (another subject)
+SHARED_ID_RATE = 0.1  # orders whose shipment, from another source, reuses the id of their payment
+WAREHOUSE = "/warehouse"  # that other source: an id is unique within its source only (CloudEvents)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,12 @@ class EventPlan:
     type: str
     aliases: tuple[str, ...] = ()
     newer: tuple[tuple[str, Any], ...] = ()
+    source: str = generate.EVENT_SOURCE
+
+    @property
+    def keys(self) -> tuple[tuple[str, str], ...]:
+        """The identities (source, id) of the event and of its rebuilt copies."""
+        return tuple((self.source, i) for i in (self.event_id, *self.aliases))
 
 
 @dataclass(frozen=True)
@@ -172,36 +181,49 @@ class _Builder:
             script.append(Send(sent + self.window + rng.uniform(1.0, 300.0), altered, after=original.tag))
         self.scripts.append(tuple(sorted(script, key=lambda s: s.at)))
         events = [newer(rng, e) for e in generate.order_events(rng, body)] if storm or rng.random() < 0.8 else []
-        plans = [EventPlan(e["id"], e["data"]["sequence"], e["type"], newer=tuple(_newer_fields(e))) for e in events]
+        shared = not storm and len(events) == 2 and rng.random() < SHARED_ID_RATE
+        if shared:  # the warehouse's shipment under the payment system's id: another event
+            events[1] = {**events[1], "id": events[0]["id"], "source": WAREHOUSE}
+        plans = [EventPlan(e["id"], e["data"]["sequence"], e["type"], newer=tuple(_newer_fields(e)), source=e["source"])
+                 for e in events]
         if events:
-            self.events(order_id, sent, events, storm=storm)
+            self.events(order_id, sent, events, storm=storm, shared=shared)
         if storm:
             plans = self.storm(order_id, sent, events, plans)
         self.orders.append(OrderPlan(order_id, msgspec.convert(body, OrderPlaced).request_hash(), tuple(plans),
                                      generate.is_sold_out(body)))
         self.bodies.append(body)
 
-    def events(self, order_id: str, order_sent: float, events: list[dict[str, Any]], *, storm: bool = False) -> None:
+    def events(self, order_id: str, order_sent: float, events: list[dict[str, Any]], *, storm: bool = False,
+               shared: bool = False) -> None:
         """The order's events on its session: spaced out, shuffled half the time, early a third of the time (a
-        storm's always)."""
+        storm's always). An altered copy goes, half the time, for another order: the same source and id under
+        that order's subject, which must be dead-lettered and never touch it. With ``shared``, the second event
+        has the first's id from another source: it goes once the first left its queue and the queue's detection
+        window (which keys on the MessageId alone) passed, and neither has copies under that MessageId."""
         rng, queue = self.rng, self.settings.order_events_queue
         early = storm or rng.random() < 0.3
         start = order_sent - rng.uniform(1.0, 60.0) if early else order_sent + rng.uniform(1.0, 120.0)
         times = sorted(start + rng.uniform(0.0, 60.0) for _ in events)
-        if rng.random() < 0.5:
+        if rng.random() < 0.5 and not shared:
             rng.shuffle(times)
-        script = []
+        script: list[Send] = []
         for event, at in zip(events, times, strict=True):
             label = f"event v{event['data']['sequence']}"
             sent = self.message(queue, label, event["id"], msgspec.json.encode(event), session_id=order_id)
-            script.append(Send(at, sent))
+            script.append(Send(at, sent, after=script[0].message.tag if shared and script else None))
+            if shared:
+                continue
             if rng.random() < 0.15:
                 copy = self.message(queue, f"{label} exact copy", event["id"], sent.body, session_id=order_id)
                 script.append(Send(self.copy_time(at), copy))
             if not storm and rng.random() < 0.1:  # in a storm another may take its version: then it is stale
-                altered = self.message(queue, f"{label} altered copy", event["id"],
-                                       msgspec.json.encode(generate.altered(rng, event)), session_id=order_id,
-                                       expect=MISMATCH)
+                subject = rng.choice(self.bodies)["orderId"] if self.bodies and rng.random() < ELSEWHERE_RATE \
+                    else order_id
+                altered = self.message(queue, f"{label} altered copy" + (" for another order" if subject != order_id
+                                                                          else ""), event["id"],
+                                       msgspec.json.encode(generate.altered(rng, event, subject=subject)),
+                                       session_id=subject, expect=MISMATCH)
                 script.append(Send(at + self.window + rng.uniform(1.0, 300.0), altered, after=sent.tag))
         self.scripts.append(tuple(sorted(script, key=lambda s: s.at)))
 
