@@ -64,6 +64,7 @@ SETTLEMENTS: dict[Outcome, Settlement] = {
     Outcome.LIMIT_EXCEEDED: Settlement(Action.DEADLETTER, "LimitExceeded"),
     Outcome.PARKED: Settlement(Action.COMPLETE),
     Outcome.REJECTED: Settlement(Action.COMPLETE),
+    Outcome.ORDER_CLOSED: Settlement(Action.COMPLETE),
     Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
     Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),
     Outcome.TRANSIENT: Settlement(Action.ABANDON),

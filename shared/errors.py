@@ -20,7 +20,9 @@
             ├── OrderIdTaken      a document already holds the order's id
             ├── AlreadySeen       this consumer's marker for the event exists (``stored_hash``: its first content's,
             │                     None when that does not read here; ``releasing``: its release took more batches)
-            └── OrderChanged      the order, or a document the write relied on, changed since it was read
+            ├── OrderChanged      the order, or a document the write relied on, changed since it was read
+            └── NoLongerAllowed   a document an effect relies on is no longer in a state that allows it
+                                  (``document``: as read), an order closed before its reservation, say
 
 The named writes (``shared.handlers.writes``) raise the conflicts, so that no handler reads a batch's
 positions. Adapters translate their SDK's errors into this family where they occur, chained with ``from``. The
@@ -136,6 +138,15 @@ class WriteConflict(StoreError):
 
 class OrderIdTaken(WriteConflict):
     """A document already holds the order's id: the same order, another content, or a foreign document."""
+
+
+class NoLongerAllowed(WriteConflict):
+    """A document a side effect relies on is no longer in a state that allows the effect, or its announcement (a
+    cancelled order's reservation, say); ``document`` is that document as read."""
+
+    def __init__(self, message: str, document: dict[str, object]) -> None:
+        super().__init__(message)
+        self.document = document
 
 
 class AlreadySeen(WriteConflict):

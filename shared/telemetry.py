@@ -33,7 +33,7 @@ OVERDUE_COUNTER = "consumer.overdue"
 logger = logging.getLogger(LOGGER_NAME)
 QUIET_OUTCOMES = frozenset(
     {Outcome.CREATED, Outcome.APPLIED, Outcome.DUPLICATE, Outcome.STALE, Outcome.PARKED, Outcome.IN_PROGRESS,
-     Outcome.TRANSIENT, Outcome.HANDED_ON}
+     Outcome.TRANSIENT, Outcome.HANDED_ON, Outcome.ORDER_CLOSED}
 )
 
 

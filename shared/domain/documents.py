@@ -138,6 +138,9 @@ class OrderDocument(StoredDocument, kw_only=True, tag="order"):
     shipment: dict[str, Any] | UnsetType = UNSET
     cancellation: dict[str, Any] | UnsetType = UNSET
     rejection: dict[str, Any] | UnsetType = UNSET  # the fulfilment service refused the order's reservation
+    reservation: dict[str, Any] | UnsetType = UNSET  # the fulfilment service reserved its stock: reference, time
+    # The attempt of the reservation's claim last taken over, written with the takeover on the order's open status.
+    reservation_attempt: int | UnsetType = UNSET
     updated_at: str | UnsetType = UNSET
 
     @classmethod

@@ -174,6 +174,9 @@ KNOWN_STATUSES = frozenset({"placed", *(k.status_after for k in KINDS.values())}
 # apply, in turn or not.
 TERMINAL_STATUSES = frozenset({"placed", *(k.status_after for k in KINDS.values())}) - {
     status for kind in KINDS.values() for status in kind.allowed_from}
+# The statuses an order's stock may be reserved, and its outcome announced, in (placed and paid): an order shipped or
+# cancelled is closed, and a reservation or an announcement for it would contradict it.
+OPEN_STATUSES = KNOWN_STATUSES - TERMINAL_STATUSES
 
 
 class _Head(msgspec.Struct, frozen=True):

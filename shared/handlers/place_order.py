@@ -21,18 +21,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
 from shared.domain import identity
 from shared.domain.aggregate import Order
 from shared.domain.documents import EffectStatus, OrderDocument, OrderRejected, OutboxEntry, SideEffectRecord
+from shared.domain.lifecycle import OPEN_STATUSES, TERMINAL_STATUSES
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderPlaced, parse_order, utc_text
 from shared.domain.outcomes import Outcome, Result
 from shared.errors import (
     InvalidMessage,
     LimitExceeded,
+    NoLongerAllowed,
     OrderChanged,
     OrderIdTaken,
     TransientStoreError,
@@ -74,7 +77,7 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
         written = await _write(intake, releases, effect)
         if isinstance(written, Result):
             return written
-        done, record = written
+        done, record, intake_adopts = written
         if done is Outcome.DUPLICATE and (record is None or record.status is EffectStatus.IN_PROGRESS):
             # Its reservation is not finished, so neither may be the release its order began (the release
             # is written before the call): this delivery finishes both.
@@ -85,16 +88,40 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
         return _unreadable(order.order_id, exc, hash_)
     except LimitExceeded as exc:
         return Result(Outcome.LIMIT_EXCEEDED, f"order {order.order_id}: {exc} ({exc.limit})", hash_)
-    created = done is Outcome.CREATED
-    request = reservation_request(order)
     try:
-        return await effect.run(record or intake.claim, message, lambda key: services.fulfilment.reserve(key, request),
-                                done=done, claimed=created, found=None if created else record,
-                                announce=functools.partial(_outcome, order, message, services))
+        return await _reserve(order, message, services, effect, intake.claim, record, done,
+                              adopted=done is Outcome.CREATED and intake_adopts)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
     except UnreadableDocument as exc:  # rewritten, under the call, by a version whose record this one cannot read
         return _left_to_writer(order.order_id, exc, hash_)  # the order is this content's: it was created, or compared
+
+
+async def _reserve(order: OrderPlaced, message: InboundMessage, services: OrderServices, effect: SideEffect,
+                   unwritten: SideEffectRecord, record: SideEffectRecord | None, done: Outcome, *,
+                   adopted: bool) -> Result:
+    """Reserve the order's stock through its two-phase record, only while the order is open: not for an order the
+    events its own intake released closed (``adopted``: it took a pending order's place), nor on a takeover that
+    finds it closed since its claim was written (cancelled while its copy waited out an outage)."""
+    created, claim = done is Outcome.CREATED, record or unwritten
+    hash_ = unwritten.request_hash or ""
+    if adopted and (closed := await _closed(services.store, order.order_id)) is not None:
+        return await _close(effect, claim, order.order_id, closed, hash_, called=False)
+    request = reservation_request(order)
+    try:
+        return await effect.run(claim, message, lambda key: services.fulfilment.reserve(key, request),
+                                done=done, claimed=created, found=None if created else record,
+                                announce=functools.partial(_outcome, order, message, services),
+                                guard=lambda taken: [_open(order.order_id, {"reservationAttempt": taken.attempt})])
+    except NoLongerAllowed:
+        pass
+    status = (await read_known(services.store, order.order_id)).order.status
+    if status in TERMINAL_STATUSES:
+        return await _close(effect, claim, order.order_id, str(status), hash_, called=True)
+    if status in OPEN_STATUSES:
+        return Result(Outcome.TRANSIENT, f"order {order.order_id} changed under its reservation's takeover", hash_)
+    return Result(Outcome.IN_PROGRESS, f"order {order.order_id} is {status}, a status this version does not know:"
+                                       " its reservation is left to the version that does", hash_)
 
 
 def check_order(message: InboundMessage) -> Result | None:
@@ -114,8 +141,9 @@ def _parsed(message: InboundMessage) -> OrderPlaced | Result:
 
 async def _write(
     intake: OrderIntake, releases: Releases, effect: SideEffect
-) -> tuple[Outcome, SideEffectRecord | None] | Result:
-    """CREATED with the claim as written, DUPLICATE with the claim as read (or None), or a final Result.
+) -> tuple[Outcome, SideEffectRecord | None, bool] | Result:
+    """CREATED with the claim as written, DUPLICATE with the claim as read (or None), or a final Result; and
+    whether the intake took a pending order's place (and released what waited on it).
 
     A copy's one read is of the reservation claim, written in the order's batch, which holds both the
     first content's requestHash and the reservation's state. Only without a claim that names a hash
@@ -127,7 +155,7 @@ async def _write(
     for _ in range(MAX_RACES):
         unread: UnreadableDocument | None = None  # the claim, not decoding and naming no hash: the order decides
         try:
-            return Outcome.CREATED, await intake.write(releases)
+            return Outcome.CREATED, await intake.write(releases), intake.adopting is not None
         except OrderIdTaken:
             try:
                 found = await effect.find(intake.claim)
@@ -136,14 +164,14 @@ async def _write(
                     return _unreadable(order_id, exc, hash_)
                 found, unread = None, exc
             if found is not None and found.request_hash is not None:
-                return _seen(order_id, found.request_hash, hash_, found)
+                return _with_adoption(_seen(order_id, found.request_hash, hash_, found))
         except OrderChanged:
             pass  # the pending order, or an event parked against it, moved: read again
         stored = await read_known(store, order_id)
         if stored.order.status is not None:
             if unread is not None and stored.request_hash == hash_:
                 return _left_to_writer(order_id, unread, hash_)
-            return _seen(order_id, stored.request_hash, hash_, None)
+            return _with_adoption(_seen(order_id, stored.request_hash, hash_, None))
         adopting = None
         if stored.document is not None:  # a pending order: the order takes its place and releases what waits
             placed = Order(order_id, intake.order.status, intake.order.version, stored.order.parked,
@@ -153,10 +181,43 @@ async def _write(
     return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)
 
 
+def _with_adoption(seen: tuple[Outcome, SideEffectRecord | None] | Result,
+                   ) -> tuple[Outcome, SideEffectRecord | None, bool] | Result:
+    return seen if isinstance(seen, Result) else (*seen, False)
+
+
+def _open(order_id: str, fields: dict[str, Any], condition: dict[str, Any] | None = None) -> Patch:
+    """A patch of the order that holds only while it is open (placed or paid): the reservation's takeover and its
+    announcement are written with one, so that neither lands on an order closed (cancelled, shipped) before it."""
+    return Patch(order_id, fields, {"status": tuple(sorted(OPEN_STATUSES)), **(condition or {})})
+
+
+async def _closed(store: DocumentStore, order_id: str) -> str | None:
+    """The order's status when it is closed for good (shipped, cancelled); None while it is open, or in a status
+    this version does not know (left to the version that does)."""
+    stored = await read_known(store, order_id)
+    status = stored.order.status
+    return status if status in TERMINAL_STATUSES else None
+
+
+async def _close(effect: SideEffect, claim: SideEffectRecord, order_id: str, status: str, hash_: str, *,
+                 called: bool) -> Result:
+    """The reservation of an order closed before it finished: no call (``called``: none more, where an earlier
+    attempt's call, whose answer was lost, may have reserved the stock), nothing announced, and the claim finished
+    (rejected, ``refusal`` order-<status>), so that no later delivery calls either."""
+    reason = (f"order {order_id} was {status} before its reservation finished: no further call, nothing announced;"
+              " an earlier attempt may have reserved stock under its key" if called else
+              f"order {order_id} was {status} before its stock was reserved: no call, nothing announced")
+    result = await effect.close(claim, f"order-{status}", reason)
+    return Result(result.outcome, f"order {order_id}: {result.description}", hash_)
+
+
 def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderServices,
              finished: SideEffectRecord) -> list[BatchOperation]:
-    """What the reservation's finish writes beside it: OrderAccepted in the outbox when it completed; OrderRejected,
-    and the rejection on the order, when the service refused it. A claim the version before wrote announced
+    """What the reservation's finish writes beside it, while the order is open: OrderAccepted in the outbox, and the
+    reservation on the order, when it completed; OrderRejected, and the rejection on the order, when the service
+    refused it. The order's patch holds only while it is open: a closed one (cancelled while the call ran) gets
+    neither (NoLongerAllowed: the finish is written unannounced). A claim the version before wrote announced
     OrderAccepted at its intake: its completion writes nothing more, and its refusal writes OrderRejected as a
     correction, under an id of its own."""
     settings, now = services.settings, services.clock()
@@ -164,9 +225,12 @@ def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderService
     if finished.status is EffectStatus.COMPLETED:
         if not finished.announces:
             return []
+        reserved = {"reference": finished.reference, "reservedAt": utc_text(
+            datetime.fromtimestamp(finished.finished_at or now, UTC))}
         return [Create(OutboxEntry.order_accepted(order, message, consumer=settings.consumer_name, now=now,
                                                   destination=settings.outbox_destination,
-                                                  requires_session=session).to_document())]
+                                                  requires_session=session).to_document()),
+                _open(order.order_id, {"reservation": reserved}, {"reservation": ABSENT})]
     rejected = OrderRejected(order_id=order.order_id, customer_id=order.customer_id,
                              refusal=str(finished.refusal), reason=finished.reason, rejected_at=utc_text(
                                  datetime.fromtimestamp(finished.finished_at or now, UTC)))
@@ -178,7 +242,7 @@ def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderService
         entry = msgspec.structs.replace(entry, id=identity.rejected_correction_id(settings.consumer_name,
                                                                                   order.order_id))
     # Set whole where none stands; where another writer put one there, merged into it (SideEffect.patch).
-    return [Create(entry.to_document()), Patch(order.order_id, {"rejection": rejection}, {"rejection": ABSENT})]
+    return [Create(entry.to_document()), _open(order.order_id, {"rejection": rejection}, {"rejection": ABSENT})]
 
 
 def _unreadable(order_id: str, exc: UnreadableDocument, hash_: str) -> Result:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -44,12 +44,13 @@ from shared.errors import (
     AlreadyExists,
     BatchFailed,
     DownstreamUnavailable,
+    NoLongerAllowed,
     NotFound,
     PreconditionFailed,
     StoreError,
     TransientStoreError,
 )
-from shared.ports.store import MAX_RACES, BatchOperation, Create, DocumentStore, Patch
+from shared.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, Document, DocumentStore, Patch
 
 MAX_REASON_CHARS = 200
 
@@ -76,7 +77,10 @@ class Reply(Protocol):
 
 # What the caller writes in the finish's batch, given the record as finished (completed or rejected): the
 # message that announces the outcome, say. Its creates may find their ids taken (written by a version that
-# wrote them earlier); the finish is then written without them.
+# wrote them earlier); the finish is then written without them. Its patches may carry conditions on the state
+# of what they patch (an order still open): one that no longer holds raises NoLongerAllowed, and the finish is
+# written without the announcement. A guard is the same for a takeover: the patches that must hold for the
+# effect to be made at all, written in the takeover's batch.
 Announce = Callable[[SideEffectRecord], Sequence[BatchOperation]]
 
 
@@ -110,16 +114,20 @@ class SideEffect:
     async def run(
         self, claim: SideEffectRecord, message: InboundMessage, call: Callable[[str], Awaitable[Reply]], *,
         done: Outcome, claimed: bool = False, found: SideEffectRecord | None = None, announce: Announce = lambda _: (),
+        guard: Announce = lambda _: (),
     ) -> Result:
         """Claim (unless ``claimed``: ``claim`` is the record as written), call, and finish the record, with
         what ``announce`` writes for the outcome in the same batch.
 
         ``found`` is the record as the caller just read it (a copy's one read after its conflict):
         finished, it is the verdict; in progress, the takeover rules start from it without reading again.
-        The result is ``done`` when the effect happened, now or before; REJECTED when it was refused. A record
-        that ``announces`` its outcome but was finished without (by a version that did not) is announced now.
+        The result is ``done`` when the effect happened, now or before; REJECTED when it was refused;
+        ORDER_CLOSED when the announcement's conditions no longer held (the outcome is recorded, unannounced). A
+        record that ``announces`` its outcome but was finished without (by a version that did not) is announced
+        now. A takeover writes ``guard`` in its batch; when the guard no longer holds, NoLongerAllowed is raised
+        before any call, for the caller to close the claim (``close``).
         """
-        step = _Run(self, message, done, announce)
+        step = _Run(self, message, done, announce, guard)
         result = await step.run(claim, call, claimed=claimed, found=found)
         if result.outcome is done:
             return Result(done, result.description, claim.request_hash)
@@ -149,7 +157,7 @@ class SideEffect:
                 if isinstance(failed, Create) and isinstance(exc.error, AlreadyExists):
                     del extra[exc.index - 1]
                     continue
-                if isinstance(failed, Patch) and isinstance(exc.error, PreconditionFailed):
+                if isinstance(failed, Patch) and isinstance(exc.error, PreconditionFailed | NotFound):
                     extra[exc.index - 1] = await self._merged(current.order_id, failed)
                     continue
                 error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
@@ -160,11 +168,35 @@ class SideEffect:
 
     async def _merged(self, partition_key: str, patch: Patch) -> Patch:
         """``patch`` as a merge into its document as read, on its etag: an object it sets is merged into the one
-        that stands there, so that what another writer put in it is kept."""
-        stored = await self.store.read(patch.doc_id, partition_key)
+        that stands there, so that what another writer put in it is kept. NoLongerAllowed when the document no
+        longer meets the patch's other conditions (its state), or is gone."""
+        try:
+            stored = await self.store.read(patch.doc_id, partition_key)
+        except NotFound as exc:
+            raise NoLongerAllowed(f"{patch.doc_id} is gone", {}) from exc
+        if not _meets(stored, patch.condition):
+            raise NoLongerAllowed(f"{stored.get('type')} {patch.doc_id} no longer meets {_conditions(patch)}", stored)
         fields = {name: {**stored[name], **value} if isinstance(value, dict) and isinstance(stored.get(name), dict)
                   else value for name, value in patch.set_fields.items()}
         return Patch(patch.doc_id, fields, if_match=stored["_etag"])
+
+    async def close(self, claim: SideEffectRecord, refusal: str, reason: str) -> Result:
+        """Finish the claim without making the effect: what it belongs to no longer allows it (``refusal``, the code
+        for why; ``reason``, in words). Rejected, announcing nothing; ORDER_CLOSED, or the verdict of a record that
+        another delivery finished first."""
+        record: SideEffectRecord | None = claim
+        for _ in range(MAX_RACES):
+            current = record if record is not None and record.etag is not None else await self.find(claim)
+            if current is None:
+                return Result(Outcome.TRANSIENT, f"{self.name} record {claim.id} removed under us")
+            if current.status in (EffectStatus.COMPLETED, EffectStatus.REJECTED):
+                return _final(current, Outcome.ORDER_CLOSED)
+            closed = await self.patch(current, status=EffectStatus.REJECTED, refusal=refusal, reason=reason[
+                :MAX_REASON_CHARS], finished_at=self.clock(), announces=False)
+            if closed is not None:
+                return Result(Outcome.ORDER_CLOSED, f"{self.name} closed: {reason}")
+            record = None
+        return Result(Outcome.TRANSIENT, f"{self.name} record {claim.id} kept changing under us")
 
     def lease_until(self, locked_until: datetime | None) -> float:
         """The lease a claim or takeover gets: the lock as the host keeps it, at most ``lease_seconds``."""
@@ -180,6 +212,7 @@ class _Run:
     message: InboundMessage
     done: Outcome
     announce: Announce
+    guard: Announce = lambda _: ()
 
     @property
     def name(self) -> str:
@@ -217,7 +250,7 @@ class _Run:
         effect, message = self.effect, self.message
         if found is None:
             try:
-                return SideEffectRecord.from_document(await effect.store.create(record.to_document()))
+                return await self._create(record)
             except AlreadyExists:
                 pass
         for _ in range(MAX_RACES):
@@ -231,12 +264,29 @@ class _Run:
             if (deadline := message.lock_deadline) is not None and deadline.timestamp() <= effect.clock():
                 # Our lock has run out, renewals included: the message is someone else's now, and so is the claim.
                 return Result(Outcome.TRANSIENT, f"{self.name}: this delivery's lock ran out")
-            taken = await effect.patch(current, status=EffectStatus.IN_PROGRESS, attempt=current.attempt + 1,
-                                       message_sequence=message.sequence_number,
+            taken = await effect.patch(current, announce=self.guard, status=EffectStatus.IN_PROGRESS,
+                                       attempt=current.attempt + 1, message_sequence=message.sequence_number,
                                        lease_until=effect.lease_until(message.lock_deadline))
             if taken is not None:
                 return taken
         return Result(Outcome.TRANSIENT, f"{self.name}: the claim kept changing under us")
+
+    async def _create(self, record: SideEffectRecord) -> SideEffectRecord:
+        """The claim created, with its guard in one batch: AlreadyExists when a claim stands; NoLongerAllowed when
+        the guard does not hold."""
+        guard = list(self.guard(record))
+        try:
+            [written, *_] = await self.effect.store.execute_batch(record.order_id, [Create(record.to_document()),
+                                                                                    *guard])
+        except BatchFailed as exc:
+            if exc.index == 0 and isinstance(exc.error, AlreadyExists):
+                raise exc.error from exc
+            failed = guard[exc.index - 1] if exc.index > 0 else None
+            if isinstance(failed, Patch) and isinstance(exc.error, PreconditionFailed | NotFound):
+                raise NoLongerAllowed(f"{self.name} claim {record.id}: {exc.error}", {}) from exc
+            error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
+            raise error(f"{self.name} record {record.id}: {exc.error}", status=exc.error.status) from exc
+        return SideEffectRecord.from_document(written)
 
     async def _finish(self, record: SideEffectRecord, reply: Reply) -> Result:
         """Record the call's answer (a 2xx completed it, a refusal rejected it), with what ``announce`` writes for
@@ -244,11 +294,19 @@ class _Run:
         stands; taken over by another delivery of our own message (one whose lock ran out, say), we finish it
         ourselves, since we hold the answer; taken by another message, that message's deliveries finish it."""
         status = EffectStatus.COMPLETED if 200 <= reply.status < 300 else EffectStatus.REJECTED
+        answer: dict[str, Any] = {"status": status, "response_status": reply.status, "reference": reply.reference,
+                  "refusal": reply.refusal, "finished_at": self.effect.clock()}
         for _ in range(MAX_RACES):
-            finished = await self.effect.patch(
-                record, announce=self.announce, status=status, response_status=reply.status,
-                reference=reply.reference, refusal=reply.refusal, reason=_reason(reply),
-                finished_at=self.effect.clock(), **({"announced": True} if record.announces else {}))
+            try:
+                finished = await self.effect.patch(record, announce=self.announce, reason=_reason(reply), **answer,
+                                                   **({"announced": True} if record.announces else {}))
+            except NoLongerAllowed as exc:
+                # What it belongs to changed under the call (an order cancelled while its stock was reserved): the
+                # answer is recorded, and nothing that would contradict it now is announced.
+                finished = await self.effect.patch(record, reason=f"not announced: {exc}"[:MAX_REASON_CHARS],
+                                                   announces=False, **answer)
+                if finished is not None:
+                    return Result(Outcome.ORDER_CLOSED, f"{summary(finished)}; the outcome is not announced")
             if finished is not None:
                 return Result(self.done if status is EffectStatus.COMPLETED else Outcome.REJECTED, summary(finished))
             current = await self._read(record)
@@ -275,8 +333,13 @@ class _Run:
             if record.status not in (EffectStatus.COMPLETED, EffectStatus.REJECTED) or not record.announces \
                     or record.announced:
                 return _verdict(record, self.done)
-            if await self.effect.patch(record, announce=self.announce, announced=True) is not None:
-                return _verdict(record, self.done)
+            try:
+                if await self.effect.patch(record, announce=self.announce, announced=True) is not None:
+                    return _verdict(record, self.done)
+            except NoLongerAllowed as exc:
+                if await self.effect.patch(record, announces=False,
+                                           reason=f"not announced: {exc}"[:MAX_REASON_CHARS]) is not None:
+                    return _final(record, Outcome.ORDER_CLOSED)
             current = await self.effect.find(record)
             if current is None:
                 return Result(Outcome.TRANSIENT, f"{self.name}: record removed under us")
@@ -291,8 +354,11 @@ class _Run:
 
 
 def _verdict(record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Result:
-    """``done`` or REJECTED for a finished record; the record itself while it is in progress, or ``failed`` (an
-    earlier version's: read as a claim whose lease has ended, for this delivery to take over)."""
+    """``done`` or REJECTED for a finished record, ORDER_CLOSED for one finished unannounced because what it belongs
+    to closed (``announces`` false); the record itself while it is in progress, or ``failed`` (an earlier version's:
+    read as a claim whose lease has ended, for this delivery to take over)."""
+    if record.status in (EffectStatus.COMPLETED, EffectStatus.REJECTED) and record.announces is False:
+        return Result(Outcome.ORDER_CLOSED, summary(record))
     if record.status is EffectStatus.COMPLETED:
         return Result(done, summary(record))
     if record.status is EffectStatus.REJECTED:
@@ -300,6 +366,27 @@ def _verdict(record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Resu
     if record.status is EffectStatus.FAILED:
         return msgspec.structs.replace(record, lease_until=min(record.lease_until, record.finished_at or 0.0))
     return record
+
+
+def _final(record: SideEffectRecord, outcome: Outcome) -> Result:
+    """The verdict of a finished record that announces nothing now: ``outcome``, with the record's facts."""
+    return Result(outcome, summary(record))
+
+
+def _meets(document: Document, condition: Mapping[str, Any]) -> bool:
+    """Whether a stored document meets a patch's conditions but for ``ABSENT`` (which a merge resolves)."""
+    for name, expected in condition.items():
+        if expected is ABSENT:
+            continue
+        value = document.get(name)
+        if not (value in expected if isinstance(expected, tuple) else value == expected):
+            return False
+    return True
+
+
+def _conditions(patch: Patch) -> str:
+    return ", ".join(f"{name} in {list(value)}" if isinstance(value, tuple) else f"{name} = {value}"
+                     for name, value in patch.condition.items() if value is not ABSENT)
 
 
 def _reason(reply: Reply) -> str | None:

@@ -337,3 +337,20 @@ class KeyWithoutSource(_Delegating):
 
 def test_an_event_key_without_its_source_is_found_as_another_sources_event_dead_lettered() -> None:
     assert_found(Wiring(store=KeyWithoutSource), "settlement")
+
+
+class ReservedWithoutReadingTheOrder(_Delegating):
+    """Bug 13: a reservation's takeover written without the order's status (its guard dropped from the batch): a
+    copy that waited out an outage reserves the stock of an order cancelled or shipped meanwhile."""
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
+        guarded = [op for op in operations if isinstance(op, Patch) and "reservationAttempt" in op.set_fields]
+        if not guarded:
+            return await self.store.execute_batch(partition_key, operations)
+        kept = [op for op in operations if op not in guarded]
+        written = await self.store.execute_batch(partition_key, kept)
+        return [*written, *({"id": op.doc_id} for op in guarded)]
+
+
+def test_a_reservation_made_without_reading_the_orders_status_is_found_as_one_against_the_order() -> None:
+    assert_found(Wiring(store=ReservedWithoutReadingTheOrder), "against-the-order")

@@ -76,7 +76,9 @@ def test_order_accepted_is_written_in_the_batch_that_finishes_the_reservation_no
     assert place(store, fulfilment, order_body("ord-1")).outcome is Outcome.CREATED
     intake, finish = store.batches
     assert [op.document["type"] for op in intake if isinstance(op, Create)] == ["order", "side-effect"]
-    assert [type(op).__name__ for op in finish] == ["Patch", "Create"]
+    # The record's patch, OrderAccepted, and the reservation on the order, which holds only while it is open.
+    assert [type(op).__name__ for op in finish] == ["Patch", "Create", "Patch"]
+    assert finish[2].condition["status"] == ("paid", "placed")
     [entry] = of_type(store, "outbox")
     assert (entry["subject"], entry["destination"], entry["messageId"]) == (
         "OrderAccepted", "order-accepted", identity.outbox_message_id("order-intake", "ord-1"))

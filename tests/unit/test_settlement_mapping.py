@@ -28,6 +28,7 @@ def test_outcomes_map_to_the_documented_settlements() -> None:
         Outcome.LIMIT_EXCEEDED: Settlement(Action.DEADLETTER, "LimitExceeded"),
         Outcome.PARKED: Settlement(Action.COMPLETE),
         Outcome.REJECTED: Settlement(Action.COMPLETE),
+        Outcome.ORDER_CLOSED: Settlement(Action.COMPLETE),
         Outcome.IN_PROGRESS: Settlement(Action.COMPLETE),
         Outcome.DOWNSTREAM_REJECTED: Settlement(Action.DEADLETTER, "DownstreamRejected"),
         Outcome.TRANSIENT: Settlement(Action.ABANDON),

@@ -1,7 +1,8 @@
 """What the demo measured, read from outside: the hosts' logs, Cosmos DB, the queues, the fulfilment stand-in.
 
 The invariants are the simulator's, measured on the real stack: one order document per valid order
-holding the first content, one reservation and one OrderAccepted per order, every event applied once
+holding the first content, one reservation and one OrderAccepted per order (none announced for one closed before
+its reservation finished), every event applied once
 and in order, every message applied, absorbed or dead-lettered as planned, nothing left in flight.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from demo.scenario import NEVER_APPLIES, Scenario
-from shared.domain.lifecycle import KINDS
+from shared.domain.lifecycle import KINDS, TERMINAL_STATUSES
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from simulation.invariants import left_undone
@@ -170,7 +171,7 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
         if final["version"] != 1 + len(lifecycle) or final["status"] != KINDS[lifecycle[-1]["type"]].status_after:
             found.append(f"order {order_id}: {final['status']} at version {final['version']} after"
                          f" {len(lifecycle)} events")
-    found += _outcomes(scenario, seen)
+    found += _outcomes(scenario, seen, by_type)
     records = Counter((d["orderId"], d["sequence"]) for k in KINDS.values() for d in by_type[k.record_type])
     if any(count != 1 for count in records.values()):
         found.append("an event was recorded more than once")
@@ -187,17 +188,27 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
     return found
 
 
-def _outcomes(scenario: Scenario, seen: Observed) -> list[str]:
+def _outcomes(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Each order announced once, as what happened to its stock: one reservation and one OrderAccepted, or (out of
-    stock) no reservation and one OrderRejected; never an OrderAccepted without a reservation, never both."""
+    stock) no reservation and one OrderRejected; never an OrderAccepted without a reservation, never both. An order
+    closed (cancelled, shipped) before its reservation finished announces nothing and holds at most one reservation,
+    one its record says was decided before it closed; and then it must be closed indeed."""
     found = []
     reserved = Counter(r.get("orderId") for r in seen.reservations)
     accepted = Counter(a.get("orderId") for a in seen.accepted)
     rejected = Counter(a.get("orderId") for a in seen.rejected)
+    records = {d["orderId"]: d for d in by_type["side-effect"]}
+    statuses = {d["orderId"]: d.get("status") for d in by_type["order"]}
     refused = scenario.rejected
     for order_id in scenario.orders:
+        counts = (reserved[order_id], accepted[order_id], rejected[order_id])
+        if records.get(order_id, {}).get("announces") is False:  # closed before its outcome could be announced
+            if statuses.get(order_id) not in TERMINAL_STATUSES or counts[1:] != (0, 0) or counts[0] > 1:
+                found.append(f"order {order_id} ({statuses.get(order_id)}), its reservation closed unannounced:"
+                             f" {counts[0]} reservations, {counts[1]} OrderAccepted and {counts[2]} OrderRejected")
+            continue
         expected = (0, 0, 1) if order_id in refused else (1, 1, 0)
-        if (reserved[order_id], accepted[order_id], rejected[order_id]) != expected:
+        if counts != expected:
             found.append(f"order {order_id}: {reserved[order_id]} reservations, {accepted[order_id]} OrderAccepted"
                          f" and {rejected[order_id]} OrderRejected messages, not {expected[0]}, {expected[1]} and"
                          f" {expected[2]}{_copies(seen, order_id)}")

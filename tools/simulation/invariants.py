@@ -72,15 +72,31 @@ def one_order_each(world: World, documents: list[Document]) -> Iterable[Violatio
         yield Violation("one-order", f"order {order_id} is stored but was never a valid order")
 
 
+def _reservations(documents: list[Document]) -> dict[str, SideEffectRecord]:
+    """Each order's reservation record at the end, by order id."""
+    return {d["orderId"]: SideEffectRecord.from_document(d) for d in documents if SideEffectRecord.is_kind(d)}
+
+
+def _closed_first(record: SideEffectRecord | None) -> bool:
+    """Whether the record says its order was closed before its reservation finished: no further call was made, and
+    an earlier one, whose answer was lost, may have reserved. ``against_the_order`` checked that it was closed
+    only while the order was, and that every call was decided while it was open."""
+    return record is not None and str(record.refusal or "").startswith("order-")
+
+
 def one_reservation_each(world: World, documents: list[Document]) -> Iterable[Violation]:
-    """Exactly one reservation at the fulfilment service for every valid order it does not refuse, none for one it
-    refuses (out of stock) or for anything else."""
+    """Exactly one reservation at the fulfilment service for every valid order it does not refuse (at most one when the
+    order was closed, cancelled or shipped, before its reservation finished); none for one it refuses (out of stock)
+    or for anything else."""
     counts = Counter(str(reply.get("orderId")) for reply in world.fulfilment.ledger.reservations())
+    records = _reservations(documents)
     for plan in world.workload.orders:
         count = counts.pop(plan.order_id, 0)
-        if count != (0 if plan.refused else 1):
-            yield Violation("reservation", f"order {plan.order_id} has {count} reservations, not"
-                                           f" {0 if plan.refused else 1}{' (out of stock)' if plan.refused else ''}")
+        closed = _closed_first(records.get(plan.order_id))
+        wanted = 0 if plan.refused else 1
+        if count != wanted and not (closed and count < wanted):
+            why = " (out of stock)" if plan.refused else " (closed before its reservation)" if closed else ""
+            yield Violation("reservation", f"order {plan.order_id} has {count} reservations, not {wanted}{why}")
     for order_id, count in counts.items():
         yield Violation("reservation", f"{count} reservations for {order_id}, which was never a valid order")
 
@@ -88,7 +104,9 @@ def one_reservation_each(world: World, documents: list[Document]) -> Iterable[Vi
 def one_outcome_each(world: World, documents: list[Document]) -> Iterable[Violation]:
     """Each valid order announces exactly one of OrderAccepted and OrderRejected, as what happened to its stock:
     OrderAccepted once reserved, OrderRejected once refused (out of stock); never an OrderAccepted without a
-    reservation. At least once, always under one MessageId.
+    reservation. At least once, always under one MessageId; but an order closed (cancelled, shipped) before its
+    outcome was written announces nothing (its record says so, and ``against_the_order`` checked that it was
+    closed when that was written).
 
     The destination's duplicate detection drops a resend inside its window; a resend past it (after
     publishing kept failing that long) arrives again under the same MessageId, for the destination's
@@ -97,20 +115,32 @@ def one_outcome_each(world: World, documents: list[Document]) -> Iterable[Violat
     accepted = delivered(world, world.settings.outbox_destination)
     rejected = delivered(world, world.settings.outbox_rejected_destination)
     reserved = {str(reply.get("orderId")) for reply in world.fulfilment.ledger.reservations()}
+    records = _reservations(documents)
     for plan in world.workload.orders:
         ids = {"OrderAccepted": set(accepted.pop(plan.order_id, [])),
                "OrderRejected": set(rejected.pop(plan.order_id, []))}
+        record = records.get(plan.order_id)
+        silent = record is not None and record.announces is False
         announced = "OrderRejected" if plan.refused else "OrderAccepted"
-        if [len(ids[announced]), sum(map(len, ids.values()))] != [1, 1]:
+        wanted = [0, 0] if silent else [1, 1]
+        if [len(ids[announced]), sum(map(len, ids.values()))] != wanted:
             yield Violation("outcome", f"order {plan.order_id} reached the destinations under"
                                        f" {len(ids['OrderAccepted'])} OrderAccepted and {len(ids['OrderRejected'])}"
-                                       f" OrderRejected MessageIds, not one {announced}")
+                                       f" OrderRejected MessageIds, not {'none' if silent else 'one ' + announced}")
         if ids["OrderAccepted"] and plan.order_id not in reserved:
             yield Violation("outcome", f"order {plan.order_id}: OrderAccepted without a reservation")
     for kind, stray in (("OrderAccepted", accepted), ("OrderRejected", rejected)):
         for order_id, message_ids in stray.items():
             yield Violation("outcome", f"{len(message_ids)} {kind} delivered for {order_id}, which was never a valid"
                                        " order")
+
+
+def against_the_order(world: World, documents: list[Document]) -> Iterable[Violation]:
+    """Nothing acts against the order's status at the time it is done: every reservation was decided by a claim
+    (the intake's, or a takeover) that left the order open; every announcement was written while it was open; a
+    reservation closed for its order's sake, or an outcome left unannounced, only while it was closed."""
+    for contradiction in world.history.contradictions:
+        yield Violation("against-the-order", contradiction)
 
 
 def delivered(world: World, destination: str) -> dict[str, list[str]]:
@@ -279,6 +309,7 @@ def foreign_fields_kept(world: World, documents: list[Document]) -> Iterable[Vio
 
 
 RULES: tuple[Callable[[World, list[Document]], Iterable[Violation]], ...] = (
-    one_order_each, one_reservation_each, one_outcome_each, events_once_in_order, settled_as_expected,
+    one_order_each, one_reservation_each, one_outcome_each, against_the_order, events_once_in_order,
+    settled_as_expected,
     outage_carried_over, no_unexpected_error, nothing_left_waiting, foreign_fields_kept,
 )

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain.documents import EventRecord, OrderDocument, OutboxEntry
+from shared.domain.documents import EventRecord, OrderDocument, OutboxEntry, SideEffectRecord
+from shared.domain.lifecycle import OPEN_STATUSES, TERMINAL_STATUSES
 from shared.errors import (
     BatchFailed,
     DownstreamUnavailable,
@@ -38,8 +39,16 @@ class History:
     ``wrote_foreign``, so that the change feed and the evidence see both, as Cosmos DB's change feed would.
     """
 
-    def __init__(self, on_outbox_change: Callable[[], None], on_change: Callable[[], None]) -> None:
+    def __init__(self, on_outbox_change: Callable[[], None], on_change: Callable[[], None],
+                 actor: Callable[[], object] = lambda: None) -> None:
         self.order_versions: defaultdict[str, list[int]] = defaultdict(list)
+        # The order's status as the app's writes left it, and what was decided against it: for each delivery (its
+        # actor), the status its last claim of the reservation (the intake's create, or a takeover) left the order
+        # in; and every write that contradicted the order's status when it was made (``contradictions``).
+        self.order_status: dict[str, str] = {}
+        self.decided: dict[tuple[object, str], str | None] = {}
+        self.contradictions: list[str] = []
+        self._actor = actor
         self.applied: defaultdict[str, list[int]] = defaultdict(list)  # order id -> sequences, as recorded
         self.records_created: Counter[tuple[str, str]] = Counter()  # (source, event id) -> event records created
         self.outbox_changes: dict[_Key, None] = {}  # the change feed's backlog, in order, without repeats
@@ -66,7 +75,36 @@ class History:
             if not isinstance(operation, Delete):
                 self.changes[key] = None
             self._note(key, operation, document)
+        for operation in operations:
+            self._judge(partition_key, operation)
         self._on_change()
+
+    def reserving(self, order_id: str) -> None:
+        """A reservation call for the order takes effect now: it must have been decided, by the delivery making it,
+        by a claim that left the order open."""
+        status = self.decided.get((self._actor(), order_id))
+        if status not in OPEN_STATUSES:
+            self.contradictions.append(f"order {order_id}: stock reserved by a delivery whose claim left the order"
+                                       f" {status or 'unclaimed'}")
+
+    def _judge(self, order_id: str, operation: BatchOperation) -> None:
+        """Check one of the app's writes against the order's status as the batch left it: an announcement, a
+        reservation closed for its order's sake, or an outcome left unannounced."""
+        status = self.order_status.get(order_id)
+        if isinstance(operation, Create) and SideEffectRecord.is_kind(operation.document):
+            self.decided[self._actor(), order_id] = status
+        elif isinstance(operation, Create) and OutboxEntry.is_kind(operation.document):
+            if status not in OPEN_STATUSES:
+                self.contradictions.append(f"order {order_id}: {operation.document.get('subject')} written while it"
+                                           f" was {status}")
+        elif isinstance(operation, Patch) and operation.doc_id.startswith("side-effect."):
+            fields = operation.set_fields
+            if "attempt" in fields:
+                self.decided[self._actor(), order_id] = status
+            closing = str(fields.get("refusal", "")).startswith("order-") or fields.get("announces") is False
+            if closing and status not in TERMINAL_STATUSES:
+                self.contradictions.append(f"order {order_id}: its reservation closed, or left unannounced, while"
+                                           f" the order was {status}")
 
     def wrote_foreign(self, partition_key: str, operation: Patch | Replace, document: Document,
                       fields: Mapping[str, Any]) -> None:
@@ -106,6 +144,7 @@ class History:
             return
         if OrderDocument.is_kind(document):
             self.order_versions[document["orderId"]].append(document["version"])
+            self.order_status[document["orderId"]] = document["status"]
         elif kind in RECORD_KINDS and isinstance(operation, Create):
             self.applied[document["orderId"]].append(document["sequence"])
             self.records_created[document["eventSource"], document["eventId"]] += 1
@@ -208,15 +247,21 @@ class FaultyStore:
 class FaultyFulfilment:
     """The fulfilment service under chaos: unreachable (DownstreamUnavailable) or 503 before, a timeout after."""
 
-    def __init__(self, fulfilment: InMemoryFulfilment, chaos: Chaos) -> None:
+    def __init__(self, fulfilment: InMemoryFulfilment, chaos: Chaos, history: History | None = None) -> None:
         self._fulfilment = fulfilment
         self._chaos = chaos
+        self._history = history
 
     async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
         """Reserve, as the service does; see FulfilmentService."""
         return await self._chaos.through(
-            "fulfilment.reserve", lambda: self._fulfilment.reserve(idempotency_key, request),
+            "fulfilment.reserve", lambda: self._reserve(idempotency_key, request),
             refuse=self._refuse, lose=DownstreamUnavailable)
+
+    async def _reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        if self._history is not None:
+            self._history.reserving(str(request.get("orderId")))
+        return await self._fulfilment.reserve(idempotency_key, request)
 
     def _refuse(self, text: str) -> Reply:
         if self._chaos.coin():

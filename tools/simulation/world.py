@@ -115,12 +115,13 @@ class World:
                                                     settings.outbox_rejected_destination])
         self.feed = Signal()
         self.changed = Signal()  # the app wrote: what the enrichment job waits for
-        self.history = History(lambda: self.sched.notify(self.feed), lambda: self.sched.notify(self.changed))
+        self.history = History(lambda: self.sched.notify(self.feed), lambda: self.sched.notify(self.changed),
+                               actor=lambda: self.sched.current)
         self.store_proxy = FaultyStore(self.store, self.chaos, self.history)
         # The app as production builds it, over the faulty ports, on simulated time.
         self.app = bootstrap.build(
             settings, store=wiring.store(self.store_proxy),
-            fulfilment=wiring.fulfilment(FaultyFulfilment(self.fulfilment, self.chaos)),
+            fulfilment=wiring.fulfilment(FaultyFulfilment(self.fulfilment, self.chaos, self.history)),
             sender=self._sender(wiring), clock=self.clock, sleep=self._sleep, record=self._record,
             releases=wiring.releases,
         )
