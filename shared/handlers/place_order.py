@@ -89,7 +89,7 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
     except LimitExceeded as exc:
         return Result(Outcome.LIMIT_EXCEEDED, f"order {order.order_id}: {exc} ({exc.limit})", hash_)
     try:
-        return await _reserve(order, message, services, effect, intake.claim, record, done,
+        return await _reserve(order, message, services, effect, unwritten=intake.claim, record=record, done=done,
                               adopted=done is Outcome.CREATED and intake_adopts)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
@@ -97,8 +97,8 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
         return _left_to_writer(order.order_id, exc, hash_)  # the order is this content's: it was created, or compared
 
 
-async def _reserve(order: OrderPlaced, message: InboundMessage, services: OrderServices, effect: SideEffect,
-                   unwritten: SideEffectRecord, record: SideEffectRecord | None, done: Outcome, *,
+async def _reserve(order: OrderPlaced, message: InboundMessage, services: OrderServices, effect: SideEffect, *,
+                   unwritten: SideEffectRecord, record: SideEffectRecord | None, done: Outcome,
                    adopted: bool) -> Result:
     """Reserve the order's stock through its two-phase record, only while the order is open: not for an order the
     events its own intake released closed (``adopted``: it took a pending order's place), nor on a takeover that
