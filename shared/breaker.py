@@ -34,7 +34,7 @@ from typing import Any
 from opentelemetry import metrics
 
 from shared.domain.outcomes import is_transient
-from shared.errors import BatchFailed, DownstreamUnavailable, TransientStoreError
+from shared.errors import BatchFailed, ConfigurationError, DownstreamUnavailable, TransientStoreError
 from shared.ports.fulfilment import FulfilmentService, Reply
 from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Document, DocumentStore
 from shared.telemetry import LOGGER_NAME, METER_NAME
@@ -106,6 +106,8 @@ class _WatchedStore:
         except BatchFailed as exc:
             note(STORE, up=not isinstance(exc.error, TransientStoreError))
             raise
+        except ConfigurationError:
+            raise  # the store was never asked: the app's own setting (its identity) is wrong
         except Exception:
             note(STORE, up=True)  # an answer: not found, taken, changed
             raise

@@ -60,8 +60,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     orders_queue: Name = setting("ORDERS_QUEUE", "orders", "Queue that `process_order` listens on.", in_azure=True)
     cosmos_endpoint: Url | None = setting("COSMOS_ENDPOINT", None, "Cosmos DB account endpoint URL.", required=True)
-    cosmos_key: str | None = setting("COSMOS_KEY", None, "Account key, for local emulators only. Unset: "
-                                     "`DefaultAzureCredential` (managed identity).")
+    cosmos_key: str | None = setting("COSMOS_KEY", None, "Account key, for local emulators only. Unset: the app's "
+                                     "managed identity in Azure (`ManagedIdentityCredential`), the developer's "
+                                     "sign-in elsewhere (`DefaultAzureCredential`).")
     cosmos_verify_tls: bool = setting("COSMOS_VERIFY_TLS", True, "Verify the Cosmos endpoint's TLS certificate; "
                                       "`false` only for local emulators.")
     cosmos_database: Name = setting("COSMOS_DATABASE", "sales", "Cosmos DB database name.", in_azure=True)

@@ -24,10 +24,12 @@ from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosClientTimeoutError, CosmosHttpResponseError
 
+from shared.adapters.credentials import TokenFailure, managed_identity, token_failure
 from shared.domain.outcomes import is_transient
 from shared.errors import (
     AlreadyExists,
     BatchFailed,
+    ConfigurationError,
     NotFound,
     PreconditionFailed,
     StoreError,
@@ -73,6 +75,13 @@ def translate_errors(what: str) -> Iterator[None]:
     except (ServiceRequestError, ServiceResponseError) as exc:
         raise TransientStoreError(f"{what}: connection failed ({type(exc).__name__})") from exc
     except AzureError as exc:
+        failure = token_failure(exc)
+        if failure is TokenFailure.TRANSIENT:
+            raise TransientStoreError(f"{what}: the managed identity's token endpoint failed"
+                                      f" ({type(exc).__name__}): an outage") from exc
+        if failure is TokenFailure.CONFIGURATION:
+            raise ConfigurationError("the app's identity", f"{what}: the token endpoint refused it ({exc}); check the"
+                                     " managed identity and its role assignments") from exc
         raise StoreError(f"{what}: {type(exc).__name__}") from exc
 
 
@@ -88,12 +97,11 @@ def _from_status(what: str, status: int | None, sub_status: int | None) -> Store
 
 
 def credential_for(settings: Settings) -> Any:
-    """The account key when one is configured (local emulators only), else the async DefaultAzureCredential."""
+    """The account key when one is configured (local emulators only), else the app's identity
+    (``credentials.managed_identity``)."""
     if settings.cosmos_key:
         return settings.cosmos_key
-    from azure.identity.aio import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
-
-    return DefaultAzureCredential()
+    return managed_identity()
 
 
 def _from_batch(what: str, exc: CosmosBatchOperationError) -> StoreError:

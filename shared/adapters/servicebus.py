@@ -15,22 +15,22 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
+from shared.adapters.credentials import managed_identity, token_failure
 from shared.errors import ConfigurationError, PublishError
 from shared.ports.sender import OutgoingMessage
 from shared.settings import Settings
 
 
 def credential_for(settings: Settings) -> Any:
-    """None with a connection string (local emulators only), else DefaultAzureCredential for the namespace."""
+    """None with a connection string (local emulators only), else the app's identity
+    (``credentials.managed_identity``) for the namespace."""
     if settings.servicebus_connection:
         return None
     if not settings.servicebus_namespace:
         raise ConfigurationError(
             "ServiceBusConnection__fullyQualifiedNamespace", "is required (or ServiceBusConnection for local emulators)"
         )
-    from azure.identity.aio import DefaultAzureCredential  # noqa: PLC0415 - only needed in Azure
-
-    return DefaultAzureCredential()
+    return managed_identity()
 
 
 def make_client(settings: Settings, credential: Any = None) -> ServiceBusClient:
@@ -94,7 +94,9 @@ class ServiceBusSender:
             except (ServiceBusError, AzureError) as exc:
                 if (failed := self._senders.pop(destination, None)) is not None:
                     await _close_quietly(failed)
-                raise PublishError(f"send to {destination} failed: {type(exc).__name__}") from exc
+                failure = token_failure(exc)
+                why = f"; the app's identity: {failure.value}" if failure is not None else ""
+                raise PublishError(f"send to {destination} failed: {type(exc).__name__}{why}") from exc
 
     async def close(self) -> None:
         """Close the links and the client."""

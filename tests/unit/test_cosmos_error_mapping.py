@@ -8,6 +8,7 @@ import pytest
 from azure.core.exceptions import (
     AzureError,
     ClientAuthenticationError,
+    HttpResponseError,
     ServiceRequestError,
     ServiceRequestTimeoutError,
     ServiceResponseError,
@@ -21,11 +22,15 @@ from azure.cosmos.exceptions import (
     CosmosResourceExistsError,
     CosmosResourceNotFoundError,
 )
+from azure.identity import CredentialUnavailableError
+from azure.servicebus.exceptions import ServiceBusError
 
 from shared.adapters.cosmos import ignored_proxy_variables, translate_errors
+from shared.adapters.credentials import TokenFailure, managed_identity, token_failure
 from shared.errors import (
     AlreadyExists,
     BatchFailed,
+    ConfigurationError,
     NotFound,
     PreconditionFailed,
     StoreError,
@@ -72,8 +77,66 @@ def test_other_statuses_are_plain_store_errors(status: int) -> None:
     assert mapped.status == status
 
 
-def test_authentication_failure_is_a_plain_store_error() -> None:
-    assert type(translated(ClientAuthenticationError("no token"))) is StoreError
+def with_status(error: HttpResponseError, status: int) -> HttpResponseError:
+    """A token endpoint's answer as azure-identity raises it: the error keeps the endpoint's status."""
+    error.status_code = status
+    return error
+
+
+def caused(error: BaseException, cause: BaseException) -> BaseException:
+    error.__cause__ = cause
+    return error
+
+
+def inner(error: ServiceBusError, wrapped: BaseException) -> ServiceBusError:
+    error.inner_exception = wrapped
+    return error
+
+
+# The failures azure-identity 1.27 raises when a token cannot be got (read from its source, probed against a
+# stand-in endpoint), as ManagedIdentityCredential raises them on the App Service path and the IMDS path, and as
+# Service Bus wraps them (a plain ServiceBusError whose inner_exception is the credential's).
+TOKEN_FAILURES = [
+    (with_status(ClientAuthenticationError("token endpoint 503"), 503), TokenFailure.TRANSIENT),
+    (with_status(ClientAuthenticationError("token endpoint 429"), 429), TokenFailure.TRANSIENT),
+    (with_status(CredentialUnavailableError("an HTML 502 page"), 502), TokenFailure.TRANSIENT),
+    (caused(CredentialUnavailableError("no response from the IMDS endpoint"), ServiceRequestError("refused")),
+     TokenFailure.TRANSIENT),
+    (inner(ServiceBusError("Handler failed"), with_status(ClientAuthenticationError("503"), 503)),
+     TokenFailure.TRANSIENT),
+    (with_status(ClientAuthenticationError("Unable to load the proper Managed Identity."), 400),
+     TokenFailure.CONFIGURATION),
+    (with_status(ClientAuthenticationError("forbidden"), 403), TokenFailure.CONFIGURATION),
+    (caused(CredentialUnavailableError("IMDS"), with_status(ClientAuthenticationError("400"), 400)),
+     TokenFailure.CONFIGURATION),
+    (CredentialUnavailableError("No managed identity endpoint found."), TokenFailure.CONFIGURATION),
+    (ClientAuthenticationError("DefaultAzureCredential failed to retrieve a token"), TokenFailure.CONFIGURATION),
+    (ServiceRequestError("connection refused"), None),
+    (CosmosHttpResponseError(status_code=403, message="RBAC"), None),
+]
+
+
+@pytest.mark.parametrize(("error", "kind"), TOKEN_FAILURES)
+def test_a_token_failure_reads_as_an_outage_or_as_a_wrong_credential(error: BaseException,
+                                                                    kind: TokenFailure | None) -> None:
+    assert token_failure(error) is kind
+
+
+@pytest.mark.parametrize(("error", "kind"), [(e, k) for e, k in TOKEN_FAILURES if k is not None])
+def test_a_token_endpoint_outage_is_transient_and_a_refused_identity_fails_loudly(error: Exception,
+                                                                                 kind: TokenFailure) -> None:
+    if kind is TokenFailure.TRANSIENT:
+        assert type(translated(error)) is TransientStoreError
+        return
+    with pytest.raises(ConfigurationError, match="the app's identity") as caught, translate_errors("op on ord-1"):
+        raise error
+    assert caught.value.__cause__ is error
+
+
+def test_the_app_takes_its_managed_identity_in_azure_and_the_developers_sign_in_elsewhere() -> None:
+    assert type(managed_identity({"IDENTITY_ENDPOINT": "http://127.0.0.1:41741/msi/token"})).__name__ == \
+        "ManagedIdentityCredential"
+    assert type(managed_identity({})).__name__ == "DefaultAzureCredential"
 
 
 def test_any_other_azure_error_is_a_store_error() -> None:
