@@ -17,7 +17,7 @@ from shared.domain import identity, retries
 from tests.sbctl.queues import config, drain, queue
 
 CONFIG = config(queue("retries-plain"), queue("retries-events", RequiresSession=True), queue("retries-dlq"),
-                queue("retries-list"))
+                queue("retries-list"), queue("retries-rollback"), queue("retries-rollback-events", RequiresSession=True))
 FIRST = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
 
@@ -120,3 +120,37 @@ def test_a_dead_lettered_copy_is_listed_and_resubmitted_as_its_original_without_
     assert again.message_id == "ord-5"
     assert {k.decode() for k in again.application_properties} == {"tenant"}
     assert drain(conn, "retries-dlq", dead_letter=True) == []
+
+
+def legacy_copy(original: str, attempt: int, *, session: str | None = None) -> ServiceBusMessage:
+    """A copy as the release before these property names handed one on."""
+    return ServiceBusMessage(
+        b'{"orderId":"%s"}' % original.encode(), message_id=identity.retry_message_id(original, "8", attempt),
+        session_id=session, application_properties={
+            "tenant": "eu", retries.LEGACY.original: original, retries.LEGACY.chain: "8",
+            retries.LEGACY.attempt: str(attempt), retries.LEGACY.first_failed_at: FIRST.isoformat()})
+
+
+def dead_letter_all(conn: str, name: str, description: str, session: str | None = None) -> None:
+    """Dead-letter what waits, as a release that knows no copy does: its MessageId is not the orderId."""
+    with ServiceBusClient.from_connection_string(conn) as client, \
+            client.get_queue_receiver(name, session_id=session, max_wait_time=5) as receiver:
+        for message in receiver.receive_messages(max_message_count=3, max_wait_time=5):
+            receiver.dead_letter_message(message, reason="InvalidMessage", error_description=description)
+
+
+@pytest.mark.parametrize(("name", "session"), [("retries-rollback", None), ("retries-rollback-events", "ord-8")])
+def test_after_a_rollback_the_copies_dead_lettered_invalid_are_mapped_back_and_no_other_dead_letter_is_touched(
+    conn: str, name: str, session: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    invalid = ServiceBusMessage(b'{"orderId": 1}', message_id="ord-bad", session_id=session)
+    send(conn, name, copy("ord-6", 1, due_in=0, session=session), legacy_copy("ord-7", 2, session=session), invalid)
+    dead_letter_all(conn, name, "MessageId does not equal orderId", session)
+    assert main(["dlq", "list", "--queue", name, "--copies", "--json", "--connection-string", conn]) == 0
+    assert sorted(r["messageId"] for r in json.loads(capsys.readouterr().out)) == ["ord-6", "ord-7"]
+    assert main(["dlq", "resubmit", "--queue", name, "--reason", "InvalidMessage", "--copies", "--detection-window",
+                 "0", "--connection-string", conn]) == 0
+    back = drain(conn, name, session=session)
+    assert sorted(m.message_id for m in back) == ["ord-6", "ord-7"]  # under their original MessageIds
+    assert all({k.decode() for k in m.application_properties} == {"tenant"} for m in back)
+    assert [m.message_id for m in drain(conn, name, dead_letter=True)] == ["ord-bad"]  # not a copy: left alone

@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         return _retries(args, target)
     if args.dlq_command == "list":
         return _list(args, target)
-    selection = dlq.Selection(args.reason, frozenset(args.ids))
+    selection = dlq.Selection(args.reason, frozenset(args.ids), copies=args.copies)
     if args.dlq_command == "resubmit":
         return _resubmit(args, target, selection)
     return _purge(args, target, selection)
@@ -86,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace, target: Target) -> int:
     with open_client(target) as client, translated(target, args.queue):
-        rows = dlq.peek_all(client, args.queue, limit=args.max)
+        rows = dlq.peek_all(client, args.queue, dlq.Selection(copies=args.copies), limit=args.max)
     print(json.dumps([r.as_json() for r in rows], indent=2) if args.json else dlq.table(rows))
     if not rows:
         print(f"the dead-letter queue of {args.queue} is empty", file=sys.stderr)

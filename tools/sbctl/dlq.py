@@ -34,12 +34,17 @@ class Selection:
     ids: frozenset[str] = frozenset()
     #: Only these (the messages a first resubmit pass held back).
     sequence_numbers: frozenset[int] | None = None
+    #: Only a delayed retry's copies: a release that knows no copy (the one before delayed retries) dead-letters
+    #: them InvalidMessage, and their resubmission under the original MessageId maps them back.
+    copies: bool = False
 
     def matches(self, message: ServiceBusReceivedMessage) -> bool:
         """True when the message passes every filter that was given."""
         if self.reason is not None and message.dead_letter_reason != self.reason:
             return False
         if self.sequence_numbers is not None and message.sequence_number not in self.sequence_numbers:
+            return False
+        if self.copies and retries.chain_of(text_properties(message)) is None:
             return False
         return not self.ids or original_id(message) in self.ids
 

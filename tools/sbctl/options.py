@@ -121,6 +121,13 @@ def _selection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reason", metavar="REASON", help="only dead letters with this DeadLetterReason")
     parser.add_argument("--ids", nargs="+", default=[], type=_name, metavar="MESSAGE_ID",
                         help="only these MessageIds; those not found are reported")
+    _copies_option(parser)
+
+
+def _copies_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--copies", action="store_true",
+                        help="only the copies a delayed retry handed on (under their original MessageId): those a "
+                             "release that knows no copy dead-lettered InvalidMessage, after a rollback")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,6 +215,7 @@ def _dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     _queue_option(listing, "the queue whose dead-letter queue to list")
     listing.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     listing.add_argument("--max", type=_count, default=None, metavar="N", help="at most N dead letters")
+    _copies_option(listing)
     resubmit = _command(
         dlq_commands, "resubmit", "send dead-lettered messages back to their queue",
         "Send each selected dead letter back to its queue with the same MessageId, body and properties (minus the "
@@ -216,6 +224,7 @@ def _dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser],
         "queue: the queue would drop its resubmission. The tool says how many it held back and until when; --wait "
         "waits and resubmits them.",
         ["dlq resubmit --queue order-events --reason InvalidTransition --dry-run",
+         "dlq resubmit --queue orders --reason InvalidMessage --copies --wait   # after a rollback",
          "dlq resubmit --queue orders --ids ord-17 ord-42",
          "dlq resubmit --queue orders --reason DownstreamRejected --wait"],
         exits="exit status: 0 all selected resubmitted; 1 failed; 2 bad usage; 3 nothing matched; "
