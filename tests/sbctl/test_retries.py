@@ -17,7 +17,8 @@ from shared.domain import identity, retries
 from tests.sbctl.queues import config, drain, queue
 
 CONFIG = config(queue("retries-plain"), queue("retries-events", RequiresSession=True), queue("retries-dlq"),
-                queue("retries-list"), queue("retries-rollback"), queue("retries-rollback-events", RequiresSession=True))
+                queue("retries-list"), queue("retries-rollback"),
+                queue("retries-rollback-events", RequiresSession=True))
 FIRST = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
 
