@@ -174,9 +174,13 @@ KNOWN_STATUSES = frozenset({"placed", *(k.status_after for k in KINDS.values())}
 # apply, in turn or not.
 TERMINAL_STATUSES = frozenset({"placed", *(k.status_after for k in KINDS.values())}) - {
     status for kind in KINDS.values() for status in kind.allowed_from}
-# The statuses an order's stock may be reserved, and its outcome announced, in (placed and paid): an order shipped or
-# cancelled is closed, and a reservation or an announcement for it would contradict it.
-OPEN_STATUSES = KNOWN_STATUSES - TERMINAL_STATUSES
+# What an order's reservation and its announced outcome may not contradict. A cancelled order takes neither: stock
+# held for it, or OrderAccepted, would contradict the cancellation. A shipped order's stock may still be reserved
+# and its OrderAccepted announced (its goods left: it was accepted), but never OrderRejected. (Placed and paid take
+# all three.)
+CANCELLED = "cancelled"
+RESERVABLE_STATUSES = KNOWN_STATUSES - {CANCELLED}
+OPEN_STATUSES = KNOWN_STATUSES - TERMINAL_STATUSES  # an OrderRejected may be announced only in these
 
 
 class _Head(msgspec.Struct, frozen=True):

@@ -51,8 +51,9 @@ class Outcome(StrEnum):
     LIMIT_EXCEEDED = "limit_exceeded"
     PARKED = "parked"
     REJECTED = "rejected"  # the downstream refused the order's effect for good: a business outcome, announced
-    # The order was closed (cancelled, shipped) before its effect was made, or before its outcome was announced: what
-    # would contradict it is not done (no call; or the call's outcome recorded, not announced).
+    # The order's status would contradict the effect or its announcement (cancelled before it was made; cancelled or,
+    # for a refusal, shipped before it was announced): what would contradict it is not done (no call; or the call's
+    # outcome recorded, not announced).
     ORDER_CLOSED = "order_closed"
     IN_PROGRESS = "in_progress"
     DOWNSTREAM_REJECTED = "downstream_rejected"

@@ -28,7 +28,7 @@ import msgspec
 from shared.domain import identity
 from shared.domain.aggregate import Order
 from shared.domain.documents import EffectStatus, OrderDocument, OrderRejected, OutboxEntry, SideEffectRecord
-from shared.domain.lifecycle import OPEN_STATUSES, TERMINAL_STATUSES
+from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderPlaced, parse_order, utc_text
 from shared.domain.outcomes import Outcome, Result
@@ -100,9 +100,9 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
 async def _reserve(order: OrderPlaced, message: InboundMessage, services: OrderServices, effect: SideEffect, *,
                    unwritten: SideEffectRecord, record: SideEffectRecord | None, done: Outcome,
                    adopted: bool) -> Result:
-    """Reserve the order's stock through its two-phase record, only while the order is open: not for an order the
-    events its own intake released closed (``adopted``: it took a pending order's place), nor on a takeover that
-    finds it closed since its claim was written (cancelled while its copy waited out an outage)."""
+    """Reserve the order's stock through its two-phase record, never for a cancelled order: not for one the events its
+    own intake released cancelled (``adopted``: it took a pending order's place), nor on a takeover that finds it
+    cancelled since its claim was written (while its copy waited out an outage)."""
     created, claim = done is Outcome.CREATED, record or unwritten
     hash_ = unwritten.request_hash or ""
     if adopted and (closed := await _closed(services.store, order.order_id)) is not None:
@@ -112,13 +112,14 @@ async def _reserve(order: OrderPlaced, message: InboundMessage, services: OrderS
         return await effect.run(claim, message, lambda key: services.fulfilment.reserve(key, request),
                                 done=done, claimed=created, found=None if created else record,
                                 announce=functools.partial(_outcome, order, message, services),
-                                guard=lambda taken: [_open(order.order_id, {"reservationAttempt": taken.attempt})])
+                                guard=lambda taken: [_while(RESERVABLE_STATUSES, order.order_id,
+                                                            {"reservationAttempt": taken.attempt})])
     except NoLongerAllowed:
         pass
     status = (await read_known(services.store, order.order_id)).order.status
-    if status in TERMINAL_STATUSES:
+    if status == CANCELLED:
         return await _close(effect, claim, order.order_id, str(status), hash_, called=True)
-    if status in OPEN_STATUSES:
+    if status in RESERVABLE_STATUSES:
         return Result(Outcome.TRANSIENT, f"order {order.order_id} changed under its reservation's takeover", hash_)
     return Result(Outcome.IN_PROGRESS, f"order {order.order_id} is {status}, a status this version does not know:"
                                        " its reservation is left to the version that does", hash_)
@@ -186,23 +187,22 @@ def _with_adoption(seen: tuple[Outcome, SideEffectRecord | None] | Result,
     return seen if isinstance(seen, Result) else (*seen, False)
 
 
-def _open(order_id: str, fields: dict[str, Any], condition: dict[str, Any] | None = None) -> Patch:
-    """A patch of the order that holds only while it is open (placed or paid): the reservation's takeover and its
-    announcement are written with one, so that neither lands on an order closed (cancelled, shipped) before it."""
-    return Patch(order_id, fields, {"status": tuple(sorted(OPEN_STATUSES)), **(condition or {})})
+def _while(statuses: frozenset[str], order_id: str, fields: dict[str, Any],
+           condition: dict[str, Any] | None = None) -> Patch:
+    """A patch of the order that holds only while its status is one of ``statuses``: the reservation's takeover and
+    its announcement are written with one, so that neither lands on an order whose status it would contradict."""
+    return Patch(order_id, fields, {"status": tuple(sorted(statuses)), **(condition or {})})
 
 
 async def _closed(store: DocumentStore, order_id: str) -> str | None:
-    """The order's status when it is closed for good (shipped, cancelled); None while it is open, or in a status
-    this version does not know (left to the version that does)."""
+    """The order's status when it takes no reservation (cancelled); None otherwise."""
     stored = await read_known(store, order_id)
-    status = stored.order.status
-    return status if status in TERMINAL_STATUSES else None
+    return stored.order.status if stored.order.status == CANCELLED else None
 
 
 async def _close(effect: SideEffect, claim: SideEffectRecord, order_id: str, status: str, hash_: str, *,
                  called: bool) -> Result:
-    """The reservation of an order closed before it finished: no call (``called``: none more, where an earlier
+    """The reservation of an order cancelled before it finished: no call (``called``: none more, where an earlier
     attempt's call, whose answer was lost, may have reserved the stock), nothing announced, and the claim finished
     (rejected, ``refusal`` order-<status>), so that no later delivery calls either."""
     reason = (f"order {order_id} was {status} before its reservation finished: no further call, nothing announced;"
@@ -214,10 +214,11 @@ async def _close(effect: SideEffect, claim: SideEffectRecord, order_id: str, sta
 
 def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderServices,
              finished: SideEffectRecord) -> list[BatchOperation]:
-    """What the reservation's finish writes beside it, while the order is open: OrderAccepted in the outbox, and the
-    reservation on the order, when it completed; OrderRejected, and the rejection on the order, when the service
-    refused it. The order's patch holds only while it is open: a closed one (cancelled while the call ran) gets
-    neither (NoLongerAllowed: the finish is written unannounced). A claim the version before wrote announced
+    """What the reservation's finish writes beside it: OrderAccepted in the outbox, and the reservation on the order,
+    when it completed (unless the order was cancelled meanwhile); OrderRejected, and the rejection on the order, when
+    the service refused it (unless the order was cancelled or shipped meanwhile: a shipped order is never announced
+    rejected). The order's patch holds only in those statuses; otherwise NoLongerAllowed, and the finish is written
+    unannounced. A claim the version before wrote announced
     OrderAccepted at its intake: its completion writes nothing more, and its refusal writes OrderRejected as a
     correction, under an id of its own."""
     settings, now = services.settings, services.clock()
@@ -230,7 +231,7 @@ def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderService
         return [Create(OutboxEntry.order_accepted(order, message, consumer=settings.consumer_name, now=now,
                                                   destination=settings.outbox_destination,
                                                   requires_session=session).to_document()),
-                _open(order.order_id, {"reservation": reserved}, {"reservation": ABSENT})]
+                _while(RESERVABLE_STATUSES, order.order_id, {"reservation": reserved}, {"reservation": ABSENT})]
     rejected = OrderRejected(order_id=order.order_id, customer_id=order.customer_id,
                              refusal=str(finished.refusal), reason=finished.reason, rejected_at=utc_text(
                                  datetime.fromtimestamp(finished.finished_at or now, UTC)))
@@ -242,7 +243,8 @@ def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderService
         entry = msgspec.structs.replace(entry, id=identity.rejected_correction_id(settings.consumer_name,
                                                                                   order.order_id))
     # Set whole where none stands; where another writer put one there, merged into it (SideEffect.patch).
-    return [Create(entry.to_document()), _open(order.order_id, {"rejection": rejection}, {"rejection": ABSENT})]
+    return [Create(entry.to_document()),
+            _while(OPEN_STATUSES, order.order_id, {"rejection": rejection}, {"rejection": ABSENT})]
 
 
 def _unreadable(order_id: str, exc: UnreadableDocument, hash_: str) -> Result:

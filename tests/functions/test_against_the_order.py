@@ -62,22 +62,34 @@ def test_an_order_cancelled_while_its_copy_waits_out_an_outage_is_neither_reserv
     assert settlement.action == "complete" and calls(fulfilment, order_id) == [503]
 
 
-def test_an_order_its_released_events_shipped_at_intake_is_not_reserved_so_never_announced_rejected(
+def test_an_order_its_released_events_shipped_at_intake_whose_reservation_is_refused_is_never_announced_rejected(
     app_on_cosmos: Harness, deliver_order: Deliverer, deliver_event: Deliverer, fulfilment: FulfilmentServer,
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
     assert send_event(deliver_event, event_body(order_id, 2, PAYMENT_CAPTURED)) == "complete"  # parked
     assert send_event(deliver_event, event_body(order_id, 3, ORDER_SHIPPED)) == "complete"  # parked
     body = order_body(order_id)
-    body["items"][0]["sku"] = SOLD_OUT_PREFIX + body["items"][0]["sku"]  # the service would refuse it
+    body["items"][0]["sku"] = SOLD_OUT_PREFIX + body["items"][0]["sku"]  # the service refuses it
     [settlement] = deliver_order(encode(body), message_id=order_id)
     assert settlement.action == "complete"
     order = app_on_cosmos.container.read_item(order_id, partition_key=order_id)
-    assert (order["status"], order["version"]) == ("shipped", 3)
-    assert calls(fulfilment, order_id) == []
-    assert of_type(app_on_cosmos, order_id, "outbox") == []  # no OrderRejected for a shipped order
+    assert (order["status"], order["version"]) == ("shipped", 3) and "rejection" not in order
+    assert calls(fulfilment, order_id) == [422]  # a shipped order's stock may still be reserved; it was refused
+    assert of_type(app_on_cosmos, order_id, "outbox") == []  # and no OrderRejected for a shipped order
     [record] = of_type(app_on_cosmos, order_id, "side-effect")
-    assert (record["status"], record["refusal"]) == ("rejected", "order-shipped")
+    assert (record["status"], record["announces"]) == ("rejected", False)
+    assert "not announced" in record["reason"]
+
+
+def test_a_shipped_orders_stock_is_reserved_and_it_is_announced_accepted(
+    app_on_cosmos: Harness, deliver_order: Deliverer, deliver_event: Deliverer, fulfilment: FulfilmentServer,
+) -> None:
+    order_id = f"ord-{uuid.uuid4()}"
+    assert send_event(deliver_event, event_body(order_id, 2, ORDER_SHIPPED)) == "complete"  # cash on delivery
+    assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "complete"
+    assert calls(fulfilment, order_id) == [201]
+    [entry] = of_type(app_on_cosmos, order_id, "outbox")
+    assert entry["subject"] == "OrderAccepted"
 
 
 def test_an_open_orders_reservation_writes_it_on_the_order_with_its_outcome(

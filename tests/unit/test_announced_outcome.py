@@ -78,7 +78,7 @@ def test_order_accepted_is_written_in_the_batch_that_finishes_the_reservation_no
     assert [op.document["type"] for op in intake if isinstance(op, Create)] == ["order", "side-effect"]
     # The record's patch, OrderAccepted, and the reservation on the order, which holds only while it is open.
     assert [type(op).__name__ for op in finish] == ["Patch", "Create", "Patch"]
-    assert isinstance(finish[2], Patch) and finish[2].condition["status"] == ("paid", "placed")
+    assert isinstance(finish[2], Patch) and finish[2].condition["status"] == ("paid", "placed", "shipped")
     [entry] = of_type(store, "outbox")
     assert (entry["subject"], entry["destination"], entry["messageId"]) == (
         "OrderAccepted", "order-accepted", identity.outbox_message_id("order-intake", "ord-1"))

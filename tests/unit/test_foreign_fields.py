@@ -117,7 +117,7 @@ def test_an_order_taking_a_pending_orders_place_keeps_the_pending_orders_foreign
     add_foreign(store, "order-pending")
     assert event(app, 4, ORDER_CANCELLED).outcome is Outcome.PARKED
     assert_kept(store, "order-pending")
-    assert place(app).outcome is Outcome.ORDER_CLOSED  # it took the place, released up to shipped: no reservation
+    assert place(app).outcome is Outcome.CREATED
     assert_kept(store, "order")
     assert run(store.read("ord-1", "ord-1"))["version"] == 3
 

@@ -9,7 +9,9 @@ workers are killed, at random moments and at chosen ones, and, in an outage phas
 then Cosmos DB are down for minutes (the delayed retries carry the messages over); from half-way through the
 sending, replaces
 the hosts one by one by hosts on a generated next version of the app (a rolling upgrade, while the
-old ones still run: chaos/versions.py); stops killing once everything is sent,
+old ones still run: chaos/versions.py), and as the fulfilment service comes back rolls one host back to
+the release before delayed retries for 45 s, whose dead-lettered copies sbctl maps back (chaos/rollback.py);
+stops killing once everything is sent,
 waits until the queues and the outbox have drained, then checks the invariants from outside: at the
 fulfilment service, at order-accepted, in Cosmos DB, in the queues and their dead-letter queues, and
 that nothing either version wrote was lost. A probe measures the local Cosmos server's latency all
@@ -42,15 +44,19 @@ from azure.servicebus import ServiceBusClient
 
 from chaos import planted, report, versions
 from chaos.faults import LOCK_SECONDS, Chaos
+from chaos.rollback import MapBack
 from demo import observe
 from demo import report as demo_report
 from demo.probe import LatencyProbe
 from demo.scenario import Scenario, plan
-from demo.stack import ROOT, Stack
+from demo.stack import DETECTION_WINDOW_SECONDS, ROOT, Stack
 from devservers.faultproxy import OUTAGE
 
 SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
 UPGRADE_SHARE = 0.4  # of the sending time, from its half-way point, over which the hosts are upgraded
+# One host on the release before delayed retries this long, from the fulfilment service's return: the copies of its
+# backlog come due then, and those it receives are dead-lettered InvalidMessage, for the operator to map back.
+ROLLBACK_SECONDS = 45.0
 STORMS, STORM_COPIES = 4, 120  # the storm phase: orders, and copies of each of their events
 # The delayed retries on the chaos hosts: the first copy due after 2 s, at most 30 s apart (Azure's defaults are
 # 10 s and 15 minutes), so that a run's copies come back within it and are tried more often (with a 6 s lock there
@@ -143,13 +149,21 @@ def run(options: Options) -> int:
         sent_at: dict[str, float] = {}
         started = time.time()
         phase = "the sending"
+        # The operator after the rollback: this release's sbctl maps back what the release before dead-lettered.
+        map_back = MapBack(stack.broker.connection_string, ("orders", stack.events_queue), DETECTION_WINDOW_SECONDS)
+        map_back.start()
+        opened.append(map_back.stop)
         with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client:
             _send_and_shake(chaos, options, client, scenario, sent_at,
-                            next_version=versions.app_dir(versions.NEXT, journal, plant))
+                            next_version=versions.app_dir(versions.NEXT, journal, plant),
+                            previous=versions.app_dir(versions.PREVIOUS, journal, plant))
             phase = "the drain"
             deadline = 300 + orders * SECONDS_PER_ORDER
             drained = observe.late_then_drain(stack, watch, client, scenario, sent_at, label="chaos",
                                               on_sent=chaos.stop, deadline=started + deadline)
+            opened.remove(map_back.stop)
+            if map_back.stop():  # a last pass found more: they are processed before the checks
+                drained = observe.wait_drained(stack, watch, client, deadline=time.time() + 120, label="chaos")
             elapsed = time.time() - started
             stack.stop_hosts()  # so that the probes below are not taken by a host
             probe.stop()
@@ -161,7 +175,10 @@ def run(options: Options) -> int:
                 so_far(), upgrade=upgrade, drained=None if drained else f"not drained: nothing moved for"
                 f" {observe.STALLED_SECONDS:.0f} s after {deadline:.0f} s",
                 fulfilment=_fulfilment_figures(stack, options.fulfilment),
-                outages=_outage_figures(chaos, stack)))
+                outages=_outage_figures(chaos, stack),
+                rollback={"hosts rolled back to the release before": chaos.rolled_back,
+                          "copies it dead-lettered, mapped back by sbctl": dict(map_back.resubmitted)}
+                if _rolls_back(options) else None))
     except Exception as exc:  # the stack could not be observed, or the driver failed: no verdict on the invariants
         result = report.unobserved(so_far() if "so_far" in locals() else run_so_far, phase, exc)
     finally:
@@ -172,23 +189,39 @@ def run(options: Options) -> int:
 
 
 def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, scenario: Scenario,
-                    sent_at: dict[str, float], *, next_version: Path) -> None:
+                    sent_at: dict[str, float], *, next_version: Path, previous: Path) -> None:
     """Send the scenario while the killer and the slower run, the hosts are upgraded half-way through, and the
-    outage phase takes the fulfilment service and then Cosmos DB down; return once all of it is over."""
+    outage phase takes the fulfilment service and then Cosmos DB down, one host rolled back to the release before
+    as the fulfilment service comes back (its backlog's copies coming due); return once all of it is over."""
     chaos.start()
     halfway = threading.Event()
     senders = observe.start_senders(client, scenario, sent_at, halfway, options.rate, stack=chaos.stack)
     sending = len(scenario.everything()) / options.rate
     upgrader = _start_upgrade(chaos, options, next_version, halfway, sending_seconds=sending)
+    first_after = OUTAGE_FROM_SHARE * sending
     outages = chaos.outage_phase(
         [(name, seconds) for name, seconds in (("fulfilment", options.fulfilment_outage),
                                                ("cosmos", options.cosmos_outage)) if seconds > 0],
-        first_after=OUTAGE_FROM_SHARE * sending, gap=OUTAGE_GAP_SHARE * sending)
+        first_after=first_after, gap=OUTAGE_GAP_SHARE * sending)
+    rollback = None
+    if _rolls_back(options):
+        rollback = threading.Timer(first_after + options.fulfilment_outage, chaos.rollback,
+                                   args=(previous, ROLLBACK_SECONDS))
+        rollback.daemon = True
+        rollback.start()
     for thread in senders:
         thread.join()
     if upgrader is not None:
         upgrader.join()
     outages.join()
+    if rollback is not None:
+        rollback.join()
+
+
+def _rolls_back(options: Options) -> bool:
+    """Whether the run rolls a host back to the release before: with the upgrade, when there are copies in flight
+    for it to meet (the fulfilment outage's)."""
+    return options.upgrade and options.fulfilment_outage > 0
 
 
 def _fulfilment_figures(stack: Stack, behaviour: str) -> dict[str, Any]:
@@ -269,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
                              + "; ".join(f"{name}: {why}" for name, (why, _) in planted.PLANTS.items()))
     parser.add_argument("--no-upgrade", dest="upgrade", action="store_false",
                         help="leave out the rolling upgrade (by default, from half-way through the sending, the hosts"
-                             " are replaced one by one by hosts on a generated next version of the app)")
+                             " are replaced one by one by hosts on a generated next version of the app) and the"
+                             " rollback (one host on the release before delayed retries for 45 s as the fulfilment"
+                             " service comes back, its dead-lettered copies mapped back by sbctl)")
     parser.add_argument("--events-queue", choices=("sessions", "plain"), default="sessions",
                         help="the app's events on a session queue (default) or on a plain one, where one order's"
                              " events run at once on different hosts (ORDER_EVENTS_SESSIONS false)")

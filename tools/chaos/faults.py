@@ -98,6 +98,7 @@ class Chaos:
     retry_settings: Mapping[str, str] = field(default_factory=dict)  # the delayed retries' app settings
     slots: list[Slot] = field(default_factory=list)
     upgraded: int = 0  # slots whose host was replaced by one on the next version
+    rolled_back: int = 0  # slots whose host ran for a while on the release before (versions.PREVIOUS)
     kills: Counter[str] = field(default_factory=Counter)
     failure: str | None = None  # why the killer stopped early, if it did: the run then fails
     _armed: Armed | None = None
@@ -176,20 +177,38 @@ class Chaos:
         being upgraded has no host to kill or to replace; the killer goes on with the others meanwhile."""
         for slot in self.slots:
             time.sleep(every_seconds)  # on, even once the killing has stopped
-            with self._slots:
-                slot.app_dir, slot.upgrading = app_dir, True
-                host, slot.host = slot.host, None
-            if host is not None:
-                if host.process.poll() is None:
-                    self.stack.stop_host(host)
-                else:
-                    self._retire(host)
-            started = self.stack.start_host(slot.settings, app_dir)
-            with self._slots:
-                slot.host, slot.upgrading = started, False
+            self._replace(slot, app_dir)
             self.upgraded += 1
             print(f"chaos: slot {slot.index} upgraded to the next version ({self.upgraded} of {len(self.slots)})",
                   flush=True)
+
+    def rollback(self, app_dir: Path, seconds: float) -> None:
+        """A rollback of one slot to ``app_dir`` for ``seconds``, then forward again to the version it ran: what a
+        deployment that is rolled back, or two releases that overlap, do to the messages in flight meanwhile."""
+        slot = self.slots[-1]
+        with self._slots:
+            was = slot.app_dir
+        self._replace(slot, app_dir)
+        self.rolled_back += 1
+        print(f"chaos: slot {slot.index} rolled back to the release before for {seconds:.0f} s", flush=True)
+        time.sleep(seconds)
+        self._replace(slot, was)
+        print(f"chaos: slot {slot.index} rolled forward again", flush=True)
+
+    def _replace(self, slot: Slot, app_dir: Path) -> None:
+        """Stop the slot's host as the platform does (it finishes what it has in hand) and start one on ``app_dir``
+        in its place, while the other slots run on. A slot being replaced has no host to kill or to replace."""
+        with self._slots:
+            slot.app_dir, slot.upgrading = app_dir, True
+            host, slot.host = slot.host, None
+        if host is not None:
+            if host.process.poll() is None:
+                self.stack.stop_host(host)
+            else:
+                self._retire(host)
+        started = self.stack.start_host(slot.settings, app_dir)
+        with self._slots:
+            slot.host, slot.upgrading = started, False
 
     def close(self) -> None:
         """Stop the proxies (the hosts are the stack's to stop)."""

@@ -39,6 +39,7 @@ class Run:
     drained: str | None = None  # why the drain did not end, if it did not
     fulfilment: dict[str, Any] | None = None  # the stand-in's behaviour and what it answered
     outages: list[dict[str, Any]] | None = None  # the outage phase: each dependency down, and what it received
+    rollback: dict[str, Any] | None = None  # the host on the release before, and the copies mapped back
 
 
 # What a run says when it ended before its first kill: not a fault of the app, a gap in the proof.
@@ -71,6 +72,13 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
         result.figures["handed on"] = outcomes.get("handed_on", 0)
         result.figures["handed on untried (breaker open)"] = seen.logs.count("not tried: the ")
         result.figures["breakers opened"] = seen.logs.count("breaker open function=")
+    if run.rollback is not None:
+        result.figures["rollback"] = run.rollback
+        # The broker numbered sbctl's resubmissions too: they are sent, not duplicates it absorbed.
+        result.figures["duplicates absorbed by the broker"] += sum(
+            run.rollback["copies it dead-lettered, mapped back by sbctl"].values())
+        if not run.rollback["hosts rolled back to the release before"]:
+            result.violations.append("the rollback moved no host to the release before")
     if run.probe is not None:
         result.figures["local Cosmos server latency"] = run.probe.figures()
         result.violations += run.probe.violations()
@@ -199,8 +207,14 @@ def _upgrade_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
     upgrade = f.get("rolling upgrade")
     if upgrade is None:
         return [("rolling upgrade", "off")]
+    rollback = f.get("rollback")
+    back = [] if rollback is None else [
+        ("rollback: hosts on the release before / the copies it dead-lettered, mapped back by sbctl",
+         f"{rollback['hosts rolled back to the release before']} /"
+         f" {sum(rollback['copies it dead-lettered, mapped back by sbctl'].values())}")]
     return [("rolling upgrade: hosts moved to the next version", str(upgrade["slots upgraded"])),
-            *[(f"&nbsp;&nbsp;{label}", str(value)) for label, value in upgrade.items() if label != "slots upgraded"]]
+            *[(f"&nbsp;&nbsp;{label}", str(value)) for label, value in upgrade.items() if label != "slots upgraded"],
+            *back]
 
 
 def _latency_rows(f: dict[str, Any]) -> list[tuple[str, str]]:

@@ -5,6 +5,10 @@ Every chaos host runs on a generated app folder whose ``function_app.py`` instal
 worker, applies a planted bug if there is one, and then loads the real ``function_app.py``:
 
 - ``current`` is the app as it is. It only keeps a journal of the order documents it wrote.
+- ``previous`` is the app as the release before delayed retries treats their copies: it knows no copy (a
+  copy's MessageId is not its key, so it dead-letters it ``InvalidMessage``), and hands nothing on (a
+  transient failure abandons). A rollback runs it on one host while copies are in flight, and the run maps
+  its dead letters back as an operator does (``sbctl dlq resubmit --reason InvalidMessage --copies``).
 - ``next`` is the app plus what a next version typically adds: fields this version does not model, at
   the top of a document and inside the objects this version does model. It writes ``riskScore`` on
   every order document it creates, replaces or patches (pending orders included), and reads the field
@@ -34,7 +38,7 @@ from typing import Any
 
 from demo.stack import ROOT
 
-CURRENT, NEXT = "current", "next"
+CURRENT, NEXT, PREVIOUS = "current", "next", "previous"
 FIELD = "riskScore"
 PAYLOAD_FIELD = "channel"  # inside an outbox entry's payload
 DATA_FIELD = "handling"  # inside an event's data: on its parked copy, its record and its order's sub-object
@@ -78,7 +82,7 @@ app = _module.app
 
 def app_dir(version: str, journal: Path, plant: str | None = None) -> Path:
     """A temporary app folder: our host.json, and an entry point that installs ``version`` (and ``plant``)."""
-    if version not in (CURRENT, NEXT):
+    if version not in (CURRENT, NEXT, PREVIOUS):
         raise ValueError(version)
     folder = Path(tempfile.mkdtemp(prefix=f"chaos-{version}-"))
     shutil.copy(ROOT / "host.json", folder / "host.json")
@@ -89,8 +93,16 @@ def app_dir(version: str, journal: Path, plant: str | None = None) -> Path:
 
 
 def install(version: str, journal: str) -> None:
-    """Make this worker's Cosmos store write as ``version`` and keep the journal."""
+    """Make this worker's Cosmos store write as ``version`` and keep the journal; as ``previous``, know no copy."""
     from shared.adapters.cosmos import CosmosStore  # noqa: PLC0415 - patched in the worker only
+
+    if version == PREVIOUS:
+        import os  # noqa: PLC0415
+
+        from shared.domain import retries  # noqa: PLC0415
+
+        os.environ["DELAYED_RETRIES"] = "false"  # read by the app's settings, which are made after this
+        retries.unwrap = lambda message: (message, None)  # a copy is read as any message: its MessageId is not its key
 
     execute_batch, read = CosmosStore.execute_batch, CosmosStore.read
 
@@ -194,7 +206,7 @@ def check(journal: Path, documents: Sequence[Mapping[str, Any]],
     # A write of the next version that took effect but lost its answer is not journalled; an order whose body it
     # wrote says so by its schemaVersion, and must carry the field too.
     by_next = sorted(journalled | {o for o, d in orders.items() if int(d.get("schemaVersion") or 1) >= SCHEMA_VERSION})
-    after = [o for o in journalled if max((at for at, kind in writes[o] if kind == CURRENT), default=0.0)
+    after = [o for o in journalled if max((at for at, kind in writes[o] if kind != NEXT), default=0.0)
              > min(at for at, kind in writes[o] if kind == NEXT)]
     violations = [f"order {o}: the next version read it back at schemaVersion {SCHEMA_VERSION} without its {FIELD}"
                   for o in sorted(set(lost))]

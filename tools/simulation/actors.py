@@ -15,7 +15,7 @@ from simulation.broker import Delivery, LockLost
 from simulation.faults import SETTLE_FAULTS
 from simulation.scheduler import EPOCH, Crash, drive
 from simulation.workload import Send
-from simulation.world import World
+from simulation.world import Instance, World
 
 RESTART_SECONDS = (1.0, 10.0)  # how long a crashed process takes to come back
 FEED_LATENCY_SECONDS = (0.5, 5.0)  # from a write to its change-feed batch
@@ -49,20 +49,20 @@ class Consumer:
         """Serve deliveries forever, restarting after each crash."""
         world, sched = self.world, self.world.sched
         while True:
-            receiver = world.broker.new_receiver()
+            receiver, instance = world.broker.new_receiver(), world.instance()  # a process starts: its own breakers
             try:
                 while True:
                     delivery = world.broker.receive(receiver)
                     if delivery is None:
                         sched.wait(world.broker.ready)
                     else:
-                        self._deliver(delivery)
+                        self._deliver(delivery, instance)
             except Crash as crash:
                 if sched.trace_lines is not None:
                     sched.trace(f"crashed at {crash}; restarting")
                 sched.sleep(sched.rng.uniform(*RESTART_SECONDS))
 
-    def _deliver(self, delivery: Delivery) -> None:
+    def _deliver(self, delivery: Delivery, instance: Instance) -> None:
         world, sched, message = self.world, self.world.sched, delivery.message
         world.busy += 1
         world.deliveries += 1
@@ -80,8 +80,8 @@ class Consumer:
             # The shipped policy logged the refused settlement and raised it, as the function would for
             # the host; the broker redelivers once the lock is gone.
             with contextlib.suppress(LockLost):
-                drive(world.app.deliver(queue, functools.partial(delivery.inbound, world.clock), world.handlers[queue],
-                                        BrokerSettlement(world, delivery), queue=queue))
+                drive(instance.app.deliver(queue, functools.partial(delivery.inbound, world.clock),
+                                           instance.handlers[queue], BrokerSettlement(world, delivery), queue=queue))
         finally:
             if order is not None:
                 world.events_in_flight[order] -= 1

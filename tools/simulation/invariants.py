@@ -78,16 +78,16 @@ def _reservations(documents: list[Document]) -> dict[str, SideEffectRecord]:
 
 
 def _closed_first(record: SideEffectRecord | None) -> bool:
-    """Whether the record says its order was closed before its reservation finished: no further call was made, and
-    an earlier one, whose answer was lost, may have reserved. ``against_the_order`` checked that it was closed
-    only while the order was, and that every call was decided while it was open."""
+    """Whether the record says its order was cancelled before its reservation finished: no further call was made,
+    and an earlier one, whose answer was lost, may have reserved. ``against_the_order`` checked that it was closed
+    only while the order was cancelled, and that every call was decided while it was not."""
     return record is not None and str(record.refusal or "").startswith("order-")
 
 
 def one_reservation_each(world: World, documents: list[Document]) -> Iterable[Violation]:
     """Exactly one reservation at the fulfilment service for every valid order it does not refuse (at most one when the
-    order was closed, cancelled or shipped, before its reservation finished); none for one it refuses (out of stock)
-    or for anything else."""
+    order was cancelled before its reservation finished); none for one it refuses (out of stock) or for anything
+    else."""
     counts = Counter(str(reply.get("orderId")) for reply in world.fulfilment.ledger.reservations())
     records = _reservations(documents)
     for plan in world.workload.orders:
@@ -104,9 +104,9 @@ def one_reservation_each(world: World, documents: list[Document]) -> Iterable[Vi
 def one_outcome_each(world: World, documents: list[Document]) -> Iterable[Violation]:
     """Each valid order announces exactly one of OrderAccepted and OrderRejected, as what happened to its stock:
     OrderAccepted once reserved, OrderRejected once refused (out of stock); never an OrderAccepted without a
-    reservation. At least once, always under one MessageId; but an order closed (cancelled, shipped) before its
-    outcome was written announces nothing (its record says so, and ``against_the_order`` checked that it was
-    closed when that was written).
+    reservation. At least once, always under one MessageId; but an order whose outcome would have contradicted it
+    (cancelled; shipped before a refusal) announces nothing (its record says so, and ``against_the_order`` checked
+    the order's status when that was written).
 
     The destination's duplicate detection drops a resend inside its window; a resend past it (after
     publishing kept failing that long) arrives again under the same MessageId, for the destination's
@@ -137,8 +137,9 @@ def one_outcome_each(world: World, documents: list[Document]) -> Iterable[Violat
 
 def against_the_order(world: World, documents: list[Document]) -> Iterable[Violation]:
     """Nothing acts against the order's status at the time it is done: every reservation was decided by a claim
-    (the intake's, or a takeover) that left the order open; every announcement was written while it was open; a
-    reservation closed for its order's sake, or an outcome left unannounced, only while it was closed."""
+    (the intake's, or a takeover) that left the order not cancelled; every announcement was written while the
+    order's status allowed it; a reservation closed for its order's sake, or an outcome left unannounced, only
+    where its status would have contradicted it."""
     for contradiction in world.history.contradictions:
         yield Violation("against-the-order", contradiction)
 

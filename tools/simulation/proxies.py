@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain.documents import EventRecord, OrderDocument, OutboxEntry, SideEffectRecord
-from shared.domain.lifecycle import OPEN_STATUSES, TERMINAL_STATUSES
+from shared.domain.documents import EffectStatus, EventRecord, OrderDocument, OutboxEntry, SideEffectRecord
+from shared.domain.identity import ORDER_REJECTED
+from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
 from shared.errors import (
     BatchFailed,
     DownstreamUnavailable,
@@ -81,30 +82,34 @@ class History:
 
     def reserving(self, order_id: str) -> None:
         """A reservation call for the order takes effect now: it must have been decided, by the delivery making it,
-        by a claim that left the order open."""
+        by a claim that left the order in a status that takes one (not cancelled)."""
         status = self.decided.get((self._actor(), order_id))
-        if status not in OPEN_STATUSES:
+        if status not in RESERVABLE_STATUSES:
             self.contradictions.append(f"order {order_id}: stock reserved by a delivery whose claim left the order"
                                        f" {status or 'unclaimed'}")
 
     def _judge(self, order_id: str, operation: BatchOperation) -> None:
-        """Check one of the app's writes against the order's status as the batch left it: an announcement, a
-        reservation closed for its order's sake, or an outcome left unannounced."""
+        """Check one of the app's writes against the order's status as the batch left it: an announcement (never
+        OrderAccepted for a cancelled order, never OrderRejected for a cancelled or shipped one), a reservation closed
+        for its order's sake (only a cancelled one's), or an outcome left unannounced (only where it would have
+        contradicted the order)."""
         status = self.order_status.get(order_id)
         if isinstance(operation, Create) and SideEffectRecord.is_kind(operation.document):
             self.decided[self._actor(), order_id] = status
         elif isinstance(operation, Create) and OutboxEntry.is_kind(operation.document):
-            if status not in OPEN_STATUSES:
-                self.contradictions.append(f"order {order_id}: {operation.document.get('subject')} written while it"
-                                           f" was {status}")
+            subject = operation.document.get("subject")
+            if status not in (OPEN_STATUSES if subject == ORDER_REJECTED else RESERVABLE_STATUSES):
+                self.contradictions.append(f"order {order_id}: {subject} written while it was {status}")
         elif isinstance(operation, Patch) and operation.doc_id.startswith("side-effect."):
             fields = operation.set_fields
             if "attempt" in fields:
                 self.decided[self._actor(), order_id] = status
-            closing = str(fields.get("refusal", "")).startswith("order-") or fields.get("announces") is False
-            if closing and status not in TERMINAL_STATUSES:
-                self.contradictions.append(f"order {order_id}: its reservation closed, or left unannounced, while"
-                                           f" the order was {status}")
+            if str(fields.get("refusal", "")).startswith("order-") and status != CANCELLED:
+                self.contradictions.append(f"order {order_id}: its reservation closed while the order was {status}")
+            elif fields.get("announces") is False and status in (
+                    OPEN_STATUSES if fields.get("status") == EffectStatus.REJECTED.value else RESERVABLE_STATUSES):
+                self.contradictions.append(f"order {order_id}: its outcome ({fields.get('status')}) left unannounced"
+                                           f" while the order was {status}")
 
     def wrote_foreign(self, partition_key: str, operation: Patch | Replace, document: Document,
                       fields: Mapping[str, Any]) -> None:

@@ -44,6 +44,14 @@ def _unchanged(value: T) -> T:
 
 
 @dataclass(frozen=True)
+class Instance:
+    """One process of the app: its App (and so its breakers) and its handlers by queue."""
+
+    app: bootstrap.App
+    handlers: dict[str, Handler]
+
+
+@dataclass(frozen=True)
 class Wiring:
     """What a run drives: the app's ports and its order handler, each passed through a wrapper, where tests
     plant bugs."""
@@ -118,15 +126,15 @@ class World:
         self.history = History(lambda: self.sched.notify(self.feed), lambda: self.sched.notify(self.changed),
                                actor=lambda: self.sched.current)
         self.store_proxy = FaultyStore(self.store, self.chaos, self.history)
-        # The app as production builds it, over the faulty ports, on simulated time.
-        self.app = bootstrap.build(
-            settings, store=wiring.store(self.store_proxy),
-            fulfilment=wiring.fulfilment(FaultyFulfilment(self.fulfilment, self.chaos, self.history)),
-            sender=self._sender(wiring), clock=self.clock, sleep=self._sleep, record=self._record,
-            releases=wiring.releases,
-        )
-        self.handlers: dict[str, Handler] = {settings.orders_queue: wiring.handle_order(self.app.handle_order),
-                                             settings.order_events_queue: self.app.handle_event}
+        # The app as production builds it, over the faulty ports, on simulated time: one per process (each
+        # consumer's, made again when it restarts after a crash, as a Functions instance's is), so that each
+        # instance keeps breakers of its own; and one for the publisher and the sweeper.
+        self.wiring = wiring
+        self._store = wiring.store(self.store_proxy)
+        self._fulfilment = wiring.fulfilment(FaultyFulfilment(self.fulfilment, self.chaos, self.history))
+        self._app_sender = self._sender(wiring)
+        self.instances: list[Instance] = []
+        self.app = self.instance().app
         self.outbox = self.app.publisher()
         self.workload: Workload = build_workload(rng, settings, self.clock, self.detection_window)
         self.storm = any(plan.events and plan.events[0].aliases for plan in self.workload.orders)
@@ -140,6 +148,21 @@ class World:
         self.errors: list[str] = []  # deliveries a handler failed with an unexpected exception
         self.foreign_writes: Counter[str] = Counter()  # kind -> writes of the other writers (simulation.foreign)
         self.foreign_stats: Counter[str] = Counter()  # their own 412s, writes given up, documents gone first
+
+    def instance(self) -> Instance:
+        """A new process of the app: the app as production builds it over the run's ports, and its handlers by
+        queue, through the wiring's wrapper."""
+        app = bootstrap.build(self.settings, store=self._store, fulfilment=self._fulfilment, sender=self._app_sender,
+                              clock=self.clock, sleep=self._sleep, record=self._record, releases=self.wiring.releases)
+        handlers: dict[str, Handler] = {self.settings.orders_queue: self.wiring.handle_order(app.handle_order),
+                                        self.settings.order_events_queue: app.handle_event}
+        self.instances.append(Instance(app, handlers))
+        return self.instances[-1]
+
+    @property
+    def breakers_opened(self) -> int:
+        """How many times any instance's breaker opened."""
+        return sum(b.opened for instance in self.instances for b in instance.app.breakers)
 
     def _sender(self, wiring: Wiring) -> MessageSender:
         """The app's sender: the namespace under chaos, through the wiring's wrapper. A wrapper with an

@@ -1,0 +1,63 @@
+"""The operator after a rollback: this release's ``sbctl`` maps back the copies the release before dead-lettered.
+
+A delayed retry's copy that comes due on a host of the release before (``versions.PREVIOUS``) is dead-lettered
+``InvalidMessage``: that release knows no copy. What an operator does then (docs/operations.md, "Before a
+rollback") is ``sbctl dlq resubmit --reason InvalidMessage --copies``, which sends each back under its original
+MessageId, without its chain's properties. This runs the same code, every few seconds while the run drains, so
+that the drain, which waits for every order's reservation, sees those messages processed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import timedelta
+
+from azure.servicebus import ServiceBusClient
+
+from sbctl import dlq
+from sbctl.detection import Detection
+
+EVERY_SECONDS = 5.0
+SELECTION = dlq.Selection(reason="InvalidMessage", copies=True)
+
+
+class MapBack:
+    """Resubmit the copies dead-lettered InvalidMessage on ``queues``, every EVERY_SECONDS until ``stop``."""
+
+    def __init__(self, connection_string: str, queues: tuple[str, ...], detection_window_seconds: float) -> None:
+        self._client = ServiceBusClient.from_connection_string(connection_string)
+        self._queues = queues
+        self._detection = Detection(timedelta(seconds=detection_window_seconds), "the stack's queues")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.resubmitted: Counter[str] = Counter()  # by queue
+
+    def start(self) -> None:
+        """Map back in the background."""
+        self._thread = threading.Thread(target=self._loop, name="chaos-map-back", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int:
+        """Stop the background passes, then make one more: how many that last pass resubmitted."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        resubmitted = self.once()
+        self._client.close()
+        return resubmitted
+
+    def once(self) -> int:
+        """One pass over every queue: how many copies it resubmitted (those the detection window still holds wait
+        for the next pass)."""
+        done = 0
+        for queue in self._queues:
+            passed = dlq.resubmit(self._client, queue, SELECTION, self._detection, report=lambda _: None,
+                                  report_held=lambda _: None)
+            self.resubmitted[queue] += len(passed.resubmitted)
+            done += len(passed.resubmitted)
+        return done
+
+    def _loop(self) -> None:
+        while not self._stop.wait(EVERY_SECONDS):
+            self.once()
