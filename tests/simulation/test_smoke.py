@@ -28,8 +28,8 @@ def test_the_foreign_writers_write_on_every_kind_of_document_and_the_app_meets_t
     reports = [simulate(seed) for seed in range(50)]
     written = {kind for report in reports for kind in report.foreign_writes}
     races = sum((report.foreign_races for report in reports), Counter())
-    assert written == {"order", "order-pending", "outbox", "side-effect", "inbox", "parked-event", "payment",
-                       "shipment", "cancellation"}
+    assert written == {"order", "order-pending", "outbox", "side-effect", "inbox", "event-identity", "parked-event",
+                       "payment", "shipment", "cancellation"}
     assert races["app_412"] > 0 and races["writer_412"] > 0 and races["gone"] > 0
 
 
@@ -56,3 +56,16 @@ def test_some_seeds_run_the_events_queue_without_sessions_and_then_one_orders_ev
     modes = Counter(report.events_queue for report in reports)
     assert modes["plain"] > 0 and modes["sessions"] > 0, modes
     assert sum(report.concurrent_events for report in reports if report.events_queue == "plain") > 0
+
+
+def test_long_outages_reach_the_backoff_ceiling_the_last_delivery_and_the_limit_and_the_operator_resubmits() -> None:
+    reports = [report for seed in range(80) if (report := simulate(seed)).outage is not None and report.outage.long]
+    assert reports, "no seed below 80 had an outage longer than RETRY_TOTAL_SECONDS"
+    limited = sum(report.outcomes["retry_limit_exceeded"] for report in reports)
+    assert sum(report.at_ceiling for report in reports) > 0  # copies 15 minutes apart
+    assert limited > 0 and sum(report.resubmitted for report in reports) == limited
+    assert all(not report.violations for report in reports)  # each tried at its last delivery (`settlement`)
+
+
+def test_orders_cancelled_while_their_reservation_waits_end_order_closed() -> None:
+    assert sum(simulate(seed).outcomes["order_closed"] for seed in range(40)) > 0

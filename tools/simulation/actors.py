@@ -20,6 +20,8 @@ from simulation.world import Instance, World
 RESTART_SECONDS = (1.0, 10.0)  # how long a crashed process takes to come back
 FEED_LATENCY_SECONDS = (0.5, 5.0)  # from a write to its change-feed batch
 SWEEP_PERIOD_SECONDS = 120.0  # OUTBOX_SWEEP_SCHEDULE: every 2 minutes
+OPERATOR_AFTER_SECONDS = 60.0  # an operator resubmits the RetryLimitExceeded dead letters this long after an outage
+OPERATOR_PERIOD_SECONDS = 120.0  # and looks again this often
 
 
 def start(world: World) -> None:
@@ -31,6 +33,8 @@ def start(world: World) -> None:
         sched.spawn(f"producer-{index + 1}", Producer(world, script).run)
     sched.spawn("publisher", Publisher(world).run)
     sched.spawn("sweeper", Sweeper(world).run)
+    if world.chaos.outage is not None and world.chaos.outage.long:
+        sched.spawn("operator", Operator(world).run)
     foreign.start(world)
 
 
@@ -207,6 +211,29 @@ class Sweeper:
                 _failed(world, exc)
             finally:
                 world.busy -= 1
+
+
+class Operator:
+    """The operator in a long outage (docs/operations.md, "In an outage"): once the dependency is back, resubmit
+    what the total limit dead-lettered RetryLimitExceeded, as ``sbctl dlq resubmit --reason RetryLimitExceeded``
+    does (under the original MessageId, without the chain's properties); then look again now and then."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def run(self) -> None:
+        """Wait for the outage's end, then resubmit every OPERATOR_PERIOD_SECONDS, forever."""
+        world, sched = self.world, self.world.sched
+        outage = world.chaos.outage
+        assert outage is not None
+        sched.sleep(max(0.0, outage.end + OPERATOR_AFTER_SECONDS - world.clock.now))
+        while True:
+            for queue, dead in world.to_resubmit():
+                again = queue.resubmit(dead)
+                world.resubmitted += again is not None
+                if sched.trace_lines is not None:
+                    sched.trace(f"operator resubmits {dead} as {again}")
+            sched.sleep(OPERATOR_PERIOD_SECONDS)
 
 
 def _failed(world: World, error: Exception) -> None:

@@ -49,7 +49,7 @@ class BrokerMessage:
     queue: str
     sequence_number: int
     message_id: str | None
-    body: bytes
+    body: bytes | None  # None: an AMQP value body, no data section (a JMS producer's, say)
     session_id: str | None
     correlation_id: str | None
     enqueued_at: float
@@ -61,6 +61,8 @@ class BrokerMessage:
     reason: str | None = None
     description: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
+    settled_at: float | None = None  # when it left the queue
+    resubmission_of: BrokerMessage | None = None  # the dead letter an operator sent this again for
 
     @property
     def settled(self) -> bool:
@@ -126,9 +128,20 @@ class Queue:
         self._tokens = 0
         self._scheduled = 0  # messages sent to come later, not yet due
 
+    def resubmit(self, dead: BrokerMessage) -> BrokerMessage | None:
+        """What ``sbctl dlq resubmit`` does with a dead letter: the message sent again, a copy under its original
+        MessageId, without its chain's properties; the dead letter removed only once it is sent."""
+        chain = retries.chain_of(dead.properties)
+        again = self.send(message_id=chain.original_message_id if chain else dead.message_id, body=dead.body,
+                          session_id=dead.session_id, correlation_id=dead.correlation_id, tag=dead.tag,
+                          properties=retries.originals(dead.properties))
+        if again is not None:
+            again.resubmission_of = dead
+        return again
+
     def send(
-        self, *, message_id: str | None, body: bytes, session_id: str | None, correlation_id: str | None, tag: int,
-        properties: Mapping[str, str] | None = None, due: float | None = None,
+        self, *, message_id: str | None, body: bytes | None, session_id: str | None, correlation_id: str | None,
+        tag: int, properties: Mapping[str, str] | None = None, due: float | None = None,
     ) -> BrokerMessage | None:
         """Enqueue a message, or schedule it for ``due``; None when duplicate detection drops it."""
         now = self._sched.clock.now
@@ -279,6 +292,7 @@ class Queue:
         message.state = state
         message.reason = reason
         message.description = description
+        message.settled_at = self._sched.clock.now
         self._active.remove(message)
         self._sched.notify(self._settled)
 
@@ -301,6 +315,11 @@ class Broker:
         self.orders = queue(settings.orders_queue, sessions=False)
         self.events = queue(settings.order_events_queue, sessions=settings.order_events_sessions)
         self.queues = {q.name: q for q in (self.orders, self.events)}
+
+    @property
+    def now(self) -> float:
+        """The simulated time."""
+        return self._sched.clock.now
 
     def new_receiver(self) -> int:
         """An id for a receiver; a restarted process gets a new one, and holds no session."""
@@ -329,9 +348,11 @@ class Namespace:
     copy) lands there, scheduled as it says, under the workload tag of the message it copies; a send anywhere
     else goes on to ``outside`` (the OrderAccepted and OrderRejected destinations)."""
 
-    def __init__(self, broker: Broker, outside: MessageSender) -> None:
+    def __init__(self, broker: Broker, outside: MessageSender, ceiling_seconds: float = float("inf")) -> None:
         self._broker = broker
         self._outside = outside
+        self._ceiling = ceiling_seconds
+        self.at_ceiling = 0  # copies scheduled the back-off's ceiling after their hand-on
 
     async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
         """Send, as the namespace does; see MessageSender."""
@@ -344,6 +365,8 @@ class Namespace:
             root = queue.messages[int(chain) - 1] if chain.isdigit() and 0 < int(chain) <= len(queue.messages) \
                 else None
             due = message.scheduled_enqueue_time
+            if due is not None and due.timestamp() - self._broker.now >= self._ceiling - 1e-6:
+                self.at_ceiling += 1
             queue.send(message_id=message.message_id, body=message.body, session_id=message.session_id,
                        correlation_id=message.correlation_id, tag=root.tag if root else -1,
                        properties=message.application_properties, due=due.timestamp() if due else None)

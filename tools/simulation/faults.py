@@ -52,6 +52,7 @@ class Outage:
     start: float
     end: float
     refused: int = 0
+    long: bool = False  # longer than the run's RETRY_TOTAL_SECONDS: chains reach their last delivery while it lasts
 
     def covers(self, call: str, now: float) -> bool:
         """Whether ``call`` at ``now`` goes to the dependency while it is down."""

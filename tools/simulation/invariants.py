@@ -194,10 +194,14 @@ def _newer_kept(event: EventPlan, records: list[Document], order: Document | Non
 
 
 def settled_as_expected(world: World, documents: list[Document]) -> Iterable[Violation]:
-    """No valid message dead-lettered (by an outage either: ``MaxDeliveryCountExceeded`` or
-    ``RetryLimitExceeded``); every invalid or mismatching one dead-lettered with its reason; an event that can
-    never apply completed (parked, then rejected) or dead-lettered InvalidTransition (it came after). A message
-    handed on is judged with its copies: the original completed, and the chain ending as the message should."""
+    """No valid message dead-lettered (by an outage either: no ``MaxDeliveryCountExceeded``, and
+    ``RetryLimitExceeded`` only where a long outage outlasted the chain: its last delivery tried while the dependency
+    was down, and the operator's resubmission then judged as the message); every invalid or mismatching one
+    dead-lettered with its reason; an event that can never apply completed (parked, then rejected) or dead-lettered
+    InvalidTransition (it came after). A message handed on is judged with its copies: the original completed, and
+    the chain ending as the message should."""
+    resubmitted = {id(m.resubmission_of) for q in world.broker.queues.values() for m in q.messages
+                   if m.resubmission_of is not None}
     for queue in world.broker.queues.values():
         for root, chain in chains(queue.messages).items():
             sent = world.workload.messages[root.tag]
@@ -207,14 +211,37 @@ def settled_as_expected(world: World, documents: list[Document]) -> Iterable[Vio
                 if ends <= {(State.COMPLETED, None)}:
                     continue
             wanted = (State.COMPLETED, None) if sent.expect is None else (State.DEAD_LETTERED, sent.expect)
+            limited = False
             for message in chain:
                 if (message.state, message.reason) in (wanted, (State.COMPLETED, None)):
                     continue
+                if message.reason == retries.RETRY_LIMIT_EXCEEDED and (why := _limit_broken(world, message,
+                                                                                             resubmitted)) is None:
+                    limited = True  # tried at its last delivery, in a long outage, and resubmitted: judged there
+                    continue
                 yield Violation("settlement", f"{sent.label} {message}{_copy(message)} is {message.state}"
-                                              f" {message.reason or ''}: {message.description or ''}")
-            if sent.expect is not None and wanted not in ends:
+                                              f" {message.reason or ''}: {message.description or ''}"
+                                              + (f" ({why})" if message.reason == retries.RETRY_LIMIT_EXCEEDED
+                                                 else ""))
+            if sent.expect is not None and wanted not in ends and not limited:
                 yield Violation("settlement", f"{sent.label} {root} and its {len(chain) - 1} copies all completed,"
                                               f" none dead-lettered {sent.expect}")
+
+
+def _limit_broken(world: World, message: BrokerMessage, resubmitted: set[int]) -> str | None:
+    """Why a message dead-lettered RetryLimitExceeded should not have been, or None when it is what a long outage
+    does: its chain's last delivery tried (not handed on untried), while the dependency was still down, and the
+    operator resubmitted it afterwards (that resubmission is judged as the message)."""
+    outage = world.chaos.outage
+    if outage is None or not outage.long:
+        return "no outage outlasted RETRY_TOTAL_SECONDS"
+    if message.settled_at is None or message.settled_at > outage.end + world.settings.servicebus_lock_duration_seconds:
+        return "its last delivery came after the outage"
+    if "not tried" in (message.description or ""):
+        return "its last delivery was not tried"
+    if id(message) not in resubmitted:
+        return "never resubmitted"
+    return None
 
 
 def chains(messages: Iterable[BrokerMessage]) -> dict[BrokerMessage, list[BrokerMessage]]:

@@ -33,6 +33,8 @@ class RunReport:
     limits: Counter[str] = field(default_factory=Counter)  # proxies.FaultyStore.limits
     outage: Outage | None = None
     breaker_opened: int = 0  # how often a queue's breaker opened
+    at_ceiling: int = 0  # copies scheduled the back-off's ceiling (15 minutes) after their hand-on
+    resubmitted: int = 0  # RetryLimitExceeded dead letters the operator resubmitted after a long outage
 
     def replay(self) -> str:
         """The one-line command that replays this run with its trace."""
@@ -75,6 +77,9 @@ class Totals:
     longest_outage: float = 0.0
     refused_in_outages: int = 0
     breaker_opened: int = 0
+    long_outages: int = 0  # seeds whose outage outlasted RETRY_TOTAL_SECONDS
+    at_ceiling: int = 0
+    resubmitted: int = 0
 
     def add(self, report: RunReport) -> None:
         """Count one run in."""
@@ -99,7 +104,10 @@ class Totals:
             self.outage_seconds += length
             self.longest_outage = max(self.longest_outage, length)
             self.refused_in_outages += report.outage.refused
+            self.long_outages += report.outage.long
         self.breaker_opened += report.breaker_opened
+        self.at_ceiling += report.at_ceiling
+        self.resubmitted += report.resubmitted
         if report.resent_past_window:
             self.resent_past_window.append(report.seed)
         if report.violations:
@@ -127,6 +135,10 @@ class Totals:
             f" {self.outage_seconds:.0f} s down in all, the longest {self.longest_outage:.0f} s;"
             f" {self.refused_in_outages} calls refused meanwhile;"
             f" breakers opened {self.breaker_opened} times; handed on {self.outcomes['handed_on']}",
+            f"long         {self.long_outages} seeds past RETRY_TOTAL_SECONDS: {self.at_ceiling} copies due the"
+            f" back-off's ceiling after their hand-on; RetryLimitExceeded"
+            f" {self.outcomes['retry_limit_exceeded']}, each tried at its last delivery, {self.resubmitted}"
+            " resubmitted by the operator",
             f"violations   {sum(self.violations.values())}: {_counts(self.violations) or 'none'}",
             f"OrderAccepted or OrderRejected resent past the destination's detection window in"
             f" {len(self.resent_past_window)} seeds"

@@ -34,7 +34,7 @@ def simulate(seed: int, *, wiring: Wiring | None = None, trace: bool = False) ->
                      world.outcomes, world.settlements, violations, resent, world.sched.trace_lines,
                      world.foreign_writes, races, "sessions" if world.events_sessions else "plain",
                      world.concurrent_events, world.storm, world.store_proxy.limits, world.chaos.outage,
-                     world.breakers_opened)
+                     world.breakers_opened, world.namespace.at_ceiling, world.resubmitted)
 
 
 @contextmanager

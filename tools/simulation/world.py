@@ -17,6 +17,7 @@ from shared.delivery import SETTLEMENTS, Handler
 from shared.domain.documents import OutboxEntry
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
+from shared.domain.retries import RETRY_LIMIT_EXCEEDED
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.sender import MessageSender
@@ -67,6 +68,13 @@ class Wiring:
 # longer than MaxDeliveryCount (10) deliveries with their waits (about 100 s), well inside RETRY_TOTAL_SECONDS.
 OUTAGE_SHARE = 1 / 3
 OUTAGE_SECONDS = (300.0, 2400.0)
+# A quarter of those outages are long: 50 to 80 minutes, past the run's RETRY_TOTAL_SECONDS, there 40 minutes (a
+# setting, here shorter than Azure's 4 hours, and long enough that a chain's back-off reaches its 15-minute ceiling):
+# the chains begun early in it reach their last delivery while it lasts, and are dead-lettered RetryLimitExceeded,
+# which an operator resubmits once it is over (docs/operations.md, "In an outage").
+LONG_OUTAGE_SHARE = 1 / 4
+LONG_OUTAGE_SECONDS = (3000.0, 4800.0)
+LONG_RETRY_TOTAL_SECONDS = 2400
 
 
 def chaos_profile(rng: random.Random) -> ChaosProfile:
@@ -74,7 +82,9 @@ def chaos_profile(rng: random.Random) -> ChaosProfile:
     outage = None
     if rng.random() < OUTAGE_SHARE:
         start = EPOCH + rng.uniform(10.0, 600.0)
-        outage = Outage(rng.choice(("fulfilment", "store")), start, start + rng.uniform(*OUTAGE_SECONDS))
+        long = rng.random() < LONG_OUTAGE_SHARE
+        outage = Outage(rng.choice(("fulfilment", "store")), start,
+                        start + rng.uniform(*(LONG_OUTAGE_SECONDS if long else OUTAGE_SECONDS)), long=long)
     return ChaosProfile(
         fault_rate=rng.choice((0.0, 0.03, 0.08, 0.15, 0.25)),
         switch_rate=rng.choice((0.05, 0.25, 0.6)),
@@ -107,6 +117,9 @@ class World:
         # it does when a copy cannot be sent, and MaxDeliveryCount bounds it.
         if profile.outage is None and rng.random() < 0.2:
             settings = msgspec.structs.replace(settings, delayed_retries=False)
+            self.settings = settings
+        if profile.outage is not None and profile.outage.long:
+            settings = msgspec.structs.replace(settings, retry_total_seconds=LONG_RETRY_TOTAL_SECONDS)
             self.settings = settings
         self.chaos = Chaos(self.sched, profile, settings.servicebus_lock_duration_seconds,
                            release=self._release_session, releasable=self._holds_session)
@@ -148,6 +161,7 @@ class World:
         self.errors: list[str] = []  # deliveries a handler failed with an unexpected exception
         self.foreign_writes: Counter[str] = Counter()  # kind -> writes of the other writers (simulation.foreign)
         self.foreign_stats: Counter[str] = Counter()  # their own 412s, writes given up, documents gone first
+        self.resubmitted = 0  # dead letters the operator sent again
 
     def instance(self) -> Instance:
         """A new process of the app: the app as production builds it over the run's ports, and its handlers by
@@ -167,7 +181,8 @@ class World:
     def _sender(self, wiring: Wiring) -> MessageSender:
         """The app's sender: the namespace under chaos, through the wiring's wrapper. A wrapper with an
         ``after_settle`` method has it called after each settlement (a planted bug sends there)."""
-        sender = wiring.sender(FaultySender(Namespace(self.broker, self.sender), self.chaos))
+        self.namespace = Namespace(self.broker, self.sender, self.settings.retry_backoff_ceiling_seconds)
+        sender = wiring.sender(FaultySender(self.namespace, self.chaos))
         self.after_settle: Callable[[], None] | None = getattr(sender, "after_settle", None)
         return sender
 
@@ -207,9 +222,17 @@ class World:
         return self.broker.queues[name]
 
     def drained(self) -> bool:
-        """Whether everything is done: sent, settled, published; nothing under way."""
+        """Whether everything is done: sent, settled, published, every dead letter an operator resubmits resubmitted;
+        nothing under way."""
         return (self.producing == 0 and self.busy == 0 and self.broker.unsettled() == 0
-                and not self.history.outbox_changes and not self.pending_outbox())
+                and not self.history.outbox_changes and not self.pending_outbox() and not self.to_resubmit())
+
+    def to_resubmit(self) -> list[tuple[Queue, BrokerMessage]]:
+        """The messages dead-lettered RetryLimitExceeded, which the operator resubmits once the outage is over,
+        that are not resubmitted yet."""
+        done = {id(m.resubmission_of) for q in self.broker.queues.values() for m in q.messages if m.resubmission_of}
+        return [(q, m) for q in self.broker.queues.values() for m in q.messages
+                if m.reason == RETRY_LIMIT_EXCEEDED and id(m) not in done]
 
     def pending_outbox(self) -> int:
         """How many outbox entries are still pending in the store."""
