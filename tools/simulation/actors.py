@@ -34,7 +34,7 @@ def start(world: World) -> None:
     sched.spawn("publisher", Publisher(world).run)
     sched.spawn("sweeper", Sweeper(world).run)
     if world.chaos.outage is not None and world.chaos.outage.long:
-        sched.spawn("operator", Operator(world).run)
+        sched.spawn("dlq-operator", Operator(world).run)
     foreign.start(world)
 
 
@@ -142,11 +142,15 @@ class Producer:
                 first = world.accepted[send.after]
                 while not world.queue(first.queue).processed(first):
                     sched.wait(world.broker.settled)
-                earliest = max(earliest, first.enqueued_at + world.detection_window + 1.0)
+                # The window runs from the last send under its MessageId: an operator's resubmission's, if any.
+                queue = world.queue(first.queue)
+                earliest = max(earliest, first.enqueued_at + world.detection_window + 1.0,
+                               queue.detects_until(first.message_id) + 1.0)
             sched.sleep(earliest - world.clock.now)
             out = send.message
             sent = world.queue(out.queue).send(message_id=out.message_id, body=out.body, session_id=out.session_id,
-                                               correlation_id=out.correlation_id, tag=out.tag)
+                                               correlation_id=out.correlation_id, tag=out.tag,
+                                               properties=dict(out.properties))
             if sent is not None:
                 world.accepted[out.tag] = sent
             if sched.trace_lines is not None:

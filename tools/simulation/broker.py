@@ -231,12 +231,25 @@ class Queue:
         self._sched.notify(self._ready)
         return True
 
+    def detects_until(self, message_id: str | None) -> float:
+        """Until when a send under ``message_id`` would be dropped (its last accepted send and the window)."""
+        first = self._first_sent.get(message_id) if message_id is not None else None
+        return first + self._window if first is not None else 0.0
+
     def processed(self, message: BrokerMessage) -> bool:
         """Whether ``message`` has left the queue for good: settled, and so is every copy delayed retries made of
-        it (a message handed on has left the queue, not yet been processed)."""
+        it (a message handed on has left the queue, not yet been processed); a copy dead-lettered
+        RetryLimitExceeded is processed once the operator's resubmission of it is."""
         chain = str(message.sequence_number)
-        return message.settled and all(m.settled for m in self.messages[message.sequence_number:]
-                                       if m.properties.get(retries.CHAIN) == chain)
+        copies = [m for m in self.messages[message.sequence_number - 1:]
+                  if m is message or m.properties.get(retries.CHAIN) == chain]
+        if not all(m.settled for m in copies):
+            return False
+        for dead in (m for m in copies if m.reason == retries.RETRY_LIMIT_EXCEEDED):
+            again = next((m for m in self.messages if m.resubmission_of is dead), None)
+            if again is None or not self.processed(again):
+                return False
+        return True
 
     def unsettled(self) -> int:
         """How many messages are still in the queue, scheduled, available or locked."""

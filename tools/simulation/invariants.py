@@ -28,7 +28,7 @@ from shared.ports.store import Document
 from simulation.broker import BrokerMessage, State
 from simulation.foreign import at_path
 from simulation.proxies import RECORD_KINDS
-from simulation.workload import EventPlan
+from simulation.workload import INVALID, EventPlan
 from simulation.world import World
 
 
@@ -265,13 +265,24 @@ def _copy(message: BrokerMessage) -> str:
 def outage_carried_over(world: World, documents: list[Document]) -> Iterable[Violation]:
     """An outage shorter than RETRY_TOTAL_SECONDS dead-letters nothing (``settled_as_expected`` sees to each
     message) and every message it met is processed once after it (``one_order_each``, ``events_once_in_order``);
-    here, that no copy was made when delayed retries are off, and none outlived the drain."""
+    here, that no copy was made when delayed retries are off, none outlived the drain, none was made of an invalid
+    message (it needs no dependency: dead-lettered as it came, breaker open or not), and every copy kept the
+    producer's own application properties."""
     for queue in world.broker.queues.values():
         for message in queue.messages:
             if message.state is State.SCHEDULED:
                 yield Violation("retries", f"{message}{_copy(message)} is still scheduled at the end")
             if not world.settings.delayed_retries and retries.CHAIN in message.properties:
                 yield Violation("retries", f"{message}{_copy(message)}: a copy with DELAYED_RETRIES false")
+        for root, chain in chains(queue.messages).items():
+            sent = world.workload.messages[root.tag]
+            if sent.expect == INVALID and len(chain) > 1:
+                yield Violation("retries", f"{sent.label} {root}: handed on although no dependency could help it")
+            for copy in chain[1:]:
+                lost = {k: v for k, v in sent.properties if copy.properties.get(k) != v}
+                if lost:
+                    yield Violation("retries", f"{sent.label} {copy}{_copy(copy)} lost its producer's properties"
+                                               f" {sorted(lost)}")
 
 
 def no_unexpected_error(world: World, documents: list[Document]) -> Iterable[Violation]:

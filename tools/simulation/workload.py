@@ -41,6 +41,7 @@ STORM_COPIES = (10, 120)  # copies of each event rebuilt under new ids
 STORM_OUT_OF_TURN = (10, 80)  # events past the order's last version
 SOLD_OUT_RATE = 0.15  # orders holding a sku the fulfilment fake is out of stock of
 NEWER_PRODUCER_RATE = 0.3  # events sent by a newer producer, with fields in their data this version does not model
+PRODUCER_PROPERTIES_RATE = 0.3  # messages whose producer sets application properties of its own
 ELSEWHERE_RATE = 0.5  # of the altered copies of events, those sent for another order (another subject)
 SHARED_ID_RATE = 0.1  # orders whose shipment, from another source, reuses the id of their payment
 WAREHOUSE = "/warehouse"  # that other source: an id is unique within its source only (CloudEvents)
@@ -55,11 +56,12 @@ class Outgoing:
     queue: str
     label: str
     message_id: str | None
-    body: bytes
+    body: bytes | None  # None: an AMQP value body, which the consumer cannot read
     session_id: str | None
     correlation_id: str | None
     expect: str | None = None
     or_dead_lettered: str | None = None
+    properties: tuple[tuple[str, str], ...] = ()  # the producer's own application properties
 
 
 @dataclass(frozen=True)
@@ -145,10 +147,17 @@ class _Builder:
         self.orders: list[OrderPlan] = []
         self.bodies: list[dict[str, Any]] = []
 
-    def message(self, queue: str, label: str, message_id: str | None, body: bytes, *, session_id: str | None = None,
-                expect: str | None = None, or_dead_lettered: str | None = None) -> Outgoing:
+    def message(self, queue: str, label: str, message_id: str | None, body: bytes | None, *,
+                session_id: str | None = None, expect: str | None = None,
+                or_dead_lettered: str | None = None) -> Outgoing:
+        """One message a producer sends; now and then with application properties of its own, a ``retryAttempt``
+        (its resend counter, a name the consumer once took for its own) among them, which the consumer must neither
+        read nor lose."""
+        properties: tuple[tuple[str, str], ...] = ()
+        if self.rng.random() < PRODUCER_PROPERTIES_RATE:
+            properties = (("retryAttempt", str(self.rng.randint(0, 3))), ("tenant", self.rng.choice(("eu", "us"))))
         outgoing = Outgoing(len(self.messages), queue, label, message_id, body, session_id,
-                            f"corr-{session_id or message_id}", expect, or_dead_lettered)
+                            f"corr-{session_id or message_id}", expect, or_dead_lettered, properties)
         self.messages.append(outgoing)
         return outgoing
 
@@ -168,11 +177,12 @@ class _Builder:
         order_id = body["orderId"]
         # A storm's order is held back while its events are rebuilt and resent ahead of it.
         sent = rng.uniform(400.0, 900.0) if storm else rng.uniform(60.0, 400.0)
-        original = self.message(orders, "order", order_id, msgspec.json.encode(body))
+        encoded = msgspec.json.encode(body)
+        original = self.message(orders, "order", order_id, encoded)
         script = [Send(sent, original)]
         if rng.random() < 0.3:
-            script.append(Send(self.copy_time(sent), self.message(orders, "exact copy", order_id, original.body)))
-        if rng.random() < 0.3 and len(original.body) < MAX_BODY_BYTES // 2:  # reformatted, it grows
+            script.append(Send(self.copy_time(sent), self.message(orders, "exact copy", order_id, encoded)))
+        if rng.random() < 0.3 and len(encoded) < MAX_BODY_BYTES // 2:  # reformatted, it grows
             copy = self.message(orders, "reformatted copy", order_id, reformatted(rng, body))
             script.append(Send(self.copy_time(sent), copy))
         if rng.random() < 0.2:
@@ -258,8 +268,10 @@ class _Builder:
         rng, orders, events = self.rng, self.settings.orders_queue, self.settings.order_events_queue
         body = generate.order(rng, self.now)
         order_id = body["orderId"]
-        kind = rng.choice(("bad json", "missing field", "id mismatch", "event id mismatch"))
-        if kind == "bad json":
+        kind = rng.choice(("bad json", "missing field", "id mismatch", "event id mismatch", "amqp value"))
+        if kind == "amqp value":  # a JMS producer's: no data section to read
+            message = self.message(orders, kind, order_id, None, expect=INVALID)
+        elif kind == "bad json":
             message = self.message(orders, kind, order_id, msgspec.json.encode(body)[:-7], expect=INVALID)
         elif kind == "missing field":
             del body[rng.choice(("customerId", "items", "total", "placedAt"))]
