@@ -10,10 +10,11 @@ always indexes; under an opt-in policy, each explicitly included path a document
 costs about 5 RU + 0.2 per indexed term; a replace about 10 RU + 0.4 per changed indexed term; a patch
 is charged like a replace (plus a small base charge, not counted here). The figures are estimates.
 
-The happy paths: a new order with two items (its batch of order, outbox entry and reservation claim;
-the claim completed after the fulfilment call; the outbox entry marked dispatched after the send), and
-an event applied in turn (its batch of inbox marker, the order's conditional patch and the event's
-record), once for a captured payment and once for a shipment.
+The happy paths: a new order with two items (its batch of order and reservation claim; the claim completed
+after the fulfilment call, with its outbox entry and the reservation on the order; the outbox entry marked
+dispatched after the send), and an event applied in turn (its identity's create, then its batch of inbox
+marker, the order's conditional patch and the event's record), once for a captured payment and once for a
+shipment.
 
     python -m bench.index_terms            # the table docs/performance.md quotes
     python -m bench.index_terms --json
