@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from shared.breaker import Breaker, watched_fulfilment, watched_store
+from shared.breaker import Breaker
 from shared.delivery import Check, Clock, Handler, Recorder, Retries, Settlement, SettlementPort, Sleep, run_delivery
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
@@ -32,6 +32,7 @@ from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.sender import MessageSender
 from shared.ports.store import DocumentStore
+from shared.ports.watched import watched_fulfilment, watched_store
 from shared.settings import Settings
 from shared.telemetry import export_to_azure_monitor, record_delivery
 

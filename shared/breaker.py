@@ -11,10 +11,9 @@ from Cosmos DB alone while the fulfilment service is down) proves nothing, and t
 instead. Every change is logged (a warning when it opens, which the alert in
 ``infra/modules/alerts.bicep`` reads) and counted (``consumer.breaker``).
 
-What an attempt reached is seen at its ports: ``attempt()`` opens a ``Reach`` for one attempt, and the
-handlers' store and fulfilment service, wrapped by ``watched_store`` and ``watched_fulfilment``, note in
-it each dependency that answered (whatever it answered: a 409 is Cosmos DB up) and each that was down
-(unreachable, 5xx, 429, a transient store error).
+What an attempt reached is seen at its ports (``shared.ports.watched``): each dependency that answered
+(whatever it answered: a 409 is Cosmos DB up) and each that was down (unreachable, 5xx, 429, a transient
+store error), as a ``Reach``.
 
 Each process keeps its own breakers: an instance that sees its dependency fail stops on its own,
 with no shared state to fail in turn.
@@ -22,21 +21,13 @@ with no shared state to fail in turn.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from opentelemetry import metrics
 
-from shared.domain.outcomes import is_transient
-from shared.errors import BatchFailed, ConfigurationError, DownstreamUnavailable, TransientStoreError
-from shared.ports.fulfilment import FulfilmentService, Reply
-from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Document, DocumentStore
+from shared.ports.watched import Reach
 from shared.telemetry import LOGGER_NAME, METER_NAME
 
 FAILING_SHARE = 0.5
@@ -54,111 +45,6 @@ class Admission(StrEnum):
     TRY = "try"  # closed: try, and retry inside the lock
     PROBE = "probe"  # open for long enough: try once, to see whether the dependency is back
     HAND_ON = "hand_on"  # open: hand the message on untried
-
-
-STORE = "store"
-FULFILMENT = "fulfilment"
-
-
-@dataclass
-class Reach:
-    """What one attempt showed of its dependencies: those that answered, and those that were down."""
-
-    answered: set[str] = field(default_factory=set)
-    down: set[str] = field(default_factory=set)
-
-
-_reach: ContextVar[Reach | None] = ContextVar("reach", default=None)
-
-
-@contextlib.contextmanager
-def attempt() -> Iterator[Reach]:
-    """Note, for the attempt run inside, which dependencies answered and which were down (its own task's or
-    greenlet's context: attempts running side by side each keep their own)."""
-    reach = Reach()
-    token = _reach.set(reach)
-    try:
-        yield reach
-    finally:
-        _reach.reset(token)
-
-
-def note(dependency: str, *, up: bool) -> None:
-    """Note in the current attempt's ``Reach`` that ``dependency`` answered (``up``) or was down."""
-    reach = _reach.get()
-    if reach is not None:
-        (reach.answered if up else reach.down).add(dependency)
-
-
-class _WatchedStore:
-    """A store that notes, in the current attempt's ``Reach``, whether Cosmos DB answered or was down."""
-
-    def __init__(self, store: DocumentStore) -> None:
-        self._store = store
-
-    @contextlib.contextmanager
-    def _watch(self) -> Iterator[None]:
-        try:
-            yield
-        except TransientStoreError:
-            note(STORE, up=False)
-            raise
-        except BatchFailed as exc:
-            note(STORE, up=not isinstance(exc.error, TransientStoreError))
-            raise
-        except ConfigurationError:
-            raise  # the store was never asked: the app's own setting (its identity) is wrong
-        except Exception:
-            note(STORE, up=True)  # an answer: not found, taken, changed
-            raise
-        note(STORE, up=True)
-
-    async def create(self, document: Document) -> Document:
-        with self._watch():
-            return await self._store.create(document)
-
-    async def read(self, doc_id: str, partition_key: str) -> Document:
-        with self._watch():
-            return await self._store.read(doc_id, partition_key)
-
-    async def query_pages(self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
-                          before: tuple[str, Any] | None = None, page_size: int = MAX_PAGE_ITEMS,
-                          ) -> AsyncIterator[list[Document]]:
-        with self._watch():
-            async for page in self._store.query_pages(conditions, partition_key=partition_key, before=before,
-                                                      page_size=page_size):
-                yield page
-
-    async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
-        with self._watch():
-            return await self._store.execute_batch(partition_key, operations)
-
-
-class _WatchedFulfilment:
-    """A fulfilment service that notes, in the current attempt's ``Reach``, whether it answered or was down. A
-    read timeout is an answer of a kind: the service took the request (``DownstreamUnavailable.slow``)."""
-
-    def __init__(self, fulfilment: FulfilmentService) -> None:
-        self._fulfilment = fulfilment
-
-    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
-        try:
-            reply = await self._fulfilment.reserve(idempotency_key, request)
-        except DownstreamUnavailable as exc:
-            note(FULFILMENT, up=exc.slow)
-            raise
-        note(FULFILMENT, up=not is_transient(reply.status))
-        return reply
-
-
-def watched_store(store: DocumentStore) -> DocumentStore:
-    """``store``, noting what it answered in the current attempt's ``Reach``."""
-    return _WatchedStore(store)
-
-
-def watched_fulfilment(fulfilment: FulfilmentService) -> FulfilmentService:
-    """``fulfilment``, noting what it answered in the current attempt's ``Reach``."""
-    return _WatchedFulfilment(fulfilment)
 
 
 class Breaker:

@@ -23,13 +23,13 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
-from shared import breaker as health
 from shared.breaker import Admission, Breaker
 from shared.domain import retries
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result, abandon_wait
 from shared.domain.retries import Backoff, Chain
 from shared.errors import InvalidMessage
+from shared.ports import watched as health
 from shared.ports.sender import MessageSender, OutgoingMessage
 from shared.telemetry import record_delivery
 

@@ -182,15 +182,15 @@ class SideEffect:
 
     async def close(self, claim: SideEffectRecord, refusal: str, reason: str) -> Result:
         """Finish the claim without making the effect: what it belongs to no longer allows it (``refusal``, the code
-        for why; ``reason``, in words). Rejected, announcing nothing; ORDER_CLOSED, or the verdict of a record that
+        for why; ``reason``, in words). Rejected, announcing nothing: ORDER_CLOSED; or the verdict of a record that
         another delivery finished first."""
         record: SideEffectRecord | None = claim
         for _ in range(MAX_RACES):
             current = record if record is not None and record.etag is not None else await self.find(claim)
             if current is None:
                 return Result(Outcome.TRANSIENT, f"{self.name} record {claim.id} removed under us")
-            if current.status in (EffectStatus.COMPLETED, EffectStatus.REJECTED):
-                return _final(current, Outcome.ORDER_CLOSED)
+            if isinstance(verdict := _verdict(current, Outcome.DUPLICATE), Result):
+                return verdict  # another delivery finished it first
             closed = await self.patch(current, status=EffectStatus.REJECTED, refusal=refusal, reason=reason[
                 :MAX_REASON_CHARS], finished_at=self.clock(), announces=False)
             if closed is not None:

@@ -24,10 +24,14 @@ def test_the_short_demo_drains_and_every_invariant_holds(tmp_path: Path) -> None
     assert figures["violations"] == []
     # The 200 orders, then 20 more at a steady rate, on which the latency on the first screen is measured.
     assert figures["orders"] == 220
+    # One outcome each, but for an order its status would contradict: cancelled while its reservation waited out
+    # the outage (or shipped, then refused), recorded and not announced.
     refused = figures["orders out of stock"]
-    assert (figures["orders written"], figures["reservations"], figures["OrderAccepted"]) == (220, 220 - refused,
-                                                                                            220 - refused)
-    assert figures["OrderRejected"] == refused > 0
+    unannounced = figures["outcomes unannounced, the order cancelled or shipped"]
+    assert figures["orders written"] == 220 and unannounced > 0
+    assert figures["OrderAccepted"] + figures["OrderRejected"] == 220 - unannounced
+    assert figures["OrderAccepted"] <= figures["reservations"] <= figures["OrderAccepted"] + unannounced
+    assert 0 < figures["OrderRejected"] <= refused
     assert figures["steady messages"] > 20 and figures["latency p99 ms"] >= figures["latency p50 ms"] > 0
     assert figures["dead letters"] == figures["dead letters planned"]
     assert figures["duplicates absorbed by the consumer"] > 0 and figures["events parked"] > 0

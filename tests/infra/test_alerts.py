@@ -19,6 +19,7 @@ from shared.domain.outcomes import Outcome, Result
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.reports import report_stuck
 from shared.handlers.side_effects import SideEffect
+from shared.ports.watched import FULFILMENT, Reach
 from shared.settings import Settings
 from tests.infra.bicep import Scope, Unresolved, expand, main_scope
 from tests.support.events import encode_event, event_body
@@ -159,7 +160,7 @@ def app_records(caplog: pytest.LogCaptureFixture) -> dict[str, list[logging.LogR
         caplog.clear()
         breaker = Breaker("process_order", window=2, open_seconds=30)
         breaker.record(True, clock.now)
-        breaker.record(False, clock.now + 30, probe=True)
+        breaker.record(False, clock.now + 30, probe=True, reach=Reach(answered={FULFILMENT}))  # reached it: up
         records["breaker"] = list(caplog.records)
     return records
 

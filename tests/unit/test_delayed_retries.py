@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from shared import bootstrap
-from shared import breaker as health
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.breaker import Admission, Breaker
 from shared.delivery import Action, Retries, Settlement, run_delivery
@@ -20,6 +19,7 @@ from shared.domain.messages import Headers, InboundMessage
 from shared.domain.outcomes import Outcome, Result
 from shared.domain.retries import Backoff, Chain
 from shared.errors import DownstreamUnavailable, PublishError
+from shared.ports import watched as health
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
 from shared.ports.store import Patch
