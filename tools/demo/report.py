@@ -270,6 +270,8 @@ def table(report: Report) -> str:
         ("reservations at the fulfilment service", str(f["reservations"])),
         ("OrderAccepted at order-accepted", str(f["OrderAccepted"])),
         ("OrderRejected at order-rejected (orders out of stock)", f"{f['OrderRejected']} ({f['orders out of stock']})"),
+        ("outcomes not announced: the order cancelled first (or shipped, then refused)",
+         str(f["outcomes unannounced, the order cancelled or shipped"])),
         ("time", f"{f['seconds']} s, {f['messages per second']} messages/s"),
         ("drained per second: orders / events", f"{f['orders drained per second']} / {f['events drained per second']}"
                                                  f" ({f['events against orders']}x)"),
