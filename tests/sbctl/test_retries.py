@@ -4,21 +4,26 @@ resubmitted as its original."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
 
 from devservers.servicebus import Broker, start_broker
+from sbctl import dlq
 from sbctl.cli import main
+from sbctl.detection import Detection
 from shared.domain import identity, retries
 from tests.sbctl.queues import config, drain, queue
 
 CONFIG = config(queue("retries-plain"), queue("retries-events", RequiresSession=True), queue("retries-dlq"),
                 queue("retries-list"), queue("retries-rollback"),
-                queue("retries-rollback-events", RequiresSession=True))
+                queue("retries-rollback-events", RequiresSession=True),
+                queue("retries-short-lock", LockDuration="PT5S"))
 FIRST = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
 
@@ -155,3 +160,25 @@ def test_after_a_rollback_the_copies_dead_lettered_invalid_are_mapped_back_and_n
     assert sorted(m.message_id for m in back) == ["ord-6", "ord-7"]  # under their original MessageIds
     assert all({k.decode() for k in m.application_properties} == {"tenant"} for m in back)
     assert [m.message_id for m in drain(conn, name, dead_letter=True)] == ["ord-bad"]  # not a copy: left alone
+
+
+@dataclasses.dataclass(frozen=True)
+class SlowOnOthers(dlq.Selection):
+    """The copies; taking long over any other dead letter, past every lock of the pass (5 s here)."""
+
+    def matches(self, message: ServiceBusReceivedMessage) -> bool:
+        if retries.chain_of(dlq.text_properties(message)) is None:
+            time.sleep(6)
+            return False
+        return super().matches(message)
+
+
+def test_a_dead_letter_whose_lock_ran_out_while_the_pass_went_on_is_left_where_it_is(conn: str) -> None:
+    name = "retries-short-lock"
+    send(conn, name, copy("ord-8", 1, due_in=0), ServiceBusMessage(b"{}", message_id="not-a-copy"))
+    dead_letter_all(conn, name, "MessageId does not equal orderId")
+    with ServiceBusClient.from_connection_string(conn) as client:
+        done = dlq.resubmit(client, name, SlowOnOthers(reason="InvalidMessage", copies=True),
+                            Detection(timedelta(0), "test"), report=lambda _: None, report_held=lambda _: None)
+    assert [row.message_id for row in done.resubmitted] == ["ord-8"]
+    assert [m.message_id for m in drain(conn, name, dead_letter=True)] == ["not-a-copy"]  # back, untouched

@@ -60,4 +60,8 @@ class MapBack:
 
     def _loop(self) -> None:
         while not self._stop.wait(EVERY_SECONDS):
-            self.once()
+            try:
+                self.once()
+            except Exception as exc:  # an operator's pass that failed is made again at the next: one line, on
+                print(f"chaos: mapping back failed ({type(exc).__name__}: {str(exc)[:120]}); trying again",
+                      flush=True)

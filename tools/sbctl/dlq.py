@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from azure.servicebus import (
     ServiceBusReceiveMode,
     ServiceBusSubQueue,
 )
+from azure.servicebus.exceptions import MessageLockLostError
 
 from sbctl.detection import Detection
 from shared.domain import retries
@@ -218,7 +220,8 @@ def _each_locked(client: ServiceBusClient, queue: str, selection: Selection,
     ``act`` returns True when it settled the message. A peek first takes stock of what is there, so
     the loop ends as soon as all of it was seen rather than after an idle wait. Messages that don't
     match, and those ``act`` left alone, stay locked until the end, so they are not received again,
-    and are then abandoned back to the dead-letter queue (their delivery count rises).
+    and are then abandoned back to the dead-letter queue (their delivery count rises); one whose lock ran out
+    meanwhile is back there already.
     """
     kept: list[ServiceBusReceivedMessage] = []
     seen: set[int | None] = set()
@@ -237,7 +240,10 @@ def _each_locked(client: ServiceBusClient, queue: str, selection: Selection,
                         kept.append(message)
         finally:
             for message in kept:
-                receiver.abandon_message(message)
+                # A lock that ran out while the others were handled (a short lock, a long dead-letter queue) has
+                # already given the message back: there is nothing left to abandon.
+                with contextlib.suppress(MessageLockLostError):
+                    receiver.abandon_message(message)
 
 
 COLUMNS = ["messageId", "reason", "description", "deliveryCount", "enqueuedTime"]
