@@ -180,17 +180,16 @@ async def _attempts(function: str, inbound: InboundMessage, handler: Handler, po
     by a call that reached the dependency."""
     breaker = retrying.breaker
     admission = breaker.admit(clock()) if breaker is not None else Admission.TRY
-    if admission is not Admission.TRY and last:
-        admission = Admission.TRY
-    if admission is Admission.HAND_ON:
+    probe = admission is Admission.PROBE  # the slot is taken, so the attempts say what they found, last or not
+    if admission is Admission.HAND_ON and not last:
         return Result(Outcome.TRANSIENT, f"not tried: the {function} breaker is open")
-    attempts = 1 if admission is Admission.PROBE or retrying.backoff is None else retrying.attempts
+    attempts = 1 if (probe and not last) or retrying.backoff is None else retrying.attempts
     for attempt in range(1, attempts + 1):
         with health.attempt() as reach:
             result = await handler(inbound)
         if breaker is not None:
-            breaker.record(result.outcome is Outcome.TRANSIENT and not result.dependency_up, clock(),
-                           probe=admission is Admission.PROBE, reach=reach)
+            breaker.record(result.outcome is Outcome.TRANSIENT and not result.dependency_up, clock(), probe=probe,
+                           reach=reach)
         if result.outcome is not Outcome.TRANSIENT or attempt == attempts:
             return result
         wait = await _wait_in_lock(function, inbound, port, retrying.wait, clock)

@@ -8,7 +8,8 @@ probed against a stand-in endpoint): unreachable is a ``ServiceRequestError`` (o
 raises one ``ClientAuthenticationError`` with no status and no cause, only a message. Elsewhere (a
 developer's workstation against an account) it is ``DefaultAzureCredential``, which finds their sign-in.
 
-``token_failure`` tells the two kinds apart, by the exception types and their status codes:
+``token_failure`` tells the two kinds apart, by the exception types and their status codes, along what an error
+wraps (``inner_exception``, ``__cause__``):
 
 - **transient** (the token endpoint unreachable or failing for now, once the cached token has expired):
   in the chain of causes, a status of 408, 429 or 5xx, or a transport error (``ServiceRequestError``,
@@ -72,7 +73,8 @@ def token_failure(error: BaseException) -> TokenFailure | None:
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:
-    """``error`` and everything it wraps: the SDKs' ``inner_exception``, ``__cause__`` and ``__context__``."""
+    """``error`` and what it wraps: the SDKs' ``inner_exception`` and ``__cause__``. Not ``__context__``: an error
+    that was merely being handled when this one was raised (a 5xx, a reset) says nothing of this one."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [error]
     while pending:
@@ -82,4 +84,4 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
         seen.add(id(link))
         yield link
         inner = getattr(link, "inner_exception", None)
-        pending += [inner if isinstance(inner, BaseException) else None, link.__cause__, link.__context__]
+        pending += [inner if isinstance(inner, BaseException) else None, link.__cause__]

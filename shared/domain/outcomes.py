@@ -7,9 +7,16 @@ is an ``Outcome``; the delivery policy maps each outcome to its settlement in on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import TypeVar
+
+from shared.domain.messages import InboundMessage
+from shared.errors import InvalidMessage, LimitExceeded
+
+T = TypeVar("T")
 
 # Timeout, throttled, Cosmos DB's retry-with, server error, bad gateway, unavailable, gateway timeout.
 # Anything else (501 Not Implemented, 505 and the 4xx) will answer the same when asked again.
@@ -86,3 +93,14 @@ def abandon_wait(delay_seconds: float, locked_until: datetime | None, now: float
     if locked_until is None:
         return delay_seconds
     return max(0.0, min(delay_seconds, locked_until.timestamp() - now - LOCK_MARGIN_SECONDS))
+
+
+def parsed(message: InboundMessage, parse: Callable[[InboundMessage], T]) -> T | Result:
+    """The message as ``parse`` reads it, or the final result of one it cannot: INVALID naming the rule it breaks,
+    LIMIT_EXCEEDED naming the limit. Needs no dependency, so it is decided before any breaker is asked."""
+    try:
+        return parse(message)
+    except InvalidMessage as exc:
+        return Result(Outcome.INVALID, exc.rule)
+    except LimitExceeded as exc:
+        return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")

@@ -19,6 +19,7 @@ MAX_PARKED_EVENTS parks no more (LimitExceeded), and one in a terminal status ta
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -26,21 +27,21 @@ import msgspec
 
 from shared.domain.aggregate import MAX_PARKED_EVENTS
 from shared.domain.documents import EventIdentity, InboxMarker, ParkedEvent
-from shared.domain.lifecycle import CloudEvent, parse_event
+from shared.domain.lifecycle import parse_event
 from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
+from shared.domain.outcomes import Outcome, Result, parsed
 from shared.errors import (
     AlreadyExists,
     AlreadySeen,
-    InvalidMessage,
     LimitExceeded,
     NotFound,
     OrderChanged,
+    StoreError,
     TransientStoreError,
     UnreadableDocument,
 )
 from shared.handlers.writes import EventWrites, Releases, Stored, read_known, waiting
-from shared.ports.store import MAX_RACES, DocumentStore
+from shared.ports.store import MAX_RACES, Delete, Document, DocumentStore
 from shared.settings import Settings
 
 
@@ -50,20 +51,32 @@ async def apply_order_event(
 ) -> Result:
     """Apply one lifecycle event exactly once for this consumer, in order, or park it until it can be;
     ``releases`` writes what a release decides."""
-    event = _parsed(message)
+    event = parsed(message, parse_event)
     if isinstance(event, Result):
         return event
     hash_, consumer = event.request_hash(), settings.consumer_name
     content = msgspec.json.decode(message.body or b"{}")  # an object: parse_event decoded it as one
     writes = EventWrites(releases(store, consumer, settings.parked_set_aside_ttl_seconds),
                          InboxMarker.of(event, consumer, hash_, settings.dedup_ttl_seconds), event, content)
+    # The identity is taken before the marker is written, as much as a redelivery or a delayed retry later: it
+    # outlives the marker by that much, so that no key is ever checked against a marker alone.
+    ttl = (settings.dedup_ttl_seconds
+           + settings.servicebus_lock_duration_seconds * settings.servicebus_max_delivery_count
+           + (settings.retry_total_seconds if settings.delayed_retries else 0))
+    identity_record = EventIdentity.of(event, consumer, hash_, ttl)
+    taken: Result | Document | None = None
     try:
-        taken = await _take_identity(store, EventIdentity.of(event, consumer, hash_, settings.dedup_ttl_seconds),
-                                     message)
-        if taken is not None:
+        taken = await _take_identity(store, identity_record, message)
+        if isinstance(taken, Result):
             return taken
         outcome, description = await _apply(writes, message, clock)
     except AlreadySeen as seen:
+        if seen.stored_hash is not None and seen.stored_hash != hash_ and isinstance(taken, dict):
+            # This delivery took the identity, and the marker says the event was applied with other content (by the
+            # release before identities, which wrote none): the identity goes back, so that the content applied
+            # keeps its key and its copies stay duplicates.
+            with contextlib.suppress(StoreError):
+                await store.execute_batch(identity_record.order_id, [Delete(identity_record.id, taken["_etag"])])
         if seen.stored_hash == hash_:
             return await _duplicate(writes.releases, event.order_id, hash_, finish=seen.releasing)
         if seen.stored_hash is None:
@@ -84,29 +97,21 @@ async def apply_order_event(
 
 def check_event(message: InboundMessage) -> Result | None:
     """What needs no dependency to decide: the final result of a delivery that is no valid event, else None."""
-    parsed = _parsed(message)
-    return parsed if isinstance(parsed, Result) else None
+    verdict = parsed(message, parse_event)
+    return verdict if isinstance(verdict, Result) else None
 
 
-def _parsed(message: InboundMessage) -> CloudEvent | Result:
-    try:
-        return parse_event(message)
-    except InvalidMessage as exc:
-        return Result(Outcome.INVALID, exc.rule)
-    except LimitExceeded as exc:
-        return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
-
-
-async def _take_identity(store: DocumentStore, record: EventIdentity, message: InboundMessage) -> Result | None:
-    """Take the event's identity for this content, before anything of it is written: None when it is this
-    content's (taken now, or by an earlier delivery of it: a redelivery after a crash goes on to apply it);
+async def _take_identity(store: DocumentStore, record: EventIdentity,
+                         message: InboundMessage) -> Result | Document | None:
+    """Take the event's identity for this content, before anything of it is written: the record as this delivery
+    created it, or None when an earlier delivery of this content took it (a redelivery after a crash goes on to
+    apply it);
     PAYLOAD_MISMATCH when it was taken for other content, under another subject say, which is then never
     applied; UNREADABLE when what holds it does not read. The create is the check, across every order's
     partition: of two deliveries of one identity with other contents, one creates it and the other finds it."""
     for _ in range(MAX_RACES):
         try:
-            await store.create(record.to_document())
-            return None
+            return await store.create(record.to_document())
         except AlreadyExists:
             pass
         try:

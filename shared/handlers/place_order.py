@@ -31,9 +31,8 @@ from shared.domain.documents import EffectStatus, OrderDocument, OrderRejected, 
 from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderPlaced, parse_order, utc_text
-from shared.domain.outcomes import Outcome, Result
+from shared.domain.outcomes import Outcome, Result, parsed
 from shared.errors import (
-    InvalidMessage,
     LimitExceeded,
     NoLongerAllowed,
     OrderChanged,
@@ -65,7 +64,7 @@ class OrderServices:
 async def place_order(message: InboundMessage, services: OrderServices) -> Result:
     """Validate; write the order's intake in one batch; on a taken id compare request hashes; then
     reserve stock through the two-phase record. Other errors propagate: the delivery policy abandons."""
-    order = _parsed(message)
+    order = parsed(message, parse_order)
     if isinstance(order, Result):
         return order
     hash_, settings = order.request_hash(), services.settings
@@ -114,9 +113,9 @@ async def _reserve(order: OrderPlaced, message: InboundMessage, services: OrderS
                                 announce=functools.partial(_outcome, order, message, services),
                                 guard=lambda taken: [_while(RESERVABLE_STATUSES, order.order_id,
                                                             {"reservationAttempt": taken.attempt})])
-    except NoLongerAllowed:
-        pass
-    status = (await read_known(services.store, order.order_id)).order.status
+    except NoLongerAllowed as exc:
+        refused = exc.document  # the order as the guard's merge read it, or nothing read yet
+    status = refused.get("status") if refused else (await read_known(services.store, order.order_id)).order.status
     if status == CANCELLED:
         return await _close(effect, claim, order.order_id, str(status), hash_, called=True)
     if status in RESERVABLE_STATUSES:
@@ -127,17 +126,8 @@ async def _reserve(order: OrderPlaced, message: InboundMessage, services: OrderS
 
 def check_order(message: InboundMessage) -> Result | None:
     """What needs no dependency to decide: the final result of a delivery that is no valid OrderPlaced, else None."""
-    parsed = _parsed(message)
-    return parsed if isinstance(parsed, Result) else None
-
-
-def _parsed(message: InboundMessage) -> OrderPlaced | Result:
-    try:
-        return parse_order(message)
-    except InvalidMessage as exc:
-        return Result(Outcome.INVALID, exc.rule)
-    except LimitExceeded as exc:
-        return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: {exc} ({exc.limit})")
+    verdict = parsed(message, parse_order)
+    return verdict if isinstance(verdict, Result) else None
 
 
 async def _write(

@@ -22,7 +22,12 @@ shape), which no retry inside the lock mends: the claim's lease ends, with the s
 it, and the delivery is dead-lettered for an operator to resubmit once it is put right, which takes the
 claim over and calls again. The verdict is a ``Result`` in the one vocabulary of outcomes: the caller's
 ``done`` when the effect happened (now or before), REJECTED when it was refused, IN_PROGRESS when another
-message holds it, TRANSIENT, DOWNSTREAM_REJECTED.
+message holds it, TRANSIENT, DOWNSTREAM_REJECTED; and ORDER_CLOSED when what the effect belongs to no longer
+allows it or its announcement. A claim's create and its takeover write the caller's ``guard`` in their batch
+(a patch that holds only while the order allows the effect): when it does not hold, NoLongerAllowed is raised
+before any call, and the caller finishes the claim without one (``close``). The finish writes the
+announcement the same way: where its conditions no longer hold, the answer is recorded and not announced
+(``announces`` false).
 """
 
 from __future__ import annotations
@@ -82,6 +87,9 @@ class Reply(Protocol):
 # written without the announcement. A guard is the same for a takeover: the patches that must hold for the
 # effect to be made at all, written in the takeover's batch.
 Announce = Callable[[SideEffectRecord], Sequence[BatchOperation]]
+# What must hold of what the effect belongs to for it to be made: patches written in the claim's batch (its create
+# or its takeover), given the record as claimed; one that does not hold raises NoLongerAllowed before any call.
+Guard = Callable[[SideEffectRecord], Sequence[BatchOperation]]
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,7 @@ class SideEffect:
     async def run(
         self, claim: SideEffectRecord, message: InboundMessage, call: Callable[[str], Awaitable[Reply]], *,
         done: Outcome, claimed: bool = False, found: SideEffectRecord | None = None, announce: Announce = lambda _: (),
-        guard: Announce = lambda _: (),
+        guard: Guard = lambda _: (),
     ) -> Result:
         """Claim (unless ``claimed``: ``claim`` is the record as written), call, and finish the record, with
         what ``announce`` writes for the outcome in the same batch.
@@ -185,17 +193,22 @@ class SideEffect:
         for why; ``reason``, in words). Rejected, announcing nothing: ORDER_CLOSED; or the verdict of a record that
         another delivery finished first."""
         record: SideEffectRecord | None = claim
+        # No status of its own: an earlier attempt's failed call (a 503, say) was no answer to this close.
+        closing: dict[str, Any] = {"status": EffectStatus.REJECTED, "refusal": refusal, "response_status": None,
+                                   "reason": reason[:MAX_REASON_CHARS], "finished_at": self.clock(), "announces": False}
         for _ in range(MAX_RACES):
             current = record if record is not None and record.etag is not None else await self.find(claim)
-            if current is None:
-                return Result(Outcome.TRANSIENT, f"{self.name} record {claim.id} removed under us")
+            record = None
+            if current is None:  # no claim stands (removed by hand, say): one is written, closed
+                try:
+                    await self.store.create(msgspec.structs.replace(claim, **closing).to_document())
+                except AlreadyExists:
+                    continue
+                return Result(Outcome.ORDER_CLOSED, f"{self.name} closed: {reason}")
             if isinstance(verdict := _verdict(current, Outcome.DUPLICATE), Result):
                 return verdict  # another delivery finished it first
-            closed = await self.patch(current, status=EffectStatus.REJECTED, refusal=refusal, reason=reason[
-                :MAX_REASON_CHARS], finished_at=self.clock(), announces=False)
-            if closed is not None:
+            if await self.patch(current, **closing) is not None:
                 return Result(Outcome.ORDER_CLOSED, f"{self.name} closed: {reason}")
-            record = None
         return Result(Outcome.TRANSIENT, f"{self.name} record {claim.id} kept changing under us")
 
     def lease_until(self, locked_until: datetime | None) -> float:
@@ -212,7 +225,7 @@ class _Run:
     message: InboundMessage
     done: Outcome
     announce: Announce
-    guard: Announce = lambda _: ()
+    guard: Guard = lambda _: ()
 
     @property
     def name(self) -> str:
@@ -297,18 +310,21 @@ class _Run:
         answer: dict[str, Any] = {"status": status, "response_status": reply.status, "reference": reply.reference,
                   "refusal": reply.refusal, "finished_at": self.effect.clock()}
         for _ in range(MAX_RACES):
-            try:
-                finished = await self.effect.patch(record, announce=self.announce, reason=_reason(reply), **answer,
-                                                   **({"announced": True} if record.announces else {}))
-            except NoLongerAllowed as exc:
-                # What it belongs to changed under the call (an order cancelled while its stock was reserved): the
-                # answer is recorded, and nothing that would contradict it now is announced.
-                finished = await self.effect.patch(record, reason=f"not announced: {exc}"[:MAX_REASON_CHARS],
-                                                   announces=False, **answer)
-                if finished is not None:
-                    return Result(Outcome.ORDER_CLOSED, f"{summary(finished)}; the outcome is not announced")
+            finished = await self._announced(record, reason=_reason(reply), **answer,
+                                             **({"announced": True} if record.announces else {}))
+            if isinstance(finished, Result):
+                return finished
             if finished is not None:
                 return Result(self.done if status is EffectStatus.COMPLETED else Outcome.REJECTED, summary(finished))
+            stored = await self.effect.find(record)
+            if stored is not None and _closed_uncalled(stored) and status is EffectStatus.COMPLETED:
+                # Closed by another delivery (its order cancelled) while this call ran past its lease, and the call
+                # reserved after all: what it made is recorded, still unannounced.
+                made = await self.effect.patch(stored, status=status, response_status=reply.status,
+                                               reference=reply.reference, finished_at=answer["finished_at"])
+                if made is not None:
+                    return Result(Outcome.ORDER_CLOSED, f"{summary(made)}; the outcome is not announced")
+                continue
             current = await self._read(record)
             if isinstance(current, Result):
                 return current
@@ -333,18 +349,31 @@ class _Run:
             if record.status not in (EffectStatus.COMPLETED, EffectStatus.REJECTED) or not record.announces \
                     or record.announced:
                 return _verdict(record, self.done)
-            try:
-                if await self.effect.patch(record, announce=self.announce, announced=True) is not None:
-                    return _verdict(record, self.done)
-            except NoLongerAllowed as exc:
-                if await self.effect.patch(record, announces=False,
-                                           reason=f"not announced: {exc}"[:MAX_REASON_CHARS]) is not None:
-                    return _final(record, Outcome.ORDER_CLOSED)
+            announced = await self._announced(record, announced=True)
+            if isinstance(announced, Result):
+                return announced
+            if announced is not None:
+                return _verdict(record, self.done)
             current = await self.effect.find(record)
             if current is None:
                 return Result(Outcome.TRANSIENT, f"{self.name}: record removed under us")
             record = current
         return Result(Outcome.TRANSIENT, f"{self.name}: the record kept changing under us")
+
+    async def _announced(self, record: SideEffectRecord, **changes: Any) -> SideEffectRecord | Result | None:
+        """Patch ``changes`` onto the record with what ``announce`` writes for it: the record as it stands then, or
+        None if it changed meanwhile. Where the announcement's conditions no longer hold (an order cancelled while
+        its stock was reserved, or shipped before it was refused), the changes are written unannounced
+        (``announces`` false, the reason why beside the downstream's): ORDER_CLOSED."""
+        try:
+            return await self.effect.patch(record, announce=self.announce, **changes)
+        except NoLongerAllowed as exc:
+            why = "; ".join(filter(None, [f"not announced: {exc}", changes.get("reason")]))[:MAX_REASON_CHARS]
+            unannounced = {k: v for k, v in changes.items() if k != "announced"}
+            finished = await self.effect.patch(record, **{**unannounced, "reason": why, "announces": False})
+        if finished is None:
+            return None
+        return Result(Outcome.ORDER_CLOSED, f"{summary(finished)}; the outcome is not announced")
 
     async def _release(self, record: SideEffectRecord, **diagnosis: Any) -> SideEffectRecord | None:
         """End the lease early after a failed call, so that the redelivery may take over at once; with the
@@ -368,9 +397,9 @@ def _verdict(record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Resu
     return record
 
 
-def _final(record: SideEffectRecord, outcome: Outcome) -> Result:
-    """The verdict of a finished record that announces nothing now: ``outcome``, with the record's facts."""
-    return Result(outcome, summary(record))
+def _closed_uncalled(record: SideEffectRecord) -> bool:
+    """Whether the record was closed for what it belongs to (``close``) without a call of its own answering."""
+    return record.status is EffectStatus.REJECTED and record.announces is False and record.response_status is None
 
 
 def _meets(document: Document, condition: Mapping[str, Any]) -> bool:

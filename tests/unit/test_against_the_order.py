@@ -10,9 +10,12 @@ from typing import Any
 
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.domain.documents import SideEffectRecord
 from shared.domain.lifecycle import ORDER_CANCELLED
 from shared.domain.outcomes import Outcome
+from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import Reply
+from shared.ports.store import Delete
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
@@ -52,3 +55,57 @@ def test_an_order_cancelled_while_its_reservation_call_runs_is_reserved_and_anno
     # A copy of the order after it: the record is finished; nothing is called or announced.
     again = asyncio.run(app.handle_order(inbound(order_body("ord-1"), sequence_number=8)))
     assert again.outcome is Outcome.ORDER_CLOSED and len(fulfilment.ledger.reservations()) == 1
+
+
+def cancel(app: bootstrap.App, order_id: str) -> None:
+    body = event_body(order_id, 2, ORDER_CANCELLED)
+    assert asyncio.run(app.handle_event(inbound(encode_event(body), message_id=body["id"]))).outcome is \
+        Outcome.APPLIED
+
+
+class Down(InMemoryFulfilment):
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        return Reply(503)
+
+
+def test_a_cancelled_orders_copy_whose_claim_was_removed_writes_it_closed_instead_of_retrying() -> None:
+    store = InMemoryStore()
+    app = bootstrap.build(SETTINGS, store=store, fulfilment=Down(), sender=RecordingSender())
+    assert asyncio.run(app.handle_order(inbound(order_body("ord-2"), sequence_number=7))).outcome is Outcome.TRANSIENT
+    [claim] = [d for d in store.documents() if d["type"] == "side-effect"]
+    asyncio.run(store.execute_batch("ord-2", [Delete(claim["id"], claim["_etag"])]))  # removed by hand
+    cancel(app, "ord-2")
+    again = asyncio.run(app.handle_order(inbound(order_body("ord-2"), sequence_number=9)))
+    assert again.outcome is Outcome.ORDER_CLOSED
+    [closed] = [d for d in store.documents() if d["type"] == "side-effect"]
+    assert (closed["status"], closed["refusal"], closed["announces"]) == ("rejected", "order-cancelled", False)
+
+
+class ClosedUnderTheCall(InMemoryFulfilment):
+    """The service, which reserves; while it does, another delivery closes the claim (the order cancelled after this
+    call's lease ran out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.close: Any = None
+
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        await self.close()
+        return await super().reserve(idempotency_key, request)
+
+
+def test_a_reservation_made_after_another_delivery_closed_its_claim_is_recorded_with_its_reference() -> None:
+    store, fulfilment = InMemoryStore(), ClosedUnderTheCall()
+    app = bootstrap.build(SETTINGS, store=store, fulfilment=fulfilment, sender=RecordingSender())
+
+    async def close() -> None:
+        [claim] = [d for d in store.documents() if d["type"] == "side-effect"]
+        effect = SideEffect(store, SETTINGS.consumer_name, "reserve-stock", 60)
+        closed = await effect.close(SideEffectRecord.from_document(claim), "order-cancelled", "cancelled")
+        assert closed.outcome is Outcome.ORDER_CLOSED
+    fulfilment.close = close
+    result = asyncio.run(app.handle_order(inbound(order_body("ord-3"), sequence_number=7)))
+    assert result.outcome is Outcome.ORDER_CLOSED
+    [record] = [d for d in store.documents() if d["type"] == "side-effect"]
+    assert (record["status"], record["announces"], record["responseStatus"]) == ("completed", False, 201)
+    assert record["reference"] and [d for d in store.documents() if d["type"] == "outbox"] == []

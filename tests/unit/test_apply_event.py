@@ -266,3 +266,25 @@ def test_a_stale_parked_event_that_no_longer_decodes_is_removed_without_reading_
                                               parked["_etag"])]))
     assert deliver(store, event_body("ord-1", 2)).outcome is Outcome.APPLIED  # version 2 takes its version
     assert [d for d in store.documents() if d["type"] == "parked-event"] == []
+
+
+def test_a_copy_with_other_content_of_an_event_the_release_before_applied_gives_the_identity_back() -> None:
+    store = InMemoryStore(default_ttl=-1)
+    placed(store)
+    body = event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-7")
+    assert deliver(store, body).outcome is Outcome.APPLIED
+    [identity_record] = [d for d in store.documents() if d["type"] == "event-identity"]
+    run(store.execute_batch(identity_record["orderId"], [Delete(identity_record["id"], identity_record["_etag"])]))
+    # As the release before left it: a marker, no identity. A copy with other content takes the identity first.
+    other = {**body, "data": {**body["data"], "amount": "1.00"}}
+    assert deliver(store, other).outcome is Outcome.PAYLOAD_MISMATCH
+    assert [d for d in store.documents() if d["type"] == "event-identity"] == []  # given back
+    assert deliver(store, body).outcome is Outcome.DUPLICATE  # the content applied keeps its key
+
+
+def test_an_event_identity_outlives_its_marker_by_a_redelivery_and_a_delayed_retry(store: InMemoryStore) -> None:
+    assert deliver(store, event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-8")).outcome is Outcome.APPLIED
+    by_type = {d["type"]: d for d in store.documents()}
+    settings = Settings()
+    assert by_type["event-identity"]["ttl"] == by_type["inbox"]["ttl"] + settings.servicebus_lock_duration_seconds \
+        * settings.servicebus_max_delivery_count + settings.retry_total_seconds

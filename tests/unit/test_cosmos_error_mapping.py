@@ -88,6 +88,11 @@ def caused(error: BaseException, cause: BaseException) -> BaseException:
     return error
 
 
+def contextual(error: BaseException, context: BaseException) -> BaseException:
+    error.__context__ = context
+    return error
+
+
 def inner(error: ServiceBusError, wrapped: BaseException) -> ServiceBusError:
     error.inner_exception = wrapped
     return error
@@ -112,6 +117,8 @@ TOKEN_FAILURES = [
     (CredentialUnavailableError("No managed identity endpoint found."), TokenFailure.CONFIGURATION),
     (ClientAuthenticationError("DefaultAzureCredential failed to retrieve a token"), TokenFailure.CONFIGURATION),
     (ServiceRequestError("connection refused"), None),
+    (contextual(CredentialUnavailableError("No managed identity endpoint found."), OSError("reset")),
+     TokenFailure.CONFIGURATION),  # an error that was only being handled says nothing of this one
     (CosmosHttpResponseError(status_code=403, message="RBAC"), None),
 ]
 

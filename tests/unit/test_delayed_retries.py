@@ -460,3 +460,17 @@ def test_the_watched_ports_note_what_answered_and_what_was_down() -> None:
 
     reach = asyncio.run(run())
     assert (reach.answered, reach.down) == ({health.STORE}, {health.FULFILMENT})
+
+
+def test_the_chains_last_delivery_that_takes_the_probes_turn_is_the_probe_and_closes_the_breaker() -> None:
+    breaker = Breaker("process_order", window=2, open_seconds=30)
+    breaker.record(True, NOW, reach=health.Reach(down={health.FULFILMENT}))
+    assert breaker.is_open
+    first = datetime.fromtimestamp(NOW - 4 * 3600 + 31, UTC)  # its last delivery, due as a probe is
+    copy = _message(message_id="retry.x", properties={
+        retries.ORIGINAL: "ord-1", retries.CHAIN: "42", retries.ATTEMPT: "21",
+        retries.FIRST_FAILED_AT: first.isoformat()})
+    journal = Journal()
+    settled, _ = _deliver(journal, journal.handler(Outcome.CREATED), message=copy, breaker=breaker, now=NOW + 31)
+    assert settled == Settlement(Action.COMPLETE)
+    assert not breaker.is_open and breaker.admit(NOW + 32) is Admission.TRY  # not open for another probe interval
