@@ -31,7 +31,8 @@ from devservers.faultproxy import FaultProxy, fault_proxy
 from devservers.fulfilment import FulfilmentServer
 from shared import bootstrap
 from shared.adapters.cosmos import CosmosStore
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.domain import identity
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.fake_host import FakeHost, Settlement, make_received_message
@@ -254,3 +255,17 @@ def deliver_event(
 ) -> Deliverer:
     """Deliver to process_order_event."""
     return Deliverer(fake_host, registered_functions, "process_order_event", loop)
+
+
+@pytest.fixture
+def handing_on(app_on_cosmos: Harness) -> Iterator[RecordingSender]:
+    """The app with delayed retries on and one try in the lock: a transient failure is handed on at once, its copy
+    recorded (for the test to deliver when it likes)."""
+    recording = RecordingSender()
+    app_on_cosmos.reconfigure(sender=recording, delayed_retries=True, retry_in_lock_attempts=1)
+    yield recording
+
+
+def reservation_calls(fulfilment: FulfilmentServer, order_id: str) -> list[int]:
+    """The statuses the fulfilment stand-in answered to the order's reservation calls, in order."""
+    return [c.status for c in fulfilment.calls(identity.effect_key("order-projection", "reserve-stock", order_id))]

@@ -4,29 +4,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-
-import pytest
 
 from devservers.fulfilment import FulfilmentServer
 from shared.adapters.memory import RecordingSender
 from shared.adapters.reservations import SOLD_OUT_PREFIX
-from shared.domain import identity
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
-from tests.functions.conftest import Deliverer, Harness
+from tests.functions.conftest import Deliverer, Harness, reservation_calls
 from tests.support.events import encode_event, event_body
 from tests.support.orders import encode, order_body
-
-
-@pytest.fixture
-def sender(app_on_cosmos: Harness) -> Iterator[RecordingSender]:
-    recording = RecordingSender()
-    app_on_cosmos.reconfigure(sender=recording, delayed_retries=True, retry_in_lock_attempts=1)
-    yield recording
-
-
-def calls(fulfilment: FulfilmentServer, order_id: str) -> list[int]:
-    return [c.status for c in fulfilment.calls(identity.effect_key("order-projection", "reserve-stock", order_id))]
 
 
 def of_type(target: Harness, order_id: str, kind: str) -> list[dict]:
@@ -41,25 +26,25 @@ def send_event(deliver: Deliverer, body: dict) -> str:
 
 def test_an_order_cancelled_while_its_copy_waits_out_an_outage_is_neither_reserved_nor_announced(
     app_on_cosmos: Harness, deliver_order: Deliverer, deliver_event: Deliverer, fulfilment: FulfilmentServer,
-    sender: RecordingSender,
+    handing_on: RecordingSender,
 ) -> None:
     order_id = f"ord-{uuid.uuid4()}"
     fulfilment.fail_next(503, count=1)  # the service is down: the order and its claim are written, then handed on
     assert deliver_order(encode(order_body(order_id)), message_id=order_id, sequence_number=301)[0].action == \
         "complete"
-    [(_, copy)] = sender.sent
+    [(_, copy)] = handing_on.sent
     assert send_event(deliver_event, event_body(order_id, 2, ORDER_CANCELLED)) == "complete"  # v2, applied
     # The service is back; the copy comes due.
     [settlement] = deliver_order(copy.body, message_id=copy.message_id, sequence_number=340,
                                  application_properties=dict(copy.application_properties))
     assert settlement.action == "complete"
-    assert calls(fulfilment, order_id) == [503]  # no reservation for a cancelled order
+    assert reservation_calls(fulfilment, order_id) == [503]  # no reservation for a cancelled order
     assert of_type(app_on_cosmos, order_id, "outbox") == []  # and no OrderAccepted for it
     [record] = of_type(app_on_cosmos, order_id, "side-effect")
     assert (record["status"], record["refusal"], record["announces"]) == ("rejected", "order-cancelled", False)
     # A later copy finds it closed: still no call.
     [settlement] = deliver_order(encode(order_body(order_id)), message_id=order_id, sequence_number=350)
-    assert settlement.action == "complete" and calls(fulfilment, order_id) == [503]
+    assert settlement.action == "complete" and reservation_calls(fulfilment, order_id) == [503]
 
 
 def test_an_order_its_released_events_shipped_at_intake_whose_reservation_is_refused_is_never_announced_rejected(
@@ -74,7 +59,7 @@ def test_an_order_its_released_events_shipped_at_intake_whose_reservation_is_ref
     assert settlement.action == "complete"
     order = app_on_cosmos.container.read_item(order_id, partition_key=order_id)
     assert (order["status"], order["version"]) == ("shipped", 3) and "rejection" not in order
-    assert calls(fulfilment, order_id) == [422]  # a shipped order's stock may still be reserved; it was refused
+    assert reservation_calls(fulfilment, order_id) == [422]  # a shipped order's stock may be reserved: refused
     assert of_type(app_on_cosmos, order_id, "outbox") == []  # and no OrderRejected for a shipped order
     [record] = of_type(app_on_cosmos, order_id, "side-effect")
     assert (record["status"], record["announces"]) == ("rejected", False)
@@ -87,7 +72,7 @@ def test_a_shipped_orders_stock_is_reserved_and_it_is_announced_accepted(
     order_id = f"ord-{uuid.uuid4()}"
     assert send_event(deliver_event, event_body(order_id, 2, ORDER_SHIPPED)) == "complete"  # cash on delivery
     assert deliver_order(encode(order_body(order_id)), message_id=order_id)[0].action == "complete"
-    assert calls(fulfilment, order_id) == [201]
+    assert reservation_calls(fulfilment, order_id) == [201]
     [entry] = of_type(app_on_cosmos, order_id, "outbox")
     assert entry["subject"] == "OrderAccepted"
 

@@ -13,8 +13,8 @@ import pytest
 
 from devservers.fulfilment import FulfilmentServer
 from shared.adapters.memory import RecordingSender
-from shared.domain import identity, retries
-from tests.functions.conftest import Deliverer, Harness
+from shared.domain import retries
+from tests.functions.conftest import Deliverer, Harness, reservation_calls
 from tests.support.orders import encode, order_body
 
 OPEN_SECONDS = 30
@@ -42,9 +42,6 @@ def sender(app_on_cosmos: Harness, clock: Clock) -> Iterator[RecordingSender]:
                               retry_total_seconds=TOTAL)
     yield recording
 
-
-def reservations(fulfilment: FulfilmentServer, order_id: str) -> list[int]:
-    return [c.status for c in fulfilment.calls(identity.effect_key("order-projection", "reserve-stock", order_id))]
 
 
 def open_the_breaker(harness: Harness, deliver: Deliverer, fulfilment: FulfilmentServer,
@@ -94,7 +91,7 @@ def test_a_probe_answered_from_cosmos_alone_does_not_close_the_breaker_and_the_n
     fulfilment.reset_faults()
     fresh = f"ord-{uuid.uuid4()}"
     assert deliver_order(encode(order_body(fresh)), message_id=fresh)[0].action == "complete"
-    assert reservations(fulfilment, fresh) == [201]  # the next delivery was the probe, at once
+    assert reservation_calls(fulfilment, fresh) == [201]  # the next delivery was the probe, at once
     assert not breaker.is_open
 
 
@@ -114,7 +111,7 @@ def test_the_chains_last_delivery_admitted_as_the_probe_gets_every_try_of_its_lo
     [settlement] = deliver_order(encode(order_body(order_id)), message_id=f"retry.9_{order_id}", sequence_number=88,
                                  application_properties=copy_of(order_id, attempt=9, first=first))
     assert (settlement.action, settlement.reason) == ("deadletter", "RetryLimitExceeded")
-    assert reservations(fulfilment, order_id) == [503, 503, 503]
+    assert reservation_calls(fulfilment, order_id) == [503, 503, 503]
     assert sender.sent == []
 
 
@@ -128,5 +125,5 @@ def test_a_last_copy_a_little_early_by_this_instances_clock_is_the_last_not_hand
     [settlement] = deliver_order(encode(order_body(order_id)), message_id=f"retry.9_{order_id}", sequence_number=89,
                                  application_properties=copy_of(order_id, attempt=9, first=first))
     assert (settlement.action, settlement.reason) == ("deadletter", "RetryLimitExceeded")
-    assert reservations(fulfilment, order_id) == [503, 503, 503]
+    assert reservation_calls(fulfilment, order_id) == [503, 503, 503]
     assert sender.sent == []
