@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
 COSMOS_DIR := tools/devservers/cosmos
 
-.PHONY: test setup installs lint typecheck pytest run demo chaos bench cosmos-server servicebus-server checkov simulate clean
+.PHONY: test setup installs lint typecheck pytest lock lock-check run demo chaos bench cosmos-server servicebus-server checkov simulate clean
 
 test: setup lint typecheck pytest
 
@@ -19,11 +19,14 @@ setup:
 installs: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
 	@:
 
-# The tools (tools/*) are installed into the venv by a path file, so that `.venv/bin/python -m sbctl ...`,
-# `-m devservers.host`, `-m simulation` and the rest run from the project root.
-$(VENV)/.installed: requirements.txt tools/requirements.txt requirements-dev.txt
+# The test environment runs exactly what is deployed: requirements-dev.txt (the tools' and tests' pins, and the
+# app's ranges through tools/requirements.txt) under the constraint of requirements.txt, the app's lock. uv
+# (pinned in requirements-dev.txt) installs it. The tools (tools/*) are installed into the venv by a path file,
+# so that `.venv/bin/python -m sbctl ...`, `-m devservers.host`, `-m simulation` and the rest run from the root.
+$(VENV)/.installed: requirements.txt requirements.in tools/requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements-dev.txt)"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements-dev.txt -c requirements.txt
 	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "idempotent_consumer_tools.pth").write_text(str(pathlib.Path("tools").resolve()) + "\n")'
 	touch $@
 
@@ -35,6 +38,14 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 $(COSMOS_DIR)/node_modules/.installed: $(COSMOS_DIR)/package.json $(COSMOS_DIR)/package-lock.json
 	npm ci --prefix $(COSMOS_DIR) --no-audit --no-fund --loglevel=error
 	touch $@
+
+# The lock of the deployed dependencies (docs/deploy.md): `make lock` after changing requirements.in;
+# `make lock-check` fails when requirements.txt is not the lock uv makes from requirements.in.
+lock: setup
+	$(BIN)/python -m deps lock
+
+lock-check: setup
+	$(BIN)/python -m deps check
 
 lint: setup
 	$(BIN)/ruff check .
