@@ -106,7 +106,7 @@ var eventsQueueName = eventsSessions ? 'order-events' : 'order-events-plain'
 var outboxDestinationName = 'order-accepted'
 var outboxRejectedDestinationName = 'order-rejected'
 
-resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+resource rg 'Microsoft.Resources/resourceGroups@2025-04-01' = {
   name: 'rg-${environmentName}'
   location: location
   tags: tags

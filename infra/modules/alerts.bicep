@@ -13,7 +13,7 @@ param serviceBusNamespaceName string
 param queueNames array
 param applicationInsightsName string
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
   name: serviceBusNamespaceName
 }
 
@@ -23,7 +23,7 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing
 
 // DeadletteredMessages counts what sits in a queue's dead-letter queue, so the alert stays fired until an
 // operator resubmits or purges it (docs/operations.md, "Dead-letter reasons").
-resource deadLetterAlerts 'Microsoft.Insights/metricAlerts@2018-03-01' = [for queue in queueNames: {
+resource deadLetterAlerts 'Microsoft.Insights/metricAlerts@2026-01-01' = [for queue in queueNames: {
   name: 'alert-${resourceToken}-deadletters-${queue}'
   location: 'global'
   tags: tags
@@ -115,7 +115,7 @@ traces
   }
 ]
 
-resource logAlertRules 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = [for rule in logAlerts: {
+resource logAlertRules 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = [for rule in logAlerts: {
   name: 'alert-${resourceToken}-${rule.name}'
   location: location
   tags: tags

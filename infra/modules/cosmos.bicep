@@ -10,7 +10,7 @@ param leasesContainerName string
 
 var serverless = capacityMode == 'serverless'
 
-resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
+resource account 'Microsoft.DocumentDB/databaseAccounts@2026-03-15' = {
   // checkov:skip=CKV_AZURE_101: no VNet or private endpoint in this template; the data plane accepts Entra ID tokens only (disableLocalAuth)
   // checkov:skip=CKV_AZURE_99: as above; add ipRules or a private endpoint when the app is VNet-integrated
   name: 'cosmos-${resourceToken}'
@@ -41,7 +41,7 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
   }
 }
 
-resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2024-05-15' = {
+resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2026-03-15' = {
   parent: account
   name: databaseName
   properties: {
@@ -60,7 +60,7 @@ resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2024-05-15
 // partitioned by order. TTL on without a default (-1): only documents carrying a ttl expire.
 // The indexing policy indexes only the paths the app's queries filter on (docs/performance.md,
 // "Indexing policy"); the local setup (devservers.cosmos_setup) applies the same file.
-resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-05-15' = {
+resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
   parent: database
   name: ordersContainerName
   properties: {
@@ -82,7 +82,7 @@ resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2
 }
 
 // Change-feed leases of publish_outbox.
-resource leases 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2024-05-15' = {
+resource leases 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
   parent: database
   name: leasesContainerName
   properties: {

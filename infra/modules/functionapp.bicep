@@ -10,7 +10,7 @@ param applicationInsightsConnectionString string
 @description('The settings the code reads, identity-based; merged with the host settings below.')
 param appSettings object
 
-resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   // checkov:skip=CKV_AZURE_225: Flex Consumption scales per event and zone redundancy is not offered in every region; enable it per region where needed
   name: 'plan-${resourceToken}'
   location: location
@@ -25,7 +25,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
   }
 }
 
-resource site 'Microsoft.Web/sites@2024-04-01' = {
+resource site 'Microsoft.Web/sites@2025-03-01' = {
   // checkov:skip=CKV_AZURE_222: the app has no HTTP triggers; the public endpoint serves only deployment (func publish, azd deploy)
   // checkov:skip=CKV_AZURE_17: no HTTP-triggered functions, so there is no client request to authenticate with a certificate
   // checkov:skip=CKV_AZURE_212: Flex Consumption scales from zero per queue and change-feed load; failover is the platform's

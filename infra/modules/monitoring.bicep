@@ -3,7 +3,7 @@ param location string
 param tags object
 param resourceToken string
 
-resource workspace 'Microsoft.OperationalInsights/workspaces@2023-09-01' = {
+resource workspace 'Microsoft.OperationalInsights/workspaces@2026-03-01' = {
   name: 'log-${resourceToken}'
   location: location
   tags: tags

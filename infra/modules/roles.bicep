@@ -29,16 +29,16 @@ var roles = {
 // Cosmos DB Built-in Data Contributor (a data-plane SQL role, not an Azure RBAC role).
 var cosmosDataContributor = '00000000-0000-0000-0000-000000000002'
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
   name: serviceBusNamespaceName
 }
 
-resource receiveQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for name in receiveQueueNames: {
+resource receiveQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' existing = [for name in receiveQueueNames: {
   parent: namespace
   name: name
 }]
 
-resource sendQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for name in sendQueueNames: {
+resource sendQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' existing = [for name in sendQueueNames: {
   parent: namespace
   name: name
 }]
@@ -70,12 +70,12 @@ resource senderAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' 
   }
 }]
 
-resource cosmos 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' existing = {
+resource cosmos 'Microsoft.DocumentDB/databaseAccounts@2026-03-15' existing = {
   name: cosmosAccountName
 }
 
 // Data Contributor scoped to the database, not the account.
-resource cosmosAssignment 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-05-15' = {
+resource cosmosAssignment 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2026-03-15' = {
   parent: cosmos
   name: guid(cosmos.id, databaseName, principalId, cosmosDataContributor)
   properties: {
@@ -85,7 +85,7 @@ resource cosmosAssignment 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignme
   }
 }
 
-resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+resource storage 'Microsoft.Storage/storageAccounts@2026-04-01' existing = {
   name: storageAccountName
 }
 
@@ -119,7 +119,7 @@ resource telemetryAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01
   }
 }
 
-resource operatorQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for name in operatorQueueNames: {
+resource operatorQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' existing = [for name in operatorQueueNames: {
   parent: namespace
   name: name
 }]
@@ -161,7 +161,7 @@ resource operatorOwnerAssignments 'Microsoft.Authorization/roleAssignments@2022-
 }]
 
 // sbctl parked list, release and drop read and write the orders container: the app's own data role, on the database.
-resource operatorCosmosAssignment 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-05-15' = if (operator) {
+resource operatorCosmosAssignment 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2026-03-15' = if (operator) {
   parent: cosmos
   name: guid(cosmos.id, databaseName, operatorPrincipalId, cosmosDataContributor)
   properties: {

@@ -23,7 +23,7 @@ var inputQueue = {
   defaultMessageTimeToLive: 'PT${messageTtlSeconds}S'
 }
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
   name: 'sb-${resourceToken}'
   location: location
   tags: tags
@@ -38,7 +38,7 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   }
 }
 
-resource ordersQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+resource ordersQueue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: ordersQueueName
   properties: union(inputQueue, {
@@ -46,7 +46,7 @@ resource ordersQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
   })
 }
 
-resource eventsQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+resource eventsQueue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: eventsQueueName
   properties: union(inputQueue, {
@@ -54,7 +54,7 @@ resource eventsQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
   })
 }
 
-resource outboxQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [for name in outboxDestinationNames: {
+resource outboxQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [for name in outboxDestinationNames: {
   parent: namespace
   name: name
   properties: {

@@ -5,7 +5,7 @@ param resourceToken string
 
 var deploymentContainerName = 'app-package'
 
-resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+resource account 'Microsoft.Storage/storageAccounts@2026-04-01' = {
   // checkov:skip=CKV_AZURE_35: no VNet in this template, so the host reaches the account over its public endpoint; access is Entra ID only (allowSharedKeyAccess false)
   // checkov:skip=CKV_AZURE_59: as above; anonymous blob access is off (allowBlobPublicAccess false) and keys are disabled
   // checkov:skip=CKV_AZURE_206: the account holds only host state and the deployment package, both recreated by a redeploy; LRS keeps idle cost lowest
@@ -27,7 +27,7 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   }
 }
 
-resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = {
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2026-04-01' = {
   parent: account
   name: 'default'
   properties: {
@@ -38,7 +38,7 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01'
   }
 }
 
-resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2026-04-01' = {
   parent: blobService
   name: deploymentContainerName
   properties: {

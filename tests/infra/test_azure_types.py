@@ -24,7 +24,7 @@ def test_the_vendored_types_name_their_source_and_hold_every_type_the_template_d
     assert document["source"]["repository"] == "https://github.com/Azure/bicep-types-az"
     assert len(document["source"]["commit"]) == 40
     assert {name.lower() for name in declared_types()} <= set(Types.load().bodies)
-    assert "Microsoft.ServiceBus/namespaces@2024-01-01" in declared_types()  # GA, not 2022-10-01-preview
+    assert "Microsoft.ServiceBus/namespaces@2026-01-01" in declared_types()  # GA, not 2026-07-01-preview
 
 
 def test_the_template_matches_azures_published_types_under_every_parameter_value() -> None:
