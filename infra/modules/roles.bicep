@@ -22,7 +22,6 @@ var roles = {
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
   serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
   storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
-  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
   storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
 }
@@ -89,10 +88,21 @@ resource storage 'Microsoft.Storage/storageAccounts@2026-04-01' existing = {
   name: storageAccountName
 }
 
-// The host keeps blobs (deployment package, timers' and triggers' state), queues and tables.
+// Host storage (AzureWebJobsStorage__accountName, identity-based): the two data roles the features this app uses need.
+// - Storage Blob Data Owner: the host's own blobs (primary-host lock, keys; it creates their containers), the timer
+//   triggers' singleton lease and schedule status, and the Flex Consumption deployment package (a blob container
+//   the platform reads with this identity).
+// - Storage Table Data Contributor: the Functions 4.x host persists diagnostic events (troubleshooting events it
+//   raises even when an error keeps the app from starting) in AzureFunctionsDiagnosticEvents<yyyyMM> tables over
+//   this connection; it lists, creates and deletes tables and writes entities. Without the role it logs a 403
+//   warning and turns the feature off.
+// No Storage Queue Data Contributor: queues in host storage serve the blob trigger (its internal and poison queues), Durable
+// Functions and queue bindings, none of which the app has; its triggers are Service Bus, Cosmos DB (leases in
+// Cosmos DB) and timers. Sources: "Connecting to host storage with an identity" (learn.microsoft.com/azure/
+// azure-functions/functions-reference), DiagnosticEventTableStorageRepository.cs in Azure/azure-functions-host
+// (identity-based since #10438). tests/infra/test_bicep.py pins this exact set.
 resource storageAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for role in [
   roles.storageBlobDataOwner
-  roles.storageQueueDataContributor
   roles.storageTableDataContributor
 ]: {
   name: guid(storage.id, principalId, role)

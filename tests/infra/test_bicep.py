@@ -11,6 +11,9 @@ SERVICE_BUS_DATA_RECEIVER = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0"
 SERVICE_BUS_DATA_SENDER = "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39"
 SERVICE_BUS_DATA_OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
 COSMOS_DATA_CONTRIBUTOR = "00000000-0000-0000-0000-000000000002"
+STORAGE_BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
+STORAGE_TABLE_DATA_CONTRIBUTOR = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
+STORAGE_QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
 OPERATOR = "11111111-2222-3333-4444-555555555555"
 
 
@@ -212,7 +215,7 @@ def test_cosmos_data_contributor_is_scoped_to_the_database(main: Scope) -> None:
 @pytest.mark.parametrize("operator", ["", OPERATOR])
 def test_role_assignment_names_are_guids_of_scope_principal_and_role(operator: str) -> None:
     assignments = role_assignments(main_scope(operatorPrincipalId=operator).module("roles"))
-    assert len(assignments) == 9 + (4 * 3 + 1 if operator else 0)
+    assert len(assignments) == 8 + (4 * 3 + 1 if operator else 0)
     for name, assignment, role in assignments:
         principal = text(assignment["properties"]["principalId"])
         # A Cosmos SQL assignment is scoped to the database: the account and the database name stand for it.
@@ -220,14 +223,17 @@ def test_role_assignment_names_are_guids_of_scope_principal_and_role(operator: s
         assert assignment["name"] == Unresolved(f"guid({scope}, {principal}, {role})"), name
 
 
-def test_host_storage_roles(main: Scope) -> None:
-    roles = main.module("roles")
-    guids = set(role_guid(roles, resources(roles)["storageAssignments"]))
-    assert guids == {
-        "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
-        "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
-        "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
-    }
+@pytest.mark.parametrize("operator", ["", OPERATOR])
+def test_host_storage_gets_blob_data_owner_and_table_data_contributor_and_nothing_else(operator: str) -> None:
+    # Blob Data Owner: the host's blobs, the timers' leases and status, the Flex deployment package. Table Data
+    # Contributor: the host's diagnostic events. No Queue Data Contributor: no blob trigger, Durable Functions or
+    # queue binding (infra/modules/roles.bicep, above storageAssignments, has the sources).
+    roles = main_scope(operatorPrincipalId=operator).module("roles")
+    on_storage = [(name, role) for name, assignment, role in role_assignments(roles)
+                  if "scope" in assignment and text(assignment["scope"]).split("[")[0] == "storage"]
+    assert sorted(on_storage) == [("storageAssignments", STORAGE_TABLE_DATA_CONTRIBUTOR),
+                                  ("storageAssignments", STORAGE_BLOB_DATA_OWNER)]
+    assert STORAGE_QUEUE_DATA_CONTRIBUTOR not in {role for _, _, role in role_assignments(roles)}
 
 
 def operator_assignment(roles: Scope, name: str) -> list[tuple[str, Unresolved, str, str]]:
