@@ -6,17 +6,20 @@ PYTHON ?= $(firstword $(foreach p,python3.13 $(wildcard $(HOME)/.pyenv/versions/
 VENV := .venv
 BIN := $(VENV)/bin
 CHECKOV_VENV := .venv-checkov
+DOCS_VENV := .venv-docs
 COSMOS_DIR := tools/devservers/cosmos
+AZURITE_DIR := tools/devservers/azurite
 
-.PHONY: test setup installs lint typecheck pytest lock lock-check run demo chaos bench cosmos-server servicebus-server checkov simulate clean
+.PHONY: test setup installs lint typecheck pytest lock lock-check run demo chaos bench cosmos-server azurite docs servicebus-server checkov simulate clean
 
 test: setup lint typecheck pytest
 
-# The three installs side by side: each mostly waits on its registry.
+# The installs side by side: each mostly waits on its registry.
 setup:
-	@$(MAKE) --no-print-directory -j3 installs
+	@$(MAKE) --no-print-directory -j5 installs
 
-installs: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(COSMOS_DIR)/node_modules/.installed
+installs: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(DOCS_VENV)/.installed $(COSMOS_DIR)/node_modules/.installed \
+		$(AZURITE_DIR)/node_modules/.installed
 	@:
 
 # The test environment runs exactly what is deployed: requirements-dev.txt (the tools' and tests' pins, and the
@@ -35,8 +38,20 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
+# The docs site's tools (requirements-docs.txt), in a venv of their own; tests/unit/test_docs_site.py builds the
+# site with --strict from it.
+$(DOCS_VENV)/.installed: requirements-docs.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-docs.txt
+	touch $@
+
 $(COSMOS_DIR)/node_modules/.installed: $(COSMOS_DIR)/package.json $(COSMOS_DIR)/package-lock.json
 	npm ci --prefix $(COSMOS_DIR) --no-audit --no-fund --loglevel=error
+	touch $@
+
+# Azurite 3.35.0, the last release that runs on Node 20 (tools/devservers/azurite/package.json).
+$(AZURITE_DIR)/node_modules/.installed: $(AZURITE_DIR)/package.json $(AZURITE_DIR)/package-lock.json
+	npm ci --prefix $(AZURITE_DIR) --no-audit --no-fund --loglevel=error
 	touch $@
 
 # The lock of the deployed dependencies (docs/deploy.md): `make lock` after changing requirements.in;
@@ -56,7 +71,7 @@ typecheck: setup
 pytest: setup
 	$(BIN)/python -m pytest -n 4 --dist loadgroup --durations=12
 
-# The whole local stack in the foreground: broker, Cosmos server, fulfilment stand-in and the app on the
+# The whole local stack in the foreground: broker, Cosmos server, Azurite, fulfilment stand-in and the app on the
 # local Functions host (tools/devservers/host), on local.settings.sample.json's ports. Ctrl-C stops it all.
 run: setup
 	$(BIN)/python -m devservers.run
@@ -87,6 +102,15 @@ bench: setup
 cosmos-server: setup
 	$(BIN)/python -m devservers.cosmos --port 8081
 
+# Azurite (npm, tools/devservers/azurite) on 127.0.0.1:10000-10002, where UseDevelopmentStorage=true points; data
+# in .azurite/. make run starts it too.
+azurite: setup
+	$(BIN)/python -m devservers.azurite
+
+# The docs as a site in site/ (open site/index.html), built strictly as the test command builds it.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
 # The local Service Bus broker (a test peer, see tools/devservers/servicebus/README.md) on 127.0.0.1:5672.
 servicebus-server: setup
 	$(BIN)/python -m devservers.servicebus --config infra/local/servicebus/Config.json --port 5672
@@ -101,4 +125,5 @@ simulate: setup
 	$(BIN)/python -m simulation --seeds $(SEEDS)
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) $(COSMOS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(CHECKOV_VENV) $(DOCS_VENV) $(COSMOS_DIR)/node_modules $(AZURITE_DIR)/node_modules site .azurite \
+		.pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -21,8 +21,10 @@ from azure.cosmos import ContainerProxy, PartitionKey
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 
 from devservers._child import start_until_listening
+from devservers.azurite import Azurite
 from devservers.fulfilment import FulfilmentServer
 from devservers.servicebus import Broker, start_broker
+from tests.support.azurite import azurite  # noqa: F401 - a fixture
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
 # The worker runs azure-functions-runtime, which exists for Python 3.13 only; make test uses 3.13.
@@ -77,6 +79,8 @@ class Store:
     database: str
     orders: ContainerProxy
     leases: ContainerProxy
+    #: The app's AzureWebJobsStorage (the session's Azurite): its timers' lease and schedule status.
+    host_storage: str
 
     def documents(self, order_id: str, doc_type: str | None = None) -> list[dict[str, Any]]:
         found = self.orders.query_items("SELECT * FROM c", partition_key=order_id)
@@ -84,12 +88,12 @@ class Store:
 
 
 @pytest.fixture(scope="module")
-def store(cosmos_endpoint: CosmosEndpoint) -> Iterator[Store]:
+def store(cosmos_endpoint: CosmosEndpoint, azurite: Azurite) -> Iterator[Store]:  # noqa: F811 - the fixture
     client = make_cosmos_client(cosmos_endpoint)
     database = client.create_database_if_not_exists(f"host-{uuid.uuid4().hex[:8]}")
     orders = database.create_container_if_not_exists("orders", PartitionKey(path="/orderId"), default_ttl=-1)
     leases = database.create_container_if_not_exists("leases", PartitionKey(path="/id"))
-    yield Store(cosmos_endpoint, database.id, orders, leases)
+    yield Store(cosmos_endpoint, database.id, orders, leases, azurite.connection_string)
     client.delete_database(database.id)
 
 
@@ -119,13 +123,15 @@ class HostProcess:
 
 
 def app_settings(broker: Broker, store: Store, fulfilment: FulfilmentServer, **extra: str) -> dict[str, str]:
-    """The sample's values pointed at the local servers."""
+    """The sample's values pointed at the local servers, as one app: its own host ID, so that its timers' lease
+    is its own (hosts started with the same values share it)."""
     values = dict(json.loads((ROOT / "local.settings.sample.json").read_text())["Values"])
     account = f"AccountEndpoint={store.endpoint.url}/;AccountKey={store.endpoint.key};"
     values.update(ServiceBusConnection=broker.connection_string, COSMOS_ENDPOINT=store.endpoint.url,
                   COSMOS_KEY=store.endpoint.key, COSMOS_VERIFY_TLS=str(store.endpoint.verify_tls).lower(),
                   COSMOS_DATABASE=store.database, CosmosDBConnection=account, FULFILLMENT_URL=fulfilment.url,
-                  ABANDON_DELAY_SECONDS="0", **extra)
+                  ABANDON_DELAY_SECONDS="0", AzureWebJobsStorage=store.host_storage,
+                  AzureFunctionsWebHost__hostid=f"host-{uuid.uuid4().hex[:12]}", **extra)
     return values
 
 

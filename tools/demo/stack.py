@@ -1,5 +1,6 @@
-"""The local stack the demo runs on: broker and fulfilment stand-in in this process, the Cosmos server and
-the local Functions hosts as child processes. Everything listens on loopback ports the OS picks."""
+"""The local stack the demo runs on: broker and fulfilment stand-in in this process, the Cosmos server, Azurite
+(the hosts' AzureWebJobsStorage) and the local Functions hosts as child processes. Everything listens on loopback
+ports the OS picks."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from devservers._child import start_until_listening
+from devservers.azurite import Azurite, start_azurite
 from devservers.cosmos import CosmosServer, start_cosmos_server
 from devservers.cosmos_setup import container_specs, ensure_containers, make_client
 from devservers.fulfilment import FulfilmentServer
@@ -92,6 +94,7 @@ class Stack:
     broker: Broker
     cosmos: CosmosServer
     fulfilment: FulfilmentServer
+    azurite: Azurite
     settings_file: Path
     values: dict[str, str]
     hosts: list[HostProcess] = field(default_factory=list)
@@ -113,19 +116,20 @@ class Stack:
         cosmos = start_cosmos_server()
         ensure_containers(make_client(cosmos.endpoint, verify_tls=False), "sales", container_specs())
         server = FulfilmentServer(**(fulfilment or {})).start()
+        azurite = start_azurite()
         values = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
         values.update(
             ServiceBusConnection=broker.connection_string, COSMOS_ENDPOINT=cosmos.endpoint, COSMOS_KEY=cosmos.key,
             CosmosDBConnection=f"AccountEndpoint={cosmos.endpoint}/;AccountKey={cosmos.key};",
             FULFILLMENT_URL=server.url, FULFILLMENT_READ_TIMEOUT_SECONDS="2", ABANDON_DELAY_SECONDS="2",
             SERVICEBUS_LOCK_DURATION_SECONDS=str(lock_seconds), OUTBOX_STUCK_AFTER_SECONDS="20",
-            OUTBOX_SWEEP_SCHEDULE="*/10 * * * * *",
-            # One app: its hosts share a host ID, so each timer occurrence runs in one of them, as on Azure.
+            OUTBOX_SWEEP_SCHEDULE="*/10 * * * * *", AzureWebJobsStorage=azurite.connection_string,
+            # One app: its hosts share a host ID, so that one of them holds each timer's lease in Azurite, as on Azure.
             AzureFunctionsWebHost__hostid=f"stack-{uuid.uuid4().hex[:12]}",
             ORDER_EVENTS_QUEUE="order-events" if events_sessions else "order-events-plain",
             ORDER_EVENTS_SESSIONS=str(events_sessions).lower(),
         )
-        return cls(broker, cosmos, server, settings_file(values), values, events_sessions=events_sessions)
+        return cls(broker, cosmos, server, azurite, settings_file(values), values, events_sessions=events_sessions)
 
     def start_host(self, settings: Path | None = None, app_dir: Path = ROOT) -> HostProcess:
         """Start one more host process, competing with the others; wait until it listens.
@@ -180,5 +184,6 @@ class Stack:
         """Stop the hosts, then the servers."""
         self.stop_hosts()
         self.fulfilment.stop()
+        self.azurite.stop()
         self.cosmos.stop()
         self.broker.stop()

@@ -1,7 +1,8 @@
 """``make run``: the whole local stack in the foreground, on the ports ``local.settings.sample.json`` names.
 
 Starts the local Service Bus broker (``infra/local/servicebus/Config.json``, port 5672), the local
-Cosmos DB server (8081) with the database and containers created, the fulfilment stand-in (7072),
+Cosmos DB server (8081) with the database and containers created, Azurite (10000-10002, data in
+``.azurite``; the sample's ``AzureWebJobsStorage=UseDevelopmentStorage=true``), the fulfilment stand-in (7072),
 and the local Functions host on the sample's settings; then waits. Ctrl-C (or SIGTERM) stops the
 host first, so that in-flight invocations finish, then the servers, in reverse order.
 
@@ -26,6 +27,8 @@ SERVERS = (
     ("Service Bus broker", ["-m", "devservers.servicebus", "--config", "infra/local/servicebus/Config.json",
                             "--port", "5672"]),
     ("Cosmos DB server", ["-m", "devservers.cosmos", "--port", "8081"]),
+    # AzureWebJobsStorage=UseDevelopmentStorage=true: the timers' lease and schedule status, kept in .azurite.
+    ("Azurite", ["-m", "devservers.azurite"]),
     ("fulfilment stand-in", ["-m", "devservers.fulfilment", "--port", "7072"]),
 )
 SETUP = ["-m", "devservers.cosmos_setup", "--endpoint", "http://127.0.0.1:8081", "--no-verify-tls"]

@@ -2,7 +2,8 @@
 a listener per trigger the worker reports.
 
 Settings are ``local.settings.json``'s ``Values`` with the process environment winning, as
-``func start`` does; ``host.json`` gives the Service Bus options and ``functionTimeout``, and an app
+``func start`` does; ``host.json`` gives the Service Bus options, the timers' ``singleton`` lease and
+``functionTimeout``, and an app
 setting ``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls`` overrides its value; names
 match whatever their case, as the host's configuration does. An
 invocation that outlives ``functionTimeout``, or a worker that exits, restarts the worker, as the host
@@ -36,6 +37,15 @@ START_WAIT_SECONDS = 120
 # .NET's TimeSpan.Parse forms, which the host's configuration binder reads host.json with: d, or [d.]hh:mm[:ss[.f]].
 _DURATION = re.compile(r"^(?:(?P<only_days>\d+)|(?:(?P<days>\d+)\.)?(?P<hours>\d+):(?P<minutes>\d+)"
                        r"(?::(?P<seconds>\d+(?:\.\d+)?))?)$")
+
+
+@dataclass(frozen=True)
+class SingletonOptions:
+    """The timers' listener lease (``devservers.host.singleton``), as host.json's ``singleton`` section sets it:
+    Azure's defaults, not Core Tools' (which runs the host as Development, where the lease lasts 15 s)."""
+
+    listener_lock_period: float = 60.0
+    listener_lock_recovery_polling_interval: float = 60.0
 
 
 class Listener(Protocol):
@@ -107,6 +117,18 @@ class HostConfig:
             try_timeout_seconds=timespan_seconds(_get(_get(section, "clientRetryOptions", {}), "tryTimeout",
                                                       "00:01:00")),
         )
+
+    def singleton(self) -> SingletonOptions:
+        """host.json's ``singleton`` section, with the host's defaults and its bounds (``SingletonOptions``)."""
+        section = _get(self.host_json, "singleton", {})
+        period = timespan_seconds(str(_get(section, "listenerLockPeriod", "00:01:00")))
+        recovery = timespan_seconds(str(_get(section, "listenerLockRecoveryPollingInterval", "00:01:00")))
+        if not 15 <= period <= 60:
+            raise HostError(f"host.json: singleton.listenerLockPeriod must be 15 to 60 seconds, not {period:g}")
+        if recovery < 15:
+            raise HostError("host.json: singleton.listenerLockRecoveryPollingInterval must be 15 seconds or more, "
+                            f"not {recovery:g}")
+        return SingletonOptions(listener_lock_period=period, listener_lock_recovery_polling_interval=recovery)
 
     def function_timeout(self) -> float | None:
         """functionTimeout in seconds; None for ``-1`` (no limit)."""

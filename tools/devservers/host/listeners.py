@@ -32,7 +32,7 @@ def listeners_for(host: Host) -> list[Listener]:
             found.append(ServiceBusListener(function, client, host.config.service_bus(), host.deliveries,
                                             host.invoke, release_rate=release_rate))
         elif function.trigger_type == "timerTrigger":
-            found.append(TimerListener.for_function(function, host.config.settings, host.functions, host.invoke))
+            found.append(TimerListener.for_function(function, host.config, host.invoke))
         elif function.trigger_type == "cosmosDBTrigger":
             from devservers.host.changefeed import ChangeFeedListener  # noqa: PLC0415 - only apps that use it
 

@@ -1,107 +1,206 @@
-"""One timer occurrence, one host process: a lock file per function and store, taken per occurrence.
+"""What the Functions host keeps of its timers in ``AzureWebJobsStorage``: the listener lease and the schedule status.
 
-On Azure a timer-triggered function is a singleton across the app's instances: "If a function app scales
-out to multiple instances, only a single instance of a timer-triggered function is run across all
-instances. It will not trigger again if there is an outstanding invocation still running", and "the timer
-trigger uses a storage lock", a blob lease in AzureWebJobsStorage scoped by the host ID, so that apps
-sharing a storage account need distinct host IDs
-(https://learn.microsoft.com/azure/azure-functions/functions-bindings-timer#scale-out and
-#function-apps-sharing-storage).
+On Azure a timer function is a singleton across the app's instances, by a blob lease: the timer's listener is
+``[Singleton(Mode = SingletonMode.Listener)]`` (azure-webjobs-sdk-extensions ``TimerListener``), and the
+WebJobs SDK's ``SingletonListener`` starts it only in the instance that holds the lease on
+``azure-webjobs-hosts/locks/{hostId}/Host.Functions.{name}.Listener`` (``BlobLeaseDistributedLockManager``).
+The lease lasts ``singleton.listenerLockPeriod`` (60 s; 15 to 60 s) and is renewed every half period; an
+instance that does not get it at start tries again every ``singleton.listenerLockRecoveryPollingInterval``
+(60 s; 15 s at least). A stopped instance releases it; a dead one's expires, and another takes it at its next
+try. Each start of the listener, a takeover's too, checks the schedule status at
+``azure-webjobs-hosts/timers/{hostId}/Host.Functions.{name}/status`` (``StorageScheduleMonitor``): an
+occurrence missed while no instance listened fires at once as past due, and each invocation writes the status
+after it. The local host does the same against Azurite (``devservers.azurite``) or any storage account.
 
-The local host has no blob storage. Its processes run on one machine, so the lock is a non-blocking
-``fcntl.flock`` on a file in the system temp directory, named after the function and what the app's host
-processes share: AzureWebJobsStorage and the host ID (``AzureFunctionsWebHost__hostid``), as on Azure; with
-no host ID set, AzureWebJobsStorage and the Cosmos DB account, database and lease container of the app's
-Cosmos DB triggers, where the local host keeps its change-feed leases. (Processes that reach one store
-through different addresses, such as the chaos suite's hosts, each behind its own proxy, share a host ID.)
-Each process, at each occurrence, tries the lock: the one that gets it writes the
-occurrence's due time in the file, invokes the function, and lets go; one that finds the lock held (an
-invocation is still running) or the occurrence already written skips it. A process that dies loses its
-lock at once with its file descriptor, as an expired blob lease is taken over. (The real host's timer
-listener is ``[Singleton(Mode = SingletonMode.Listener)]``, azure-webjobs-sdk-extensions'
-``Extensions/Timers/Listeners/TimerListener.cs``: one instance holds the lease for as long as it runs the
-schedule, and another takes over once the lease expires; a lock per occurrence gives each occurrence one
-process without a lease to renew.)
+The host ID is ``AzureFunctionsWebHost__hostid`` when set; otherwise what the host computes outside Azure, as
+under Core Tools: the machine name's letters and digits, ``-``, and a stable hash of the app's path, lowercased
+and cut to 32 characters (azure-functions-host ``ScriptHostIdProvider``). Apps that share a storage account
+need distinct host IDs, as on Azure.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import json
-import os
+import logging
 import re
-import tempfile
-from collections.abc import Iterable, Iterator
-from datetime import datetime
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from devservers.host.process import Function
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.storage.blob import BlobClient, BlobLeaseClient, BlobServiceClient, ContainerClient
 
-LOCK_DIR_NAME = "devservers-host-timers"
-_FUTURE_SLACK_SECONDS = 1.0  # a recorded occurrence further ahead than this is from a clock set back: ignored
+from devservers.host.process import HostError
 
-
-def store_scope(settings: dict[str, str], functions: Iterable[Function]) -> list[str]:
-    """What the app's host processes share, as the lock's scope: storage and the host ID, Azure's scope; with
-    no host ID set, storage and the Cosmos DB lease stores (so that two stacks on one machine, each with
-    its own database, keep apart)."""
-    scope = [settings.get("AzureWebJobsStorage", ""), settings.get("AzureFunctionsWebHost__hostid", "")]
-    if scope[1]:
-        return scope
-    for function in functions:
-        if function.trigger_type != "cosmosDBTrigger":
-            continue
-        trigger = function.trigger
-        connection = str(trigger.get("connection") or "CosmosDBConnection")
-        text = settings.get(connection, "")
-        endpoint = dict(re.findall(r"(\w+)=([^;]+)", text)).get("AccountEndpoint") if text else None
-        scope.append("|".join((endpoint or settings.get(f"{connection}__accountEndpoint", ""),
-                               str(trigger.get("leaseDatabaseName") or trigger.get("databaseName") or ""),
-                               str(trigger.get("leaseContainerName") or "leases"))))
-    return scope[:2] + sorted(set(scope[2:]))
+logger = logging.getLogger("devservers.host")
+HOST_CONTAINER = "azure-webjobs-hosts"
+MAX_HOST_ID_LENGTH = 32
+#: DateTime's default, which a status holds for "never".
+NEVER = datetime(1, 1, 1, tzinfo=UTC)
 
 
-class OccurrenceLock:
-    """The lock file of one timer function in one scope (see the module docstring)."""
+def host_id(settings: dict[str, str], app_dir: Path) -> str:
+    """The host ID: the setting, or what the host computes outside Azure (module docstring)."""
+    chosen = settings.get("AzureFunctionsWebHost__hostid", "").strip()
+    if not chosen:
+        machine = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())
+        chosen = f"{machine}-{abs(stable_hash(str(app_dir.resolve())))}"
+    return chosen.lower()[:MAX_HOST_ID_LENGTH].rstrip("-")
 
-    def __init__(self, function_name: str, scope: list[str], directory: Path | None = None) -> None:
-        digest = hashlib.sha256(json.dumps([function_name, *scope]).encode()).hexdigest()[:16]
-        folder = directory or Path(tempfile.gettempdir()) / LOCK_DIR_NAME
-        folder.mkdir(parents=True, exist_ok=True)
-        #: The lock file; it holds the due time of the last occurrence fired.
-        self.path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', function_name)}-{digest}.lock"
 
-    @contextlib.contextmanager
-    def claim(self, due: datetime | None, now: datetime) -> Iterator[bool]:
-        """Whether this process fires the occurrence due at ``due``; the lock is held until the block ends.
+def stable_hash(text: str) -> int:
+    """azure-functions-host's ``Utility.GetStableHash``: 23, then h * 31 + c per UTF-16 unit, in 32-bit ints."""
+    value = 23
+    data = text.encode("utf-16-le")
+    for index in range(0, len(data), 2):
+        value = (value * 31 + int.from_bytes(data[index:index + 2], "little")) & 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
 
-        False when another process holds the lock (its invocation still runs) or has fired ``due`` already.
-        ``due=None`` (runOnStartup) needs the lock only and records nothing.
+
+def host_container(settings: dict[str, str]) -> ContainerClient:
+    """``azure-webjobs-hosts`` in the ``AzureWebJobsStorage`` account: a connection string (Azurite's
+    ``UseDevelopmentStorage=true`` included), or an identity-based connection (``__blobServiceUri`` or
+    ``__accountName``) with ``DefaultAzureCredential``, as the host resolves it."""
+    if connection_string := settings.get("AzureWebJobsStorage", "").strip():
+        return BlobServiceClient.from_connection_string(connection_string).get_container_client(HOST_CONTAINER)
+    account = settings.get("AzureWebJobsStorage__accountName", "").strip()
+    uri = settings.get("AzureWebJobsStorage__blobServiceUri", "").strip() or (
+        f"https://{account}.blob.core.windows.net" if account else "")
+    if not uri:
+        raise HostError("timer functions need AzureWebJobsStorage (UseDevelopmentStorage=true for Azurite, started by "
+                        "make run), or AzureWebJobsStorage__accountName / __blobServiceUri")
+    from azure.identity import DefaultAzureCredential  # noqa: PLC0415 - only for identity connections
+
+    return BlobServiceClient(uri, DefaultAzureCredential()).get_container_client(HOST_CONTAINER)
+
+
+def transient(error: AzureError) -> bool:
+    """Whether a storage call failed in a way worth trying again soon: the transport, or a 408, 429 or 5xx."""
+    if isinstance(error, ServiceRequestError | ServiceResponseError):
+        return True
+    status = error.status_code if isinstance(error, HttpResponseError) else None
+    return status is None or status in (408, 429) or status >= 500
+
+
+class ListenerLease:
+    """The blob lease that makes this host process the timer function's listener (``SingletonListener``)."""
+
+    def __init__(self, container: ContainerClient, host: str, function_name: str, period: float) -> None:
+        self._container = container
+        #: ``locks/{hostId}/Host.Functions.{name}.Listener``, as the host names it.
+        self.name = f"locks/{host}/Host.Functions.{function_name}.Listener"
+        self.period = period
+        self._blob: BlobClient = container.get_blob_client(self.name)
+        self._lease = BlobLeaseClient(self._blob, lease_id=str(uuid.uuid4()))
+
+    def acquire(self) -> bool:
+        """Take the lease if nobody holds it (creating the container and the empty blob first if need be).
+
+        False when another instance holds it; raises AzureError when storage cannot be reached.
         """
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            state = self._blob.get_blob_properties().lease.state
+        except ResourceNotFoundError:
+            with contextlib.suppress(ResourceExistsError):
+                self._container.create_container()
+            with contextlib.suppress(ResourceExistsError, HttpResponseError):
+                self._blob.upload_blob(b"", overwrite=False)
+            state = None
+        if state not in (None, "available", "expired", "broken"):
+            return False
+        try:
+            self._lease.acquire(lease_duration=int(self.period))
+        except ResourceExistsError:
+            return False  # another instance took it first
+        except HttpResponseError as error:
+            if error.status_code == 409:
+                return False
+            raise
+        return True
+
+    def renew(self) -> bool | None:
+        """Renew the lease: True when renewed, False when it is lost (another instance holds it, or the blob
+        is gone), None when storage did not answer (try again soon)."""
+        try:
+            self._lease.renew()
+        except AzureError as error:
+            if transient(error):
+                logger.warning("%s: renewing the lease failed for now (%s)", self.name, type(error).__name__)
+                return None
+            logger.error("%s: the lease is lost (%s)", self.name, type(error).__name__)
+            return False
+        return True
+
+    def release(self) -> None:
+        """Let the lease go; one that is lost or gone already is no error."""
+        with contextlib.suppress(AzureError):
+            self._lease.release()
+
+
+@dataclass(frozen=True)
+class ScheduleStatus:
+    """The schedule monitor's status of one timer: the last occurrence run, the next expected, when updated."""
+
+    last: datetime
+    next: datetime
+    last_updated: datetime
+
+    def to_json(self) -> dict[str, str]:
+        """The status as the host writes it (Newtonsoft's ISO dates, UTC)."""
+        return {"Last": _iso(self.last), "Next": _iso(self.next), "LastUpdated": _iso(self.last_updated)}
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> ScheduleStatus:
+        """A status the host (or this host) wrote."""
+        return cls(_parse(document["Last"]), _parse(document["Next"]), _parse(document["LastUpdated"]))
+
+
+class ScheduleMonitor:
+    """The timer's status blob, ``timers/{hostId}/Host.Functions.{name}/status`` (``StorageScheduleMonitor``)."""
+
+    def __init__(self, container: ContainerClient, host: str, function_name: str) -> None:
+        self._container = container
+        self.name = f"timers/{host}/Host.Functions.{function_name}/status"
+        self._blob = container.get_blob_client(self.name)
+
+    def status(self) -> ScheduleStatus | None:
+        """The stored status; None when none was written yet."""
+        try:
+            return ScheduleStatus.from_json(json.loads(self._blob.download_blob().readall()))
+        except ResourceNotFoundError:
+            return None
+
+    def update(self, status: ScheduleStatus) -> None:
+        """Write the status; best effort, as the host's (an error is logged, not raised)."""
+        body = json.dumps(status.to_json()).encode()
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            if due is not None:
-                if self._fired(fd, due, now):
-                    yield False
-                    return
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, due.isoformat().encode(), 0)
-            yield True
-        finally:
-            os.close(fd)  # and with it the lock
+                self._blob.upload_blob(body, overwrite=True)
+            except ResourceNotFoundError:
+                with contextlib.suppress(ResourceExistsError):
+                    self._container.create_container()
+                self._blob.upload_blob(body, overwrite=True)
+        except AzureError as error:
+            logger.error("%s: the timer's status was not updated (%s)", self.name, type(error).__name__)
 
-    @staticmethod
-    def _fired(fd: int, due: datetime, now: datetime) -> bool:
-        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        try:
-            last = datetime.fromisoformat(text)
-        except ValueError:
-            return False  # a new file, or not ours
-        return due <= last and (last - now).total_seconds() <= _FUTURE_SLACK_SECONDS
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+def _parse(text: str) -> datetime:
+    """An ISO date as Newtonsoft writes it (up to 7 fraction digits; no offset means UTC here)."""
+    trimmed = re.sub(r"(\.\d{6})\d+", r"\1", text.strip()).replace("Z", "+00:00")
+    moment = datetime.fromisoformat(trimmed)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

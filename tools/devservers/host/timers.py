@@ -4,10 +4,12 @@ A field is ``*``, a number, a range ``a-b``, a list ``a,b``, or any of these wit
 months and days of the week also take their three-letter English names, and Sunday is 0. Times are
 UTC (Azure's default, ``WEBSITE_TIME_ZONE`` unset). The function gets the TimerInfo JSON the host sends.
 
-As on Azure, a timer function is a singleton across the host processes that run the same app against
-the same store: each occurrence fires in one of them, and none while an invocation still runs
-(``devservers.host.singleton``). ``runOnStartup`` fires in each process as it starts, unless another is
-running the function at that moment.
+As on Azure, a timer function is a singleton across the host processes that run the same app (host ID)
+against the same ``AzureWebJobsStorage``: the one process that holds the listener's blob lease runs the
+schedule, one invocation at a time, and another takes over when that lease expires
+(``devservers.host.singleton``). Each start of the listener, at the host's start or on a takeover, fires at
+once for an occurrence missed meanwhile (past due, by the schedule status in storage), else for
+``runOnStartup``.
 """
 
 from __future__ import annotations
@@ -18,11 +20,23 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from azure.core.exceptions import AzureError
 
 from devservers.host.process import Function
 from devservers.host.protos import protos
-from devservers.host.singleton import OccurrenceLock, store_scope
+from devservers.host.singleton import (
+    NEVER,
+    ListenerLease,
+    ScheduleMonitor,
+    ScheduleStatus,
+    host_container,
+    host_id,
+)
+
+if TYPE_CHECKING:
+    from devservers.host.core import HostConfig, SingletonOptions
 
 logger = logging.getLogger("devservers.host")
 _NAMES = {name: n for n, name in enumerate(("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT",
@@ -89,65 +103,146 @@ def _value(text: str) -> int:
     return _NAMES[text] if text in _NAMES else int(text)
 
 
-def timer_info(schedule: Schedule, last: datetime | None, now: datetime, past_due: bool) -> Any:
-    """The TimerInfo JSON the host passes to a timer function."""
-    status = {"Last": (last or now).isoformat(), "Next": schedule.next_after(now).isoformat(),
-              "LastUpdated": now.isoformat()}
-    return protos.TypedData(json=json.dumps({"Schedule": {"AdjustForDST": True}, "ScheduleStatus": status,
+def monitor_disabled(schedule: Schedule, now: datetime) -> bool:
+    """Whether the host runs this schedule without its status (``TimerSchedule.ShouldDisableScheduleMonitor``):
+    minutes and everything above them are ``*``, and it fires more than once in the next minute."""
+    if any(field != "*" for field in schedule.expression.split()[1:]):
+        return False
+    first = schedule.next_after(now)
+    return schedule.next_after(first) <= now + timedelta(minutes=1)
+
+
+def timer_info(schedule: Schedule, status: ScheduleStatus | None, past_due: bool) -> Any:
+    """The TimerInfo JSON the host passes to a timer function: the status as it was before this invocation
+    (null when the schedule runs without one), and whether it is past due."""
+    return protos.TypedData(json=json.dumps({"Schedule": {"AdjustForDST": True},
+                                             "ScheduleStatus": status.to_json() if status else None,
                                              "IsPastDue": past_due}))
 
 
 class TimerListener:
-    """Fires one timer function on its schedule, never twice at once, each occurrence in one process only."""
+    """Runs one timer function on its schedule in the one host process that holds its listener lease."""
 
     def __init__(self, function: Function, invoke: Callable[[Function, dict[str, Any], dict[str, Any]], Any],
-                 lock: OccurrenceLock, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 lease: ListenerLease, monitor: ScheduleMonitor | None, options: SingletonOptions, *,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.function = function
         self.schedule = Schedule(str(function.trigger["schedule"]))
         self._invoke = invoke
-        self._lock = lock
+        self._lease = lease
+        self._monitor = None if monitor_disabled(self.schedule, clock()) else monitor
+        self._options = options
         self._clock = clock
+        self._status: ScheduleStatus | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{function.name}-timer", daemon=True)
 
     @classmethod
-    def for_function(cls, function: Function, settings: dict[str, str], functions: list[Function],
+    def for_function(cls, function: Function, config: HostConfig,
                      invoke: Callable[[Function, dict[str, Any], dict[str, Any]], Any]) -> TimerListener:
-        """The listener of a timerTrigger, its lock scoped by what the app's host processes share."""
-        return cls(function, invoke, OccurrenceLock(function.name, store_scope(settings, functions)))
+        """The listener of a timerTrigger, its lease and status in the app's ``AzureWebJobsStorage``."""
+        container = host_container(config.settings)
+        host = host_id(config.settings, config.app_dir)
+        options = config.singleton()
+        return cls(function, invoke, ListenerLease(container, host, function.name, options.listener_lock_period),
+                   ScheduleMonitor(container, host, function.name), options)
 
     def start(self) -> None:
-        """Start firing; at once too when ``runOnStartup`` is set."""
+        """Try for the lease now, and every recovery interval until this process has it."""
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop firing; a running invocation finishes first."""
+        """Stop firing; a running invocation finishes first; the lease is released."""
         self._stopping.set()
         self._thread.join()
 
     def _run(self) -> None:
-        last: datetime | None = None
-        if self.function.trigger.get("runOnStartup"):
-            last = self._fire(last, None) or last
         while not self._stopping.is_set():
-            due = self.schedule.next_after(self._clock())
-            if self._stopping.wait(max(0.0, (due - self._clock()).total_seconds())):
+            try:
+                acquired = self._lease.acquire()
+            except AzureError as error:
+                logger.error("%s: AzureWebJobsStorage did not answer (%s); trying again in %.0f s",
+                             self._lease.name, type(error).__name__,
+                             self._options.listener_lock_recovery_polling_interval)
+                acquired = False
+            if acquired:
+                logger.info("%s timer: this host process holds the listener lease", self.function.name)
+                self._hold()
+                if self._stopping.is_set():
+                    return
+            if self._stopping.wait(self._options.listener_lock_recovery_polling_interval):
                 return
-            last = self._fire(last, due) or last
 
-    def _fire(self, last: datetime | None, due: datetime | None) -> datetime | None:
-        """Invoke for the occurrence ``due`` (None: on startup) unless another process has it; when it ran."""
+    def _hold(self) -> None:
+        """Listen while the lease is renewed; on stop, release it. Losing it stops the listener (the Functions
+        host stops itself then, and comes back to try for the lease as at start)."""
+        lost = threading.Event()
+        renewal = threading.Thread(target=self._renew, args=(lost,), name=f"{self.function.name}-lease", daemon=True)
+        renewal.start()
+        try:
+            self._listen(lost)
+        finally:
+            lost.set()
+            renewal.join()
+            if self._stopping.is_set():
+                self._lease.release()
+
+    def _renew(self, lost: threading.Event) -> None:
+        """Renew every half period; after a failure storage did not answer, again at half the delay (1 s at least)."""
+        delay = self._options.listener_lock_period / 2
+        while not lost.wait(delay) and not self._stopping.is_set():
+            renewed = self._lease.renew()
+            if renewed is False:
+                logger.error("%s timer: the listener lease is lost; this host process stops running the timer",
+                             self.function.name)
+                lost.set()
+            delay = self._options.listener_lock_period / 2 if renewed else max(1.0, delay / 2)
+
+    def _listen(self, lost: threading.Event) -> None:
+        """As the timer listener starts: a past-due occurrence at once, else runOnStartup; then the schedule."""
         now = self._clock()
-        with self._lock.claim(due, now) as mine:
-            if not mine:
-                logger.debug("%s timer due=%s: another host process has it", self.function.name,
-                             due.isoformat() if due else "startup")
-                return None
-            started = time.perf_counter()
-            response = self._invoke(self.function, {self.function.parameter: timer_info(
-                self.schedule, last, now, past_due=due is not None and (now - due).total_seconds() > 1)}, {})
-            succeeded = response is not None and response.result.status == protos.StatusResult.Success
-            logger.info("%s timer outcome=%s %.0f ms due=%s", self.function.name,
-                        "Succeeded" if succeeded else "Failed", (time.perf_counter() - started) * 1000,
-                        due.isoformat() if due else "startup")
-        return now
+        past_due = False
+        if self._monitor is not None:
+            self._status, past_due = self._check_past_due(now)
+        if past_due or self.function.trigger.get("runOnStartup"):
+            self._fire(None, past_due=past_due)
+        while not self._stopping.is_set() and not lost.is_set():
+            due = self.schedule.next_after(self._clock())
+            wait = max(0.0, (due - self._clock()).total_seconds())
+            if self._stopping.wait(wait) or lost.is_set():
+                return
+            self._fire(due, past_due=(self._clock() - due).total_seconds() > 1)
+
+    def _check_past_due(self, now: datetime) -> tuple[ScheduleStatus, bool]:
+        """``ScheduleMonitor.CheckPastDueAsync``: the stored status (written first when there is none, or when the
+        schedule changed), and whether its next occurrence has passed."""
+        assert self._monitor is not None
+        status = self._monitor.status()
+        if status is None:
+            status = ScheduleStatus(NEVER, self.schedule.next_after(now), now)
+            self._monitor.update(status)
+            return status, False
+        since = status.last if status.last > NEVER else status.last_updated if status.last_updated > NEVER else now
+        expected = self.schedule.next_after(since)
+        if status.next != expected:  # the schedule changed since the status was written
+            last_updated = status.last_updated
+            if now > expected:
+                expected, last_updated = self.schedule.next_after(now), now
+            status = ScheduleStatus(NEVER, expected, last_updated)
+            self._monitor.update(status)
+        return status, now > status.next
+
+    def _fire(self, due: datetime | None, *, past_due: bool) -> None:
+        """Invoke for the occurrence ``due`` (None: at the listener's start), then record it in the status."""
+        started = time.perf_counter()
+        response = self._invoke(self.function, {self.function.parameter: timer_info(
+            self.schedule, self._status, past_due)}, {})
+        succeeded = response is not None and response.result.status == protos.StatusResult.Success
+        logger.info("%s timer outcome=%s %.0f ms due=%s", self.function.name, "Succeeded" if succeeded else "Failed",
+                    (time.perf_counter() - started) * 1000, due.isoformat() if due else "startup")
+        if self._monitor is not None:
+            ran = self._clock()
+            if due is not None and self._status is not None and not past_due and ran < self._status.next:
+                ran = self._status.next  # fired a moment early: it stands for the occurrence it was due for
+            self._status = ScheduleStatus(ran, self.schedule.next_after(ran), ran)
+            self._monitor.update(self._status)
