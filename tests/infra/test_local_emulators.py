@@ -86,6 +86,8 @@ def test_compose_runs_azurite_service_bus_with_sql_and_cosmos() -> None:
     assert images["servicebus"] == "mcr.microsoft.com/azure-messaging/servicebus-emulator"
     assert images["cosmos"] == "mcr.microsoft.com/cosmosdb/linux/azure-cosmos-emulator"
     assert images["azurite"] == "mcr.microsoft.com/azure-storage/azurite"
+    # The vNext emulator's tag; vnext-preview was the preview's.
+    assert services["cosmos"]["image"].split(":")[1] == "vnext-latest"
     sql = services["servicebus"]["environment"]["SQL_SERVER"]
     assert images[sql] == "mcr.microsoft.com/mssql/server"
     assert (
