@@ -16,7 +16,7 @@ import pytest
 from chaos import report, versions
 from chaos.faults import Moment
 from tests.devservers.helptext import REPO_ROOT, options_without_help, run_module
-from tests.host.conftest import NEEDS_313, WHOLE_STACK
+from tests.host.conftest import NEEDS_313, WHOLE_STACK, WHOLE_STACK_B
 
 SMOKE = ("--orders", "80", "--rate", "6", "--hosts", "4")
 # Outages far shorter than the full run's 3 and 2 minutes, and still longer than MaxDeliveryCount deliveries take
@@ -87,7 +87,7 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
 
 
 @NEEDS_313
-@WHOLE_STACK
+@WHOLE_STACK_B
 @pytest.mark.timeout(1800)
 def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_command(tmp_path: Path) -> None:
     # Smaller than the smoke run, 40 orders on 2 hosts: enough calls retried after a lost answer to reserve twice.

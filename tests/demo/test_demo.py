@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import NEEDS_313, WHOLE_STACK
+from tests.host.conftest import NEEDS_313, WHOLE_STACK_B
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [NEEDS_313, WHOLE_STACK, pytest.mark.timeout(1800)]
+pytestmark = [NEEDS_313, WHOLE_STACK_B, pytest.mark.timeout(1800)]
 
 
 def test_the_short_demo_drains_and_every_invariant_holds(tmp_path: Path) -> None:
