@@ -106,7 +106,9 @@ class ReservationLedger:
                 stored = None
             if stored is None:
                 refused = refusal(request)
-                body = {"reservationId": f"res-{uuid.uuid4()}", "orderId": request.get("orderId")}
+                # Unique per reservation made, and the same in every run of the same inputs (the simulator's pins).
+                made = uuid.uuid5(uuid.NAMESPACE_URL, f"{idempotency_key}#{len(self._made)}")
+                body = {"reservationId": f"res-{made}", "orderId": request.get("orderId")}
                 reply = refused or Reply(201, body)
                 self._keys[idempotency_key] = _Stored(copy.deepcopy(dict(request)), reply, self._clock())
                 if refused is None:

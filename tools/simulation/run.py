@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from simulation import actors
@@ -16,8 +16,10 @@ from simulation.world import Wiring, World
 MAX_SIMULATED_SECONDS = 6 * 3600.0
 
 
-def simulate(seed: int, *, wiring: Wiring | None = None, trace: bool = False) -> RunReport:
-    """Run one seed; the same seed (and wiring) gives the same run, step for step."""
+def simulate(seed: int, *, wiring: Wiring | None = None, trace: bool = False,
+             observe: Callable[[World], object] | None = None) -> RunReport:
+    """Run one seed; the same seed (and wiring) gives the same run, step for step. ``observe`` is handed the
+    world once the run has ended (tests read its store)."""
     with _quiet_logs():
         world = World(seed, wiring or Wiring(), trace=trace)
         actors.start(world)
@@ -26,6 +28,8 @@ def simulate(seed: int, *, wiring: Wiring | None = None, trace: bool = False) ->
         finally:
             world.sched.close()
         violations = check(world, drained)
+        if observe is not None:
+            observe(world)
         resent = sum(len(ids) - 1 for destination in (world.settings.outbox_destination,
                                                       world.settings.outbox_rejected_destination)
                      for ids in delivered(world, destination).values())
