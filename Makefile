@@ -69,7 +69,7 @@ typecheck: setup
 	$(BIN)/mypy
 
 pytest: setup
-	$(BIN)/python -m pytest -n 4 --dist loadgroup --durations=12
+	$(BIN)/python -m pytest -n 6 --dist loadgroup --durations=12
 
 # The whole local stack in the foreground: broker, Cosmos server, Azurite, fulfilment stand-in and the app on the
 # local Functions host (tools/devservers/host), on local.settings.sample.json's ports. Ctrl-C stops it all.
