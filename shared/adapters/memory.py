@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from shared.adapters.reservations import ReservationLedger
+from shared.domain.documents import PARTITION_FIELD
 from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, PublishError, StoreError
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage
@@ -91,7 +92,7 @@ class InMemoryStore:
                 found = sorted(
                     (_position(d), d) for d in self._documents.values()
                     if _position(d) > after and not self._expired(d)
-                    and (partition_key is None or d.get("orderId") == partition_key)
+                    and (partition_key is None or d.get(PARTITION_FIELD) == partition_key)
                     and all(d.get(k) == v for k, v in conditions.items())
                     and (before is None or _less(d.get(before[0]), before[1])))
                 page = [_json_copy(d) for _, d in found[:size]]
@@ -177,8 +178,8 @@ class InMemoryStore:
 
     @staticmethod
     def _partition_key_of(document: Document) -> str:
-        if not isinstance(value := document.get("orderId"), str):
-            raise StoreError(f"document {document.get('id')} has no string orderId", status=400)
+        if not isinstance(value := document.get(PARTITION_FIELD), str):
+            raise StoreError(f"document {document.get('id')} has no string {PARTITION_FIELD}", status=400)
         return value
 
     def _stamp(self, document: Document) -> Document:
@@ -226,7 +227,7 @@ def _json_copy(value: _Json) -> _Json:
 
 def _position(document: Document) -> tuple[str, str]:
     """Where a document stands in a query's pages: by partition, then id."""
-    return str(document.get("orderId")), str(document.get("id"))
+    return str(document.get(PARTITION_FIELD)), str(document.get("id"))
 
 
 def _less(value: Any, bound: Any) -> bool:

@@ -1,8 +1,10 @@
 """Every kind of document the consumer stores, each defined once and used by its writers and readers.
 
-All live in the orders container, in the partition of their order (``orderId``), told apart by
-``type``. A kind is a msgspec Struct: ``to_document`` gives the JSON a create writes and
-``from_document`` reads a stored one back, etag included. Code elsewhere reads attributes, never
+All live in the orders container, in the partition of their order, told apart by ``type``. The container is
+partitioned by ``/orderId`` (``PARTITION_FIELD``), and every kind names its partition key ``partition`` in
+code: the order's id for all but ``EventIdentity``, whose own id is its partition. A kind is a msgspec
+Struct: ``to_document`` gives the JSON a create writes and ``from_document`` reads a stored one back, etag
+included. Code elsewhere reads attributes, never
 string keys. The rules live elsewhere (the order's in ``aggregate.Order``); these only map JSON. A
 stored document is changed by a patch of the fields that change (``with_changes`` names them), or,
 where more change than one patch takes (an order taking a pending order's place), by merging the
@@ -26,7 +28,7 @@ docs/design.md ("Schema versions").
     side-effect    SideEffectRecord    the two-phase record of a call that cannot join a transaction
     inbox          InboxMarker         one consumer has applied (or parked) one event
     event-identity EventIdentity       one consumer has taken an event's identity for one subject; in a
-                                       partition of its own (its ``orderId`` is its id), not its order's
+                                       partition of its own (its partition key is its id), not its order's
     parked-event   ParkedEvent         an event that came before its predecessor, waiting for it
     payment, shipment, cancellation    EventRecord   what an applied event recorded
 """
@@ -48,6 +50,9 @@ from shared.domain.orders import OrderLine, OrderPlaced, utc_text
 from shared.errors import UnreadableDocument
 
 TYPE_FIELD = "type"
+#: The JSON field that holds every document's partition key: the orders container is partitioned by ``/orderId``
+#: (infra/modules/cosmos.bicep). The in-memory store reads the same field.
+PARTITION_FIELD = "orderId"
 # The version of the documents' shapes this code writes. A newer version that only adds fields and
 # document types (the rule above) still raises it, so that a reader can tell which wrote a document.
 SCHEMA_VERSION = 1
@@ -81,11 +86,11 @@ def _json_names(kind: type[msgspec.Struct]) -> dict[str, str]:
 
 
 class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYPE_FIELD):
-    """Fields every kind has: its id, its order (the partition key), the schema version it was written
-    under and, once read, its etag."""
+    """Fields every kind has: its id, its partition key (stored as ``PARTITION_FIELD``), the schema version it was
+    written under and, once read, its etag."""
 
     id: str
-    order_id: str
+    partition: str = msgspec.field(name=PARTITION_FIELD)
     schema_version: int = SCHEMA_VERSION
     etag: str | None = msgspec.field(default=None, name="_etag")
 
@@ -143,11 +148,16 @@ class OrderDocument(StoredDocument, kw_only=True, tag="order"):
     reservation_attempt: int | UnsetType = UNSET
     updated_at: str | UnsetType = UNSET
 
+    @property
+    def order_id(self) -> str:
+        """The order's id: its document's id, and its partition."""
+        return self.id
+
     @classmethod
     def placed(cls, order: OrderPlaced, message: InboundMessage, request_hash: str) -> OrderDocument:
         """A new order at version 1, status placed."""
         return cls(
-            id=order.order_id, order_id=order.order_id, customer_id=order.customer_id, currency=order.currency_code,
+            id=order.order_id, partition=order.order_id, customer_id=order.customer_id, currency=order.currency_code,
             items=list(order.items), total=order.total, placed_at=order.placed_at, status="placed", version=1,
             request_hash=request_hash, message_id=message.message_id, correlation_id=message.correlation_id,
             enqueued_time_utc=utc_text(message.enqueued_time_utc) if message.enqueued_time_utc else None,
@@ -254,7 +264,7 @@ class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
                  *, consumer: str, destination: str, requires_session: bool, now: float) -> OutboxEntry:
         """The pending entry of an order's outcome, under the order's one outcome id."""
         return cls(
-            id=identity.outbox_id(consumer, order_id), order_id=order_id, status=OutboxStatus.PENDING,
+            id=identity.outbox_id(consumer, order_id), partition=order_id, status=OutboxStatus.PENDING,
             destination=destination, message_id=message_id, correlation_id=message.correlation_id,
             session_id=order_id if requires_session else None, subject=subject, created_at=now,
             payload=msgspec.to_builtins(payload),
@@ -326,14 +336,14 @@ class InboxMarker(StoredDocument, kw_only=True, tag="inbox"):
     @classmethod
     def of(cls, event: CloudEvent, consumer: str, request_hash: str, ttl: int) -> InboxMarker:
         """The marker of one consumer's event, with the event's type, time and id kept for operators."""
-        return cls(id=identity.inbox_marker_id(consumer, event.source, event.id), order_id=event.order_id,
+        return cls(id=identity.inbox_marker_id(consumer, event.source, event.id), partition=event.order_id,
                    consumer=consumer, request_hash=request_hash, ttl=ttl, event_type=event.type,
                    event_time=event.time_text, event_id=event.id)
 
 
 class EventIdentity(StoredDocument, kw_only=True, tag="event-identity"):
     """One consumer took an event's identity (its ``source`` and ``id``) for the content it first came with, its
-    subject included (``requestHash`` covers it). Its partition is its own: ``order_id`` is its id, since an
+    subject included (``requestHash`` covers it). Its partition is its own: ``partition`` is its id, since an
     identity belongs to no one order. It expires after ``ttl`` seconds, with the inbox markers."""
 
     consumer: str
@@ -347,7 +357,7 @@ class EventIdentity(StoredDocument, kw_only=True, tag="event-identity"):
     def of(cls, event: CloudEvent, consumer: str, request_hash: str, ttl: int) -> EventIdentity:
         """The identity record of one consumer's event, for the event's content as it came."""
         doc_id = identity.event_identity_id(consumer, event.source, event.id)
-        return cls(id=doc_id, order_id=doc_id, consumer=consumer, event_source=event.source, event_id=event.id,
+        return cls(id=doc_id, partition=doc_id, consumer=consumer, event_source=event.source, event_id=event.id,
                    subject=event.subject, request_hash=request_hash, ttl=ttl)
 
 
@@ -384,7 +394,7 @@ class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
         waits, other than for its predecessor), parked uncounted unless ``counted`` says otherwise."""
         return cls(
             id=identity.parked_event_id(consumer, event.source, event.id, event.sequence),
-            order_id=event.order_id, consumer=consumer, sequence=event.sequence, event_type=event.type,
+            partition=event.order_id, consumer=consumer, sequence=event.sequence, event_type=event.type,
             event_id=event.id, event_source=event.source, message_id=message_id, request_hash=request_hash,
             parked_at=now, reason=reason, counted=reason is None if counted is None else counted,
             event=dict(content) if content is not None else msgspec.to_builtins(event),
@@ -472,7 +482,7 @@ class EventRecord(StoredDocument, kw_only=True):
         data = event.data.canonical()
         label = str(data.get("paymentId") or data.get("shipmentId") or event.order_id)
         known = {"id": identity.event_record_id(event.kind.record_type, event.source, event.id, label),
-                 "orderId": event.order_id, "eventId": event.id, "eventSource": event.source,
+                 PARTITION_FIELD: event.order_id, "eventId": event.id, "eventSource": event.source,
                  "eventTime": event.time_text, "sequence": event.sequence}
         return msgspec.convert({**data, **known}, record_type)
 

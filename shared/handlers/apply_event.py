@@ -76,7 +76,7 @@ async def apply_order_event(
             # release before identities, which wrote none): the identity goes back, so that the content applied
             # keeps its key and its copies stay duplicates.
             with contextlib.suppress(StoreError):
-                await store.execute_batch(identity_record.order_id, [Delete(identity_record.id, taken["_etag"])])
+                await store.execute_batch(identity_record.partition, [Delete(identity_record.id, taken["_etag"])])
         if seen.stored_hash == hash_:
             return await _duplicate(writes.releases, event.order_id, hash_, finish=seen.releasing)
         if seen.stored_hash is None:
@@ -115,7 +115,7 @@ async def _take_identity(store: DocumentStore, record: EventIdentity,
         except AlreadyExists:
             pass
         try:
-            stored = await store.read(record.id, record.order_id)
+            stored = await store.read(record.id, record.partition)
         except NotFound:
             continue  # it expired between the two: take it again
         try:

@@ -21,7 +21,7 @@ async def find_parked(store: DocumentStore, consumer: str, order_id: str | None)
     """Everything this consumer has parked, for one order or all, read through every page (rejected and
     dropped ones included, until their ttl ends), by order and sequence."""
     found = await query_all(store, ParkedEvent.of_consumer(consumer), partition_key=order_id)
-    return sorted((ParkedEvent.from_document(d) for d in found), key=lambda p: (p.order_id, p.sequence))
+    return sorted((ParkedEvent.from_document(d) for d in found), key=lambda p: (p.partition, p.sequence))
 
 
 async def _one_parked(store: DocumentStore, consumer: str, order_id: str, event_id: str) -> ParkedEvent:

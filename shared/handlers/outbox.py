@@ -141,7 +141,7 @@ class OutboxPublisher:
         """Mark a sent entry dispatched, on the etag it was read with."""
         _, mark = entry.with_changes(status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(), ttl=self._ttl)
         try:
-            await self._store.execute_batch(entry.order_id,
+            await self._store.execute_batch(entry.partition,
                                             [Patch(entry.id, mark, if_match=entry.etag, etag_only=True)])
         except BatchFailed as exc:
             if not isinstance(exc.error, PreconditionFailed | NotFound):
@@ -164,4 +164,4 @@ def _chunks(entries: list[OutboxEntry]) -> Iterator[list[OutboxEntry]]:
 
 def _not_published(entry: OutboxEntry, error: Exception) -> None:
     logger.warning("outbox %s not published: %s; left pending", entry.id, error,
-                   extra={"outboxId": entry.id, "orderId": entry.order_id})
+                   extra={"outboxId": entry.id, "orderId": entry.partition})

@@ -40,10 +40,10 @@ async def report_stuck(
     stuck = _decoded(SideEffectRecord, "side-effect", unreadable, await query_all(
         store, SideEffectRecord.in_progress(), before=("leaseUntil", now - stuck_after)))
     for event in parked:
-        record_overdue("parked", event.order_id, f"sequence={event.sequence} eventId={event.event_id}"
+        record_overdue("parked", event.partition, f"sequence={event.sequence} eventId={event.event_id}"
                                                  f" parkedSeconds={now - event.parked_at:.0f}")
     for record in stuck:
-        record_overdue("side-effect", record.order_id, f"effect={record.effect} attempt={record.attempt}"
+        record_overdue("side-effect", record.partition, f"effect={record.effect} attempt={record.attempt}"
                                                        f" claimant={record.message_sequence}")
     return StuckReport(parked, stuck, tuple(unreadable))
 

@@ -105,7 +105,7 @@ class SideEffect:
     def claim(self, order_id: str, message: InboundMessage, request_hash: str | None = None) -> SideEffectRecord:
         """The in_progress record; create it alone, or inside the batch that writes the message's documents."""
         return SideEffectRecord(
-            id=identity.side_effect_id(self.consumer, self.name, order_id), order_id=order_id,
+            id=identity.side_effect_id(self.consumer, self.name, order_id), partition=order_id,
             consumer=self.consumer, effect=self.name, idempotency_key=identity.effect_key(self.consumer, self.name,
                                                                                          order_id),
             status=EffectStatus.IN_PROGRESS, attempt=1, lease_until=self.lease_until(message.lock_deadline),
@@ -115,7 +115,7 @@ class SideEffect:
     async def find(self, record: SideEffectRecord) -> SideEffectRecord | None:
         """The stored record with ``record``'s id, as it is now (one point read); None if there is none."""
         try:
-            return SideEffectRecord.from_document(await self.store.read(record.id, record.order_id))
+            return SideEffectRecord.from_document(await self.store.read(record.id, record.partition))
         except NotFound:
             return None
 
@@ -139,7 +139,7 @@ class SideEffect:
         result = await step.run(claim, call, claimed=claimed, found=found)
         if result.outcome is done:
             return Result(done, result.description, claim.request_hash)
-        return dataclasses.replace(result, description=f"order {claim.order_id}: {result.description}",
+        return dataclasses.replace(result, description=f"order {claim.partition}: {result.description}",
                                    request_hash=claim.request_hash)
 
     async def patch(self, current: SideEffectRecord, *, announce: Announce = lambda _: (),
@@ -157,7 +157,7 @@ class SideEffect:
         for _ in range(len(extra) + MAX_RACES):
             try:
                 [written, *_] = await self.store.execute_batch(
-                    current.order_id, [Patch(current.id, fields, if_match=current.etag, etag_only=not extra), *extra])
+                    current.partition, [Patch(current.id, fields, if_match=current.etag, etag_only=not extra), *extra])
             except BatchFailed as exc:
                 if exc.index == 0 and isinstance(exc.error, PreconditionFailed | NotFound):
                     return None
@@ -166,7 +166,7 @@ class SideEffect:
                     del extra[exc.index - 1]
                     continue
                 if isinstance(failed, Patch) and isinstance(exc.error, PreconditionFailed | NotFound):
-                    extra[exc.index - 1] = await self._merged(current.order_id, failed)
+                    extra[exc.index - 1] = await self._merged(current.partition, failed)
                     continue
                 error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
                 raise error(f"{self.name} record {current.id}: {exc.error}", status=exc.error.status) from exc
@@ -289,7 +289,7 @@ class _Run:
         the guard does not hold."""
         guard = list(self.guard(record))
         try:
-            [written, *_] = await self.effect.store.execute_batch(record.order_id, [Create(record.to_document()),
+            [written, *_] = await self.effect.store.execute_batch(record.partition, [Create(record.to_document()),
                                                                                     *guard])
         except BatchFailed as exc:
             if exc.index == 0 and isinstance(exc.error, AlreadyExists):

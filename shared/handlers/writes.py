@@ -129,7 +129,7 @@ def order_write(stored: Stored, order: Order) -> BatchOperation:
     stood. (The aggregate changes at most seven fields: status, version, parked, updatedAt and the three
     event kinds' own, inside the ten one patch takes.)"""
     if stored.document is None:
-        return Create(PendingOrder(id=order.order_id, order_id=order.order_id, parked=order.parked).to_document())
+        return Create(PendingOrder(id=order.order_id, partition=order.order_id, parked=order.parked).to_document())
     return Patch(order.order_id, dict(order.changes), if_match=_ours(stored)["_etag"])
 
 
@@ -337,7 +337,7 @@ class EventWrites:
         try:
             await write_once(self.store, self.marker, parts, taken=("parked",))
         except _Taken:
-            kept = await self.store.read(parked.id, parked.order_id)
+            kept = await self.store.read(parked.id, parked.partition)
             raise _seen_before(ParkedEvent, kept, f"parked event {parked.id} exists") from None
 
 
@@ -360,11 +360,11 @@ async def write_once(store: DocumentStore, marker: InboxMarker, parts: Parts,
         "marker": _MarkerTaken, "order": OrderChanged, **dict.fromkeys(relied_on, OrderChanged),
         **dict.fromkeys(taken, _Taken)}
     try:
-        return await _write(store, marker.order_id, [("marker", Create(marker.to_document())), *parts], conflicts)
+        return await _write(store, marker.partition, [("marker", Create(marker.to_document())), *parts], conflicts)
     except _MarkerTaken:
         pass
     try:
-        stored = await store.read(marker.id, marker.order_id)
+        stored = await store.read(marker.id, marker.partition)
     except NotFound as exc:
         # The marker expired between the conflict and the read; a redelivery will decide.
         raise TransientStoreError(f"marker {marker.id} vanished after a conflict") from exc

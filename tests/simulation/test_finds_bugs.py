@@ -214,7 +214,7 @@ class AcceptedAtIntake(_Delegating):
             return await self.store.execute_batch(partition_key, operations)
         order = OrderDocument.from_document(intake[0].document)
         entry = OutboxEntry(
-            id=identity.outbox_id(SETTINGS.consumer_name, order.order_id), order_id=order.order_id,
+            id=identity.outbox_id(SETTINGS.consumer_name, order.order_id), partition=order.order_id,
             status=OutboxStatus.PENDING, destination=SETTINGS.outbox_destination,
             message_id=identity.outbox_message_id(SETTINGS.consumer_name, order.order_id), correlation_id=None,
             session_id=None, subject=identity.ORDER_ACCEPTED, created_at=0.0,

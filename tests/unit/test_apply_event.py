@@ -194,7 +194,7 @@ def test_invalid_event_names_the_rule(store: InMemoryStore) -> None:
 
 
 def test_a_write_behind_its_marker_is_refused_over_the_limit_before_sending(store: InMemoryStore) -> None:
-    marker = InboxMarker(id=identity.inbox_marker_id("audit", "s", "e"), order_id="ord-1", consumer="audit",
+    marker = InboxMarker(id=identity.inbox_marker_id("audit", "s", "e"), partition="ord-1", consumer="audit",
                          request_hash="h", ttl=60)
     before = store.requests
     parts = [("audit", Create({"id": f"d-{n}", "orderId": "ord-1"})) for n in range(MAX_BATCH_OPERATIONS)]  # + 1

@@ -46,7 +46,7 @@ def test_parked_events_older_than_the_alert_age_are_reported_and_counted(caplog:
     with caplog.at_level(logging.WARNING):
         found = run(report_stuck(store, consumer="order-projection", now=clock.now, parked_after=900,
                                  stuck_after=300))
-    assert [p.order_id for p in found.parked] == ["ord-old"]
+    assert [p.partition for p in found.parked] == ["ord-old"]
     assert overdue_counts()[("parked", "ord-old")] == before[("parked", "ord-old")] + 1
     assert any("overdue parked orderId=ord-old" in r.getMessage() for r in caplog.records)
 
@@ -66,4 +66,4 @@ def test_side_effects_in_progress_past_their_lease_are_reported_but_finished_one
     assert result.outcome is Outcome.CREATED
     clock.now += 60 + 301
     found = run(report_stuck(store, consumer="order-projection", now=clock.now, parked_after=900, stuck_after=300))
-    assert [r.order_id for r in found.side_effects] == ["ord-stuck"]
+    assert [r.partition for r in found.side_effects] == ["ord-stuck"]

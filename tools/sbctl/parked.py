@@ -66,7 +66,7 @@ def table(events: list[ParkedEvent], now: float) -> str:
     """One line per parked event: order, version, type, event id, status, age, reason."""
     lines = [f"{'orderId':40} {'version':>7} {'type':32} {'eventId':38} {'status':8} {'age s':>7}  reason"]
     for e in events:
-        lines.append(f"{e.order_id:40} {e.sequence:>7} {e.event_type.rsplit('.', 1)[-1]:32} {e.event_id:38}"
+        lines.append(f"{e.partition:40} {e.sequence:>7} {e.event_type.rsplit('.', 1)[-1]:32} {e.event_id:38}"
                      f" {e.status.value:8} {now - e.parked_at:>7.0f}  {e.reason or ''}")
     return "\n".join(lines)
 

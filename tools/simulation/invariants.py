@@ -308,17 +308,17 @@ def left_undone(document: Document) -> str | None:
     if SideEffectRecord.is_kind(document):
         record = SideEffectRecord.from_document(document)
         if record.status is EffectStatus.IN_PROGRESS:
-            return f"side effect {record.effect} of {record.order_id} is in progress (attempt {record.attempt})"
+            return f"side effect {record.effect} of {record.partition} is in progress (attempt {record.attempt})"
     elif ParkedEvent.is_kind(document):
         parked = ParkedEvent.from_document(document)
         if parked.status is ParkedStatus.PARKED:
-            return f"event v{parked.sequence} {parked.event_id} of {parked.order_id} is still parked"
+            return f"event v{parked.sequence} {parked.event_id} of {parked.partition} is still parked"
     elif PendingOrder.is_kind(document):
         return f"order {document['orderId']} is still pending, with parked events"
     elif OutboxEntry.is_kind(document):
         entry = OutboxEntry.from_document(document)
         if entry.status is OutboxStatus.PENDING:
-            return f"outbox entry {entry.id} of {entry.order_id} is still pending"
+            return f"outbox entry {entry.id} of {entry.partition} is still pending"
     return None
 
 
