@@ -5,6 +5,10 @@ migration: an in-flight order would get a new reservation key and reserve its st
 or a redelivered event a new marker id and apply twice. ``tests/unit/test_identity.py`` pins each
 function to known values, as ``test_known_hashes.py`` pins the request hashes.
 
+Each id of something a consumer does for a key is labelled by (consumer, name, key): the name of the effect or
+the outgoing message, and the key it is done for (here an order's id), so that any consumer can derive its own
+with the same functions; the order app's own ids are these with its names (``OrderAccepted``, ``OrderRejected``).
+
 A derived id is ``kind.label.digest``: the label is a readable, sanitised prefix for operators; the
 digest of (kind, *parts) alone makes it unique. Each part is length-prefixed before hashing, so
 ("ab", "c") and ("a", "bc") never derive the same id, whatever characters the parts contain. The
@@ -46,41 +50,52 @@ def derive_id(kind: str, *parts: str, label: str = "") -> str:
     return prefix + digest(kind, *parts)
 
 
-def effect_key(consumer: str, effect: str, order_id: str) -> str:
-    """The Idempotency-Key one consumer's effect of one order carries downstream.
+def effect_key(consumer: str, effect: str, key: str) -> str:
+    """The Idempotency-Key one consumer's named effect of one key (here an order's id) carries downstream.
 
     Deterministic, so a redelivery sends the same key and the service drops the repeat; distinct across
-    consumers and effects, so two effects of one order never share a key.
+    consumers and effects, so two effects of one key never share a key.
     """
-    return derive_id("effect", consumer, effect, order_id, label=effect)
+    return derive_id("effect", consumer, effect, key, label=effect)
 
 
-def side_effect_id(consumer: str, effect: str, order_id: str) -> str:
-    """The id of the two-phase record of one consumer's effect of one order."""
-    return derive_id("side-effect", consumer, effect, order_id, label=effect)
+def side_effect_id(consumer: str, effect: str, key: str) -> str:
+    """The id of the two-phase record of one consumer's named effect of one key."""
+    return derive_id("side-effect", consumer, effect, key, label=effect)
+
+
+def outgoing_entry_id(consumer: str, name: str, key: str) -> str:
+    """The id of the outbox entry of one consumer's named outgoing message of one key."""
+    return derive_id("outbox", consumer, name, key, label=name)
+
+
+def outgoing_message_id(consumer: str, name: str, key: str) -> str:
+    """The MessageId one consumer's named outgoing message of one key is sent with, so that every resend is a
+    duplicate downstream. Effects and outgoing messages share the names of one consumer: one name, one id."""
+    return effect_key(consumer, name, key)
 
 
 def outbox_id(consumer: str, order_id: str) -> str:
     """The id of an order's outcome entry in the outbox: its OrderAccepted or its OrderRejected, one id for both,
     so that an order can hold one of them only (it is derived from OrderAccepted's name, as it was before
     OrderRejected existed)."""
-    return derive_id("outbox", consumer, ORDER_ACCEPTED, order_id, label=ORDER_ACCEPTED)
+    return outgoing_entry_id(consumer, ORDER_ACCEPTED, order_id)
 
 
 def outbox_message_id(consumer: str, order_id: str) -> str:
-    """The MessageId OrderAccepted is sent with, so that every resend is a duplicate downstream."""
-    return effect_key(consumer, ORDER_ACCEPTED, order_id)
+    """The MessageId OrderAccepted is sent with."""
+    return outgoing_message_id(consumer, ORDER_ACCEPTED, order_id)
 
 
 def rejected_correction_id(consumer: str, order_id: str) -> str:
     """The id of the OrderRejected entry of an order the version before announced accepted at its intake, before
     the service refused its reservation: a correction beside that entry, under an id of its own."""
-    return derive_id("outbox", consumer, ORDER_REJECTED, order_id, label=ORDER_REJECTED)
+    return outgoing_entry_id(consumer, ORDER_REJECTED, order_id)
 
 
 def rejected_message_id(consumer: str, order_id: str) -> str:
-    """The MessageId OrderRejected is sent with, so that every resend is a duplicate downstream."""
-    return effect_key(consumer, ORDER_REJECTED, order_id)
+    """The MessageId OrderRejected is sent with."""
+    return outgoing_message_id(consumer, ORDER_REJECTED, order_id)
 
 
 def retry_message_id(original_message_id: str, chain: str, attempt: int) -> str:

@@ -123,3 +123,16 @@ def test_the_handlers_write_and_send_exactly_the_pinned_ids() -> None:
     assert outbox["messageId"] == KNOWN[3][1]
     assert identity.inbox_marker_id(CONSUMER, "/orders", "e-2") in ids
     assert KNOWN[5][1] not in ids  # the parked copy of e-2, removed when e-1 released it
+
+
+def test_the_order_apps_ids_are_the_generic_ones_under_its_names_and_another_name_gets_its_own() -> None:
+    accepted, rejected = identity.ORDER_ACCEPTED, identity.ORDER_REJECTED
+    assert identity.outbox_id(CONSUMER, "ord-1") == identity.outgoing_entry_id(CONSUMER, accepted, "ord-1")
+    assert identity.rejected_correction_id(CONSUMER, "ord-1") == identity.outgoing_entry_id(CONSUMER, rejected,
+                                                                                           "ord-1")
+    assert identity.outbox_message_id(CONSUMER, "ord-1") == identity.outgoing_message_id(CONSUMER, accepted, "ord-1")
+    assert identity.rejected_message_id(CONSUMER, "ord-1") == identity.outgoing_message_id(CONSUMER, rejected,
+                                                                                          "ord-1")
+    booked = identity.outgoing_entry_id("ledger-writer", "PaymentBooked", "pay-1")
+    assert booked.startswith("outbox.PaymentBooked.") and booked != identity.outgoing_entry_id(
+        "ledger-writer", "PaymentRefused", "pay-1")
