@@ -35,14 +35,16 @@ $(VENV)/.installed: requirements.txt requirements.in tools/requirements.txt requ
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements-dev.txt)"
+	$(CHECKOV_VENV)/bin/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python -r requirements-checkov.txt
 	touch $@
 
 # The docs site's tools (requirements-docs.txt), in a venv of their own; tests/unit/test_docs_site.py builds the
 # site with --strict from it.
 $(DOCS_VENV)/.installed: requirements-docs.txt
 	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
-	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-docs.txt
+	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements-dev.txt)"
+	$(DOCS_VENV)/bin/uv pip install --quiet --python $(DOCS_VENV)/bin/python -r requirements-docs.txt
 	touch $@
 
 $(COSMOS_DIR)/node_modules/.installed: $(COSMOS_DIR)/package.json $(COSMOS_DIR)/package-lock.json
