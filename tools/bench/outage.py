@@ -2,8 +2,9 @@
 
 Runs the local stack twice, each on a fresh stack with ``--hosts`` hosts of the app: once as committed
 (``BREAKER_OPEN_SECONDS`` 30) and once with the breaker off (0). Each run sends ``--orders`` orders at
-``--rate`` a second; ``--after`` seconds in, the fulfilment stand-in is down for ``--outage`` seconds
-(every reservation answered 503). It counts, on the stand-in's side of the wire:
+``--rate`` a second; ``--after`` seconds in, and not before the service received its first request (so that a
+host's slow first invocation does not use the outage up), the fulfilment stand-in is down for ``--outage``
+seconds (every reservation answered 503). It counts, on the stand-in's side of the wire:
 
 * **requests received while down**: the reservation calls the service had to refuse;
 * **per order sent**, the same over the orders;
@@ -37,6 +38,7 @@ from demo.stack import Stack, settings_file
 from sbctl import generate
 
 NEVER = "0 0 0 1 1 *"  # a timer schedule that does not come round during a run
+FIRST_REQUEST_SECONDS = 120  # longest wait for the hosts' first request before the outage starts anyway
 
 
 @dataclass
@@ -81,12 +83,15 @@ def measure(args: argparse.Namespace, breaker_open_seconds: float) -> Figures:
                 client.get_queue_sender("orders") as sender:
             began, down_at = time.time(), None
             for index, order in enumerate(orders):
-                if down_at is None and time.time() - began >= args.after:
+                if down_at is None and time.time() - began >= args.after and server.keys():
                     down_at = time.time()
                     server.outage(args.outage)
                 sender.send_messages(order)
                 time.sleep(max(0.0, began + (index + 1) / args.rate - time.time()))
-            if down_at is None:
+            if down_at is None:  # the hosts' first request came after the sending: the outage starts with it
+                first_call = time.time() + FIRST_REQUEST_SECONDS
+                while not server.keys() and time.time() < first_call:
+                    time.sleep(0.05)
                 down_at = time.time()
                 server.outage(args.outage)
         back_at = down_at + args.outage
@@ -139,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--orders", type=int, default=600, help="orders sent (default 600)")
     parser.add_argument("--rate", type=float, default=10.0, help="orders a second (default 10)")
     parser.add_argument("--outage", type=float, default=60.0, help="seconds the service is down (default 60)")
-    parser.add_argument("--after", type=float, default=5.0, help="seconds into the sending it goes down (default 5)")
+    parser.add_argument("--after", type=float, default=5.0,
+                        help="seconds into the sending it goes down, once it has received a request (default 5)")
     parser.add_argument("--hosts", type=int, default=1, help="host processes (default 1)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the orders (default 1)")
     parser.add_argument("--drain-seconds", type=float, default=600,

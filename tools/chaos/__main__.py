@@ -158,9 +158,11 @@ def run(options: Options) -> int:
                             next_version=versions.app_dir(versions.NEXT, journal, plant),
                             previous=versions.app_dir(versions.PREVIOUS, journal, plant))
             phase = "the drain"
+            map_back.watch_for_quiet()  # the rollback is over: what it dead-lettered is all in the queues
             deadline = 300 + orders * SECONDS_PER_ORDER
             drained = observe.late_then_drain(stack, watch, client, scenario, sent_at, label="chaos",
-                                              on_sent=chaos.stop, deadline=started + deadline)
+                                              on_sent=chaos.stop, deadline=started + deadline,
+                                              others_last_sent=map_back.last_sent)
             opened.remove(map_back.stop)
             if map_back.stop():  # a last pass found more: they are processed before the checks
                 drained = observe.wait_drained(stack, watch, client, deadline=time.time() + 120, label="chaos")

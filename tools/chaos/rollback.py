@@ -10,6 +10,7 @@ that the drain, which waits for every order's reservation, sees those messages p
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from datetime import timedelta
 
@@ -32,6 +33,10 @@ class MapBack:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.resubmitted: Counter[str] = Counter()  # by queue
+        self._lock = threading.Lock()
+        self._last_sent = 0.0  # when a pass last resubmitted (under the original MessageId)
+        self._quiet_from: float | None = None  # passes begun from then on are watched for a quiet one
+        self._quiet = False  # a watched pass held nothing and found nothing left to resubmit
 
     def start(self) -> None:
         """Map back in the background."""
@@ -50,13 +55,30 @@ class MapBack:
     def once(self) -> int:
         """One pass over every queue: how many copies it resubmitted (those the detection window still holds wait
         for the next pass)."""
-        done = 0
+        begun, done, held = time.time(), 0, 0
         for queue in self._queues:
             passed = dlq.resubmit(self._client, queue, SELECTION, self._detection, report=lambda _: None,
                                   report_held=lambda _: None)
             self.resubmitted[queue] += len(passed.resubmitted)
-            done += len(passed.resubmitted)
+            done, held = done + len(passed.resubmitted), held + len(passed.held)
+        with self._lock:
+            if done:
+                self._last_sent = time.time()
+            if self._quiet_from is not None and begun >= self._quiet_from and not done and not held:
+                self._quiet = True
         return done
+
+    def watch_for_quiet(self) -> None:
+        """From now on (the release before is gone, so nothing more is dead-lettered for this to map back),
+        watch for a pass that finds nothing to resubmit."""
+        with self._lock:
+            self._quiet_from, self._quiet = time.time(), False
+
+    def last_sent(self) -> float | None:
+        """When this last resubmitted under an original MessageId, once a pass begun after ``watch_for_quiet``
+        found nothing left to resubmit; None until then."""
+        with self._lock:
+            return self._last_sent if self._quiet else None
 
     def _loop(self) -> None:
         while not self._stop.wait(EVERY_SECONDS):

@@ -268,20 +268,28 @@ def start_senders(client: ServiceBusClient, scenario: Scenario, sent_at: dict[st
 
 def late_then_drain(stack: Stack, watch: Watch, client: ServiceBusClient, scenario: Scenario,
                     sent_at: dict[str, float], *,
-                    deadline: float, label: str, on_sent: Callable[[], None] | None = None) -> bool:
+                    deadline: float, label: str, on_sent: Callable[[], None] | None = None,
+                    others_last_sent: Callable[[], float | None] | None = None) -> bool:
     """Send the storms' orders held back, then the late copies and reused ids, then wait until everything has
     drained; False at ``deadline``.
 
     The late ones go once their originals are written (so "first" is well defined) and the detection
-    window of the last original has passed (so the broker lets them through). ``on_sent`` runs once
-    they are sent, before the wait.
+    window of the last original has passed (so the broker lets them through). ``others_last_sent``, when
+    given, says when something besides the scenario last sent under an order's own MessageId (an
+    operator's resubmission), or None while it may still do so: the late ones wait for its window too,
+    or a reused id planned to be dead-lettered would be absorbed by the broker instead. ``on_sent`` runs
+    once they are sent, before the wait.
     """
     send(client, "orders", scenario.held, sent_at)  # storms' orders, held back until the rest was sent
     window_ends = time.time() + DETECTION_WINDOW_SECONDS + 1
     progress = Progress()
     while (written := watch.orders_written()) < len(scenario.orders) and not progress.stalled(written, deadline):
         time.sleep(2)
-    time.sleep(max(0.0, window_ends - time.time()))
+    while time.time() < deadline:
+        last = 0.0 if others_last_sent is None else others_last_sent()
+        if last is not None and time.time() >= max(window_ends, last + DETECTION_WINDOW_SECONDS + 1):
+            break
+        time.sleep(1)
     send(client, "orders", scenario.late, sent_at)
     if on_sent is not None:
         on_sent()
