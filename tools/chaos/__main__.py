@@ -54,8 +54,9 @@ from devservers.faultproxy import OUTAGE
 
 SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
 UPGRADE_SHARE = 0.4  # of the sending time, from its half-way point, over which the hosts are upgraded
-# One host on the release before delayed retries this long, from the fulfilment service's return: the copies of its
-# backlog come due then, and those it receives are dead-lettered InvalidMessage, for the operator to map back.
+# One host on the release before delayed retries this long, from the fulfilment service's return (longer, up to three
+# times, until the operator's map-back has found a copy it dead-lettered): the copies of its backlog come due then,
+# and those it receives are dead-lettered InvalidMessage, for the operator to map back.
 ROLLBACK_SECONDS = 45.0
 STORMS, STORM_COPIES = 4, 120  # the storm phase: orders, and copies of each of their events
 # The delayed retries on the chaos hosts: the first copy due after 2 s, at most 30 s apart (Azure's defaults are
@@ -154,7 +155,7 @@ def run(options: Options) -> int:
         map_back.start()
         opened.append(map_back.stop)
         with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client:
-            _send_and_shake(chaos, options, client, scenario, sent_at,
+            _send_and_shake(chaos, options, client, scenario, sent_at, met_a_copy=map_back.found,
                             next_version=versions.app_dir(versions.NEXT, journal, plant),
                             previous=versions.app_dir(versions.PREVIOUS, journal, plant))
             phase = "the drain"
@@ -191,10 +192,12 @@ def run(options: Options) -> int:
 
 
 def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, scenario: Scenario,
-                    sent_at: dict[str, float], *, next_version: Path, previous: Path) -> None:
+                    sent_at: dict[str, float], *, next_version: Path, previous: Path,
+                    met_a_copy: Callable[[], bool]) -> None:
     """Send the scenario while the killer and the slower run, the hosts are upgraded half-way through, and the
     outage phase takes the fulfilment service and then Cosmos DB down, one host rolled back to the release before
-    as the fulfilment service comes back (its backlog's copies coming due); return once all of it is over."""
+    as the fulfilment service comes back (its backlog's copies coming due), and kept back until ``met_a_copy``
+    says it dead-lettered one (up to three times as long); return once all of it is over."""
     chaos.start()
     halfway = threading.Event()
     senders = observe.start_senders(client, scenario, sent_at, halfway, options.rate, stack=chaos.stack)
@@ -208,7 +211,8 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
     rollback = None
     if _rolls_back(options):
         rollback = threading.Timer(first_after + options.fulfilment_outage, chaos.rollback,
-                                   args=(previous, ROLLBACK_SECONDS))
+                                   args=(previous, ROLLBACK_SECONDS),
+                                   kwargs={"met": met_a_copy, "longest": 3 * ROLLBACK_SECONDS})
         rollback.daemon = True
         rollback.start()
     for thread in senders:

@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -182,16 +182,22 @@ class Chaos:
             print(f"chaos: slot {slot.index} upgraded to the next version ({self.upgraded} of {len(self.slots)})",
                   flush=True)
 
-    def rollback(self, app_dir: Path, seconds: float) -> None:
+    def rollback(self, app_dir: Path, seconds: float, *, met: Callable[[], bool] | None = None,
+                 longest: float = 0.0) -> None:
         """A rollback of one slot to ``app_dir`` for ``seconds``, then forward again to the version it ran: what a
-        deployment that is rolled back, or two releases that overlap, do to the messages in flight meanwhile."""
+        deployment that is rolled back, or two releases that overlap, do to the messages in flight meanwhile.
+        With ``met``, it stays back until that says the release before met what it is there to meet, up to
+        ``longest`` seconds in all (a host slow to start under load would otherwise meet nothing)."""
         slot = self.slots[-1]
         with self._slots:
             was = slot.app_dir
         self._replace(slot, app_dir)
         self.rolled_back += 1
         print(f"chaos: slot {slot.index} rolled back to the release before for {seconds:.0f} s", flush=True)
+        back = time.time()
         time.sleep(seconds)
+        while met is not None and not met() and time.time() < back + longest:
+            time.sleep(1)
         self._replace(slot, was)
         print(f"chaos: slot {slot.index} rolled forward again", flush=True)
 

@@ -37,6 +37,7 @@ class MapBack:
         self._last_sent = 0.0  # when a pass last resubmitted (under the original MessageId)
         self._quiet_from: float | None = None  # passes begun from then on are watched for a quiet one
         self._quiet = False  # a watched pass held nothing and found nothing left to resubmit
+        self._found = False  # a pass found a copy in a dead-letter queue, resubmitted or held
 
     def start(self) -> None:
         """Map back in the background."""
@@ -61,12 +62,17 @@ class MapBack:
                                   report_held=lambda _: None)
             self.resubmitted[queue] += len(passed.resubmitted)
             done, held = done + len(passed.resubmitted), held + len(passed.held)
+            self._found = self._found or bool(passed.resubmitted or passed.held)
         with self._lock:
             if done:
                 self._last_sent = time.time()
             if self._quiet_from is not None and begun >= self._quiet_from and not done and not held:
                 self._quiet = True
         return done
+
+    def found(self) -> bool:
+        """Whether a pass has found a copy to map back yet (resubmitted, or held for the detection window)."""
+        return self._found
 
     def watch_for_quiet(self) -> None:
         """From now on (the release before is gone, so nothing more is dead-lettered for this to map back),
