@@ -47,9 +47,10 @@ def make_blueprint(settings: Settings, root: Callable[[], App]) -> func.Blueprin
     """The five functions, bound as ``settings`` names them, each running on the app ``root()`` returns.
 
     Raises (failing the functions' indexing, with the computation in the error) when the retention
-    rule does not hold.
+    rule does not hold for either queue.
     """
-    settings.retention.check()
+    for queue in (settings.orders_queue, settings.order_events_queue):
+        settings.retention.check(queue)
     renewal = lock_renewal.renewal_seconds()  # the host renews a message's lock this long; a session's, from its accept
     blueprint = func.Blueprint()  # type: ignore[no-untyped-call]  # azure-functions 1.x is untyped here
 

@@ -44,8 +44,9 @@ class App:
 
     def __init__(self, settings: Settings, *, store: DocumentStore | None, fulfilment: FulfilmentService | None,
                  sender: MessageSender | None, clock: Clock, sleep: Sleep, record: Recorder,
-                 releases: type[Releases] = Releases) -> None:
+                 releases: type[Releases] = Releases, complete: bool = False) -> None:
         self.settings = settings
+        self._complete = complete
         self.clock = clock
         self._releases = releases
         self._store, self._fulfilment, self._sender = store, fulfilment, sender
@@ -113,11 +114,16 @@ class App:
                        queue=queue, sender=self.sender, breaker=breaker if settings.delayed_retries else None)
 
     # -- the ports, handed in or made on first use ----------------------------------------------------
+    # The function app's (``complete``) checks, as it makes its first port, that every required setting is set,
+    # naming each missing one at once: inside the delivery that needs it, so that the delivery is settled as any
+    # other that cannot reach its store. An app built with some ports of its own (tests, the simulator) makes
+    # the others with ``Settings.need``, which names the one setting it needs.
 
     def store(self) -> DocumentStore:
         """The orders container's store (orders and their events share it)."""
         with self._lock:
             if self._store is None:
+                self._check_complete()
                 from shared.adapters.cosmos import CosmosStore  # noqa: PLC0415 - on first use, see above
 
                 self._store = self._keep(CosmosStore.from_settings(self.settings))
@@ -127,6 +133,7 @@ class App:
         """The fulfilment service's client, one pooled session per app."""
         with self._lock:
             if self._fulfilment is None:
+                self._check_complete()
                 from shared.adapters.http import HttpFulfilment  # noqa: PLC0415
 
                 settings = self.settings
@@ -141,6 +148,7 @@ class App:
         """The Service Bus sender, connected on first send."""
         with self._lock:
             if self._sender is None:
+                self._check_complete()
                 from shared.adapters.servicebus import ServiceBusSender  # noqa: PLC0415
 
                 self._sender = self._keep(ServiceBusSender.from_settings(self.settings))
@@ -152,6 +160,10 @@ class App:
             made, self._made = self._made, []
         for client in made:
             await client.close()
+
+    def _check_complete(self) -> None:
+        if self._complete:
+            self.settings.complete()
 
     def _keep(self, client: _Client) -> _Client:
         self._made.append(client)
@@ -177,4 +189,5 @@ def from_environment() -> App:
     """The app as the function app runs it: settings from the environment, and the counters exported to
     Application Insights when it is set (on the first invocation: function_app builds this once)."""
     export_to_azure_monitor()
-    return build(Settings.from_env())
+    return App(Settings.from_env(), store=None, fulfilment=None, sender=None, clock=time.time, sleep=asyncio.sleep,
+               record=record_delivery, complete=True)

@@ -1,7 +1,7 @@
 """One exception family for the core. Errors carry ids, hashes and rules, never payloads.
 
     ConsumerError
-    ├── ConfigurationError        a setting is missing or malformed (``setting`` names it)
+    ├── ConfigurationError        settings missing or malformed (``problems`` names each)
     ├── InvalidMessage            a delivery breaks a validation rule (``rule`` names it with its field path)
     ├── DownstreamUnavailable     an outgoing call timed out or could not connect: retry later
     ├── PublishError              an outgoing message could not be sent
@@ -37,12 +37,21 @@ class ConsumerError(Exception):
 
 
 class ConfigurationError(ConsumerError):
-    """A setting is missing or has a value the app cannot use."""
+    """A setting is missing or has a value the app cannot use; ``problems`` lists every one found, each setting
+    with its problem, when there were several (``setting`` and ``problem`` are the first's)."""
 
-    def __init__(self, setting: str, problem: str) -> None:
-        super().__init__(f"setting {setting}: {problem}")
+    def __init__(self, setting: str, problem: str, *, more: tuple[tuple[str, str], ...] = ()) -> None:
+        self.problems = ((setting, problem), *more)
+        super().__init__(f"setting {setting}: {problem}" if not more else
+                         f"{len(self.problems)} settings: " + "; ".join(f"{s}: {p}" for s, p in self.problems))
         self.setting = setting
         self.problem = problem
+
+    @classmethod
+    def of(cls, problems: list[tuple[str, str]]) -> ConfigurationError:
+        """One error naming every setting in ``problems`` (at least one) and what is wrong with each."""
+        (setting, problem), *more = problems
+        return cls(setting, problem, more=tuple(more))
 
 
 class InvalidMessage(ConsumerError):

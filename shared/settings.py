@@ -3,9 +3,17 @@
 ``Settings`` is one frozen msgspec Struct; each field is declared by ``setting(...)``, which also
 lists it in ``SETTINGS``. The README table, ``local.settings.sample.json`` and the infrastructure
 checks are tested against that list. The environment is decoded in lax mode (``"60"`` is 60,
-``"false"`` is False); a malformed value raises one ConfigurationError that names the setting.
-A required setting is checked where it is needed (``Settings.need``), so that a process that never
-touches Cosmos DB, such as the host indexing functions, does not need its endpoint.
+``"false"`` is False); every malformed value is named in one ConfigurationError.
+
+The settings are a consumer's: ``Settings.from_env(prefix=...)`` reads each as ``{prefix}{NAME}``, so that
+two consumers in one app set theirs apart (``PAYMENTS_ORDERS_QUEUE``...), but for the account's
+(``account=True``: the Cosmos DB endpoint and key, the Service Bus connection, the proxy), which every consumer
+of the app shares, read unprefixed. The order app's prefix is empty.
+
+The function app checks its required settings as it makes its first client, on the first invocation that
+needs one (``Settings.complete``, every missing one named at once); an app built with clients of its own
+(tests, the simulator) checks each where it is needed (``Settings.need``). So the host indexing the
+functions, which connects to nothing, needs none of them.
 """
 
 from __future__ import annotations
@@ -23,13 +31,15 @@ from shared.errors import ConfigurationError
 
 @dataclass(frozen=True)
 class SettingSpec:
-    """One app setting as declared: ``in_azure`` means the deployment (infra/) must set it."""
+    """One app setting as declared: ``in_azure`` means the deployment (infra/) must set it; ``account`` that
+    every consumer of the app shares it, so that it is read without a consumer's prefix."""
 
     name: str
     default: Any
     description: str
     required: bool
     in_azure: bool
+    account: bool = False
 
     @property
     def default_text(self) -> str:
@@ -44,9 +54,11 @@ class SettingSpec:
 SETTINGS: dict[str, SettingSpec] = {}
 
 
-def setting(name: str, default: Any, description: str, *, required: bool = False, in_azure: bool = False) -> Any:
-    """Declare a setting: a Struct field read from the environment variable ``name``."""
-    SETTINGS[name] = SettingSpec(name, default, description, required, in_azure or required)
+def setting(name: str, default: Any, description: str, *, required: bool = False, in_azure: bool = False,
+            account: bool = False) -> Any:
+    """Declare a setting: a Struct field read from the environment variable ``name`` (after the consumer's
+    prefix, but for an ``account`` one)."""
+    SETTINGS[name] = SettingSpec(name, default, description, required, in_azure or required, account)
     return msgspec.field(default=default, name=name)
 
 
@@ -59,12 +71,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Every setting the app reads."""
 
     orders_queue: Name = setting("ORDERS_QUEUE", "orders", "Queue that `process_order` listens on.", in_azure=True)
-    cosmos_endpoint: Url | None = setting("COSMOS_ENDPOINT", None, "Cosmos DB account endpoint URL.", required=True)
+    cosmos_endpoint: Url | None = setting("COSMOS_ENDPOINT", None, "Cosmos DB account endpoint URL.", required=True,
+                                          account=True)
     cosmos_key: str | None = setting("COSMOS_KEY", None, "Account key, for local emulators only. Unset: the app's "
                                      "managed identity in Azure (`ManagedIdentityCredential`), the developer's "
-                                     "sign-in elsewhere (`DefaultAzureCredential`).")
+                                     "sign-in elsewhere (`DefaultAzureCredential`).", account=True)
     cosmos_verify_tls: bool = setting("COSMOS_VERIFY_TLS", True, "Verify the Cosmos endpoint's TLS certificate; "
-                                      "`false` only for local emulators.")
+                                      "`false` only for local emulators.", account=True)
     cosmos_database: Name = setting("COSMOS_DATABASE", "sales", "Cosmos DB database name.", in_azure=True)
     cosmos_container: Name = setting("COSMOS_CONTAINER", "orders", "Container of orders, partitioned by "
                                      "`/orderId`.", in_azure=True)
@@ -99,7 +112,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_proxy_from_environment: bool = setting(
         "HTTP_PROXY_FROM_ENVIRONMENT", False, "Read `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY` and `.netrc` from the "
         "environment on every Cosmos DB and fulfilment request (aiohttp's `trust_env`); `true` behind a proxy. Off, "
-        "it saves a scan of the environment per request (see Performance).")
+        "it saves a scan of the environment per request (see Performance).", account=True)
     abandon_delay_seconds: Annotated[float, msgspec.Meta(ge=0)] = setting(
         "ABANDON_DELAY_SECONDS", 10.0, "How long a delivery waits inside its lock before it tries a message "
         "again (`transient`) or abandons it (`error`, or `transient` with DELAYED_RETRIES false), so that retries "
@@ -160,27 +173,55 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     cosmos_leases_container: Name = setting("COSMOS_LEASES_CONTAINER", "leases", "Lease container of "
                                             "`publish_outbox`'s change-feed trigger.", in_azure=True)
     servicebus_connection: str | None = setting("ServiceBusConnection", None, "Service Bus connection string, for "
-                                                "local emulators only. The triggers read it too (through the host).")
+                                                "local emulators only. The triggers read it too (through the host).",
+                                                account=True)
     servicebus_namespace: str | None = setting(
         "ServiceBusConnection__fullyQualifiedNamespace", None, "Service Bus namespace host; managed identity is "
-        "used (triggers and the outbox sender). One of the two is required.", in_azure=True)
+        "used (triggers and the outbox sender). One of the two is required.", in_azure=True, account=True)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Decode the settings from the environment (or ``env``); empty values count as unset."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, prefix: str = "") -> Settings:
+        """Decode the settings from the environment (or ``env``), each a consumer's under ``prefix``; empty values
+        count as unset. ConfigurationError naming every malformed value, as the environment spells it."""
         source = os.environ if env is None else env
-        values = {name: source[name].strip() for name in SETTINGS if source.get(name, "").strip()}
+        values = {name: source[key].strip() for name, spec in SETTINGS.items()
+                  if source.get(key := name if spec.account else prefix + name, "").strip()}
         try:
-            return msgspec.convert(values, cls, strict=False)
-        except msgspec.ValidationError as exc:
-            raise _configuration_error(exc) from None
+            settings = msgspec.convert(values, cls, strict=False)
+        except msgspec.ValidationError:
+            problems = []
+            for name, value in values.items():  # each alone, so that every one that is wrong is named
+                try:
+                    msgspec.convert({name: value}, cls, strict=False)
+                except msgspec.ValidationError as exc:
+                    problems.append(_problem(exc, prefix))
+            raise ConfigurationError.of(problems) from None
+        return settings
+
+    def complete(self, prefix: str = "") -> Settings:
+        """Return self when every required setting is set, else ConfigurationError naming each one that is not
+        (after ``prefix``, the one the settings were read under): what the app checks when it is built, before it
+        touches anything."""
+        missing = [(self.name_of(attribute, prefix), "is required but not set") for attribute in _REQUIRED
+                   if getattr(self, attribute) is None]
+        if not (self.servicebus_connection or self.servicebus_namespace):
+            missing.append(("ServiceBusConnection__fullyQualifiedNamespace",
+                            "is required (or ServiceBusConnection for local emulators)"))
+        if missing:
+            raise ConfigurationError.of(missing)
+        return self
+
+    def name_of(self, attribute: str, prefix: str = "") -> str:
+        """The environment variable an attribute is read from: its name after the consumer's ``prefix`` (but for
+        the account's settings)."""
+        name = msgspec.structs.fields(self)[_ATTRIBUTES.index(attribute)].encode_name
+        return name if SETTINGS[name].account else prefix + name
 
     def need(self, attribute: str) -> Any:
         """The value of a setting the caller cannot work without; ConfigurationError naming it when unset."""
         value = getattr(self, attribute)
         if value is None:
-            name = msgspec.structs.fields(self)[_ATTRIBUTES.index(attribute)].encode_name
-            raise ConfigurationError(name, "is required but not set")
+            raise ConfigurationError(self.name_of(attribute), "is required but not set")
         return value
 
     @property
@@ -197,14 +238,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _ATTRIBUTES = tuple(f.name for f in msgspec.structs.fields(Settings))
+_REQUIRED = tuple(f.name for f in msgspec.structs.fields(Settings) if f.encode_name in SETTINGS
+                  and SETTINGS[f.encode_name].required)
 _PATH = re.compile(r"^(?P<problem>.*) - at `\$\.(?P<name>[^`]+)`$")
 
 
-def _configuration_error(exc: msgspec.ValidationError) -> ConfigurationError:
+def _problem(exc: msgspec.ValidationError, prefix: str) -> tuple[str, str]:
+    """The setting a field's error is about, as the environment spells it, and what is wrong with it."""
     match = _PATH.match(str(exc))
     if match is None:  # pragma: no cover - every field error of a flat Struct carries its path
-        return ConfigurationError("?", str(exc))
-    return ConfigurationError(match["name"], match["problem"])
+        return "?", str(exc)
+    name = match["name"]
+    return (name if SETTINGS[name].account else prefix + name), match["problem"]
 
 
 @dataclass(frozen=True)
@@ -230,10 +275,12 @@ class Retention:
         redeliveries = self.lock_duration_seconds * self.max_delivery_count
         return redeliveries + self.retry_total_seconds + self.message_ttl_seconds + self.resubmit_grace_seconds
 
-    def check(self) -> Retention:
-        """Return self if markers live long enough, else raise ConfigurationError showing the computation."""
+    def check(self, queue: str | None = None, prefix: str = "") -> Retention:
+        """Return self if markers live long enough, else raise ConfigurationError showing the computation (for
+        ``queue``, when named, whose consumer's settings are read under ``prefix``)."""
         if self.dedup_ttl_seconds < self.required_seconds:
-            raise ConfigurationError("DEDUP_TTL_SECONDS", (
+            raise ConfigurationError(f"{prefix}DEDUP_TTL_SECONDS", (
+                ("" if queue is None else f"for queue {queue}, ") +
                 f"{self.dedup_ttl_seconds} s is shorter than the retention window: lock {self.lock_duration_seconds} s"
                 f" x {self.max_delivery_count} deliveries + delayed retries {self.retry_total_seconds} s + message TTL"
                 f" {self.message_ttl_seconds} s + resubmit grace"

@@ -212,7 +212,7 @@ def test_function_app_builds_its_app_from_the_environment_and_a_missing_setting_
     [settlement] = fake_host.recorder.settlements_for(msg.lock_token)
     assert settlement.action == "abandon"
     errors = [r.exc_info for r in caplog.records if r.exc_info]
-    assert errors and "COSMOS_ENDPOINT" in str(errors[0][1])
+    assert errors and "COSMOS_ENDPOINT: is required" in str(errors[0][1])
 
 
 def test_lost_lock_on_complete_is_logged_and_raised_then_redelivery_is_a_duplicate(

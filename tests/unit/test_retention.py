@@ -55,3 +55,25 @@ def test_app_refuses_to_start_when_markers_would_expire_too_soon() -> None:
     assert run.returncode != 0
     assert "DEDUP_TTL_SECONDS" in run.stderr
     assert "= 706200 s" in run.stderr
+
+
+def test_the_refusal_names_the_queue_the_consumers_prefix_and_the_computation() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Retention(60, 10, 3600, 600, 4799).check("payments", "PAYMENTS_")
+    assert caught.value.setting == "PAYMENTS_DEDUP_TTL_SECONDS"
+    assert str(caught.value).startswith("setting PAYMENTS_DEDUP_TTL_SECONDS: for queue payments, 4799 s is shorter")
+
+
+def test_the_app_checks_the_rule_for_each_of_its_queues(monkeypatch: pytest.MonkeyPatch) -> None:
+    from consumers.triggers import make_blueprint  # noqa: PLC0415 - the app's wiring, imported by this test only
+
+    checked: list[str | None] = []
+    real = Retention.check
+
+    def check(self: Retention, queue: str | None = None, prefix: str = "") -> Retention:
+        checked.append(queue)
+        return real(self, queue, prefix)
+
+    monkeypatch.setattr(Retention, "check", check)
+    make_blueprint(Settings.from_env({"ORDERS_QUEUE": "o-1", "ORDER_EVENTS_QUEUE": "e-1"}), lambda: None)  # type: ignore[arg-type,return-value]
+    assert checked == ["o-1", "e-1"]
