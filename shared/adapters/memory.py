@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from shared.adapters.reservations import ReservationLedger
-from shared.domain.documents import PARTITION_FIELD
+from shared.domain.records import PARTITION_FIELD
 from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, PublishError, StoreError
 from shared.ports.fulfilment import Reply
 from shared.ports.sender import OutgoingMessage

@@ -25,9 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared.domain.documents import ParkedEvent, UnreadableParked
+from shared.domain import documents
 from shared.domain.lifecycle import KINDS, KNOWN_STATUSES, TERMINAL_STATUSES, CloudEvent
 from shared.domain.outcomes import Outcome
+from shared.domain.records import ParkedEvent, UnreadableParked
 from shared.errors import UnreadableDocument
 
 # The most events one order holds parked and counted. A storm past it (a producer that rebuilds its events'
@@ -189,7 +190,7 @@ def _in_sequence(parked: ParkedEvent | UnreadableParked) -> tuple[float, bool, f
 
 def _event_of(parked: ParkedEvent) -> CloudEvent | UnreadableDocument:
     try:
-        return parked.cloud_event()
+        return documents.cloud_event(parked)
     except UnreadableDocument as exc:
         return exc
 

@@ -26,10 +26,10 @@ from collections.abc import Callable
 import msgspec
 
 from shared.domain.aggregate import MAX_PARKED_EVENTS
-from shared.domain.documents import EventIdentity, InboxMarker, ParkedEvent
 from shared.domain.lifecycle import parse_event
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result, parsed
+from shared.domain.records import EventIdentity, InboxMarker, ParkedEvent
 from shared.errors import (
     AlreadyExists,
     AlreadySeen,

@@ -6,9 +6,10 @@ one aside for good. Neither deletes what it cannot account for: a dropped event 
 
 from __future__ import annotations
 
+from shared.domain import documents
 from shared.domain.aggregate import Order, Release, Step
-from shared.domain.documents import ParkedEvent, ParkedStatus
 from shared.domain.outcomes import Outcome
+from shared.domain.records import ParkedEvent, ParkedStatus
 from shared.errors import NotFound, StoreError
 from shared.handlers.writes import Releases, Stored, read_order, set_aside, waiting
 from shared.ports.store import DocumentStore, query_all
@@ -40,7 +41,7 @@ async def force_release(store: DocumentStore, consumer: str, order_id: str, even
     stored = await read_order(store, order_id)
     if stored.order.status is None:
         raise StoreError(f"order {order_id} is not placed yet; a parked event can only join a placed order")
-    event = parked.cloud_event()
+    event = documents.cloud_event(parked)
     skipped = stored.order.skip_to(event)
     if skipped.decide(event) is not Outcome.APPLIED:
         raise StoreError(f"order {order_id} is {stored.order.status}; {event.type} may not follow")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.domain.documents import OutboxEntry, OutboxStatus
+from shared.domain.records import OutboxEntry, OutboxStatus
 from shared.errors import BatchFailed, ConsumerError, NotFound, PreconditionFailed, StoreError, UnreadableDocument
 from shared.ports.sender import MessageSender, OutgoingMessage
 from shared.ports.store import DocumentStore, Patch

@@ -25,13 +25,14 @@ from typing import Any
 
 import msgspec
 
-from shared.domain import identity
+from shared.domain import documents, identity
 from shared.domain.aggregate import Order
-from shared.domain.documents import EffectStatus, OrderDocument, OrderRejected, OutboxEntry, SideEffectRecord
+from shared.domain.documents import OrderDocument, OrderRejected
 from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderPlaced, parse_order, utc_text
 from shared.domain.outcomes import Outcome, Result, parsed
+from shared.domain.records import EffectStatus, SideEffectRecord
 from shared.errors import (
     LimitExceeded,
     NoLongerAllowed,
@@ -218,7 +219,7 @@ def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderService
             return []
         reserved = {"reference": finished.reference, "reservedAt": utc_text(
             datetime.fromtimestamp(finished.finished_at or now, UTC))}
-        return [Create(OutboxEntry.order_accepted(order, message, consumer=settings.consumer_name, now=now,
+        return [Create(documents.accepted_entry(order, message, consumer=settings.consumer_name, now=now,
                                                   destination=settings.outbox_destination,
                                                   requires_session=session).to_document()),
                 _while(RESERVABLE_STATUSES, order.order_id, {"reservation": reserved}, {"reservation": ABSENT})]
@@ -227,7 +228,7 @@ def _outcome(order: OrderPlaced, message: InboundMessage, services: OrderService
                                  datetime.fromtimestamp(finished.finished_at or now, UTC)))
     rejection = {"refusal": rejected.refusal, "reason": rejected.reason, "responseStatus": finished.response_status,
                  "rejectedAt": rejected.rejected_at}
-    entry = OutboxEntry.order_rejected(order, message, rejected, consumer=settings.consumer_name, now=now,
+    entry = documents.rejected_entry(order, message, rejected, consumer=settings.consumer_name, now=now,
                                        destination=settings.outbox_rejected_destination, requires_session=session)
     if not finished.announces:
         entry = msgspec.structs.replace(entry, id=identity.rejected_correction_id(settings.consumer_name,

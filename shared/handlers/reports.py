@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from shared.domain.documents import ParkedEvent, SideEffectRecord
+from shared.domain.records import ParkedEvent, SideEffectRecord
 from shared.errors import UnreadableDocument
 from shared.ports.store import Document, DocumentStore, query_all
 from shared.telemetry import record_overdue

@@ -42,9 +42,9 @@ from typing import Any, Protocol
 import msgspec
 
 from shared.domain import identity
-from shared.domain.documents import EffectStatus, SideEffectRecord
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result, is_transient, is_transient_under_key
+from shared.domain.records import EffectStatus, SideEffectRecord
 from shared.errors import (
     AlreadyExists,
     BatchFailed,

@@ -28,20 +28,17 @@ from typing import Any
 import msgspec
 
 from shared.domain.aggregate import SUB_OBJECTS, Order, Release, Step, transition
-from shared.domain.documents import (
-    EventRecord,
+from shared.domain.documents import EventRecord, OrderDocument, OrderState, PendingOrder
+from shared.domain.lifecycle import CloudEvent
+from shared.domain.records import (
     InboxMarker,
-    OrderDocument,
-    OrderState,
     ParkedEvent,
     ParkedStatus,
-    PendingOrder,
     SideEffectRecord,
     UnreadableParked,
     merged,
     schema_version,
 )
-from shared.domain.lifecycle import CloudEvent
 from shared.errors import (
     AlreadyExists,
     AlreadySeen,

@@ -20,7 +20,7 @@ from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
 
 from shared.adapters.cosmos import CosmosStore, make_client
 from shared.adapters.memory import InMemoryStore
-from shared.domain.documents import merged
+from shared.domain.records import merged
 from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound, PreconditionFailed, StoreError
 from shared.ports.store import (
     ABSENT,

@@ -19,9 +19,10 @@ import msgspec
 
 from shared.delivery import Handler
 from shared.domain import identity
-from shared.domain.documents import OrderAccepted, OrderDocument, OutboxEntry, OutboxStatus
+from shared.domain.documents import OrderAccepted, OrderDocument
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Result
+from shared.domain.records import OutboxEntry, OutboxStatus
 from shared.errors import AlreadyExists, BatchFailed, NotFound, PublishError
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService, Reply

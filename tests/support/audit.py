@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from shared.domain.documents import InboxMarker
 from shared.domain.identity import derive_id
 from shared.domain.lifecycle import parse_event
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
+from shared.domain.records import InboxMarker
 from shared.errors import AlreadySeen, InvalidMessage, TransientStoreError
 from shared.handlers.writes import write_once
 from shared.ports.store import Create, DocumentStore

@@ -10,9 +10,9 @@ from typing import Any
 
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
-from shared.domain.documents import SideEffectRecord
 from shared.domain.lifecycle import ORDER_CANCELLED
 from shared.domain.outcomes import Outcome
+from shared.domain.records import SideEffectRecord
 from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import Reply
 from shared.ports.store import Delete

@@ -8,11 +8,12 @@ import pytest
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain import identity
-from shared.domain.documents import InboxMarker, OrderDocument
+from shared.domain.documents import OrderDocument
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from shared.domain.outcomes import Outcome, Result
+from shared.domain.records import InboxMarker
 from shared.errors import LimitExceeded
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.operator_commands import drop

@@ -15,10 +15,10 @@ from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.delivery import SETTLEMENTS, Action
 from shared.domain.aggregate import MAX_PARKED_EVENTS, Order
-from shared.domain.documents import ParkedStatus
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
+from shared.domain.records import ParkedStatus
 from shared.errors import TransientStoreError
 from shared.handlers.writes import Releases, read_known, waiting
 from shared.ports.store import MAX_BATCH_OPERATIONS, BatchOperation, Document, Patch, check_batch, operation_bytes

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain.documents import EffectStatus, SideEffectRecord
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
+from shared.domain.records import EffectStatus, SideEffectRecord
 from shared.errors import BatchFailed, NotFound, StoreError, TransientStoreError
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place

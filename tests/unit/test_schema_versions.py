@@ -16,10 +16,10 @@ import pytest
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.delivery import Action, Settlement
-from shared.domain.documents import SCHEMA_VERSION
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
+from shared.domain.records import SCHEMA_VERSION
 from shared.handlers.operator_commands import drop
 from shared.ports.fulfilment import Reply
 from shared.ports.store import Replace

@@ -24,8 +24,10 @@ from azure.core import MatchConditions
 from bench import throughput
 from shared.adapters.cosmos import batch_operation, patch_operations
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain.documents import EffectStatus, OrderDocument, OutboxEntry, SideEffectRecord
+from shared.domain import documents
+from shared.domain.documents import OrderDocument
 from shared.domain.orders import parse_order
+from shared.domain.records import EffectStatus, SideEffectRecord
 from shared.handlers.place_order import RESERVE_STOCK
 from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import reservation_request
@@ -42,7 +44,7 @@ def _plan(message: throughput.Message, settings: Settings, fulfilment: InMemoryF
     order = parse_order(inbound)
     hash_ = order.request_hash()
     placed = OrderDocument.placed(order, inbound, hash_)
-    outbox = OutboxEntry.order_accepted(order, inbound, consumer=settings.consumer_name,
+    outbox = documents.accepted_entry(order, inbound, consumer=settings.consumer_name,
                                         destination=settings.outbox_destination,
                                         requires_session=settings.outbox_requires_session, now=time.time())
     claim = effect.claim(order.order_id, inbound, hash_)

@@ -33,8 +33,8 @@ from typing import Any
 
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
-from shared.domain.documents import SYSTEM_PROPERTIES
 from shared.domain.messages import InboundMessage
+from shared.domain.records import SYSTEM_PROPERTIES
 from shared.errors import NotFound
 from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Delete, Document, Patch, Replace, query_all
 from shared.settings import Settings

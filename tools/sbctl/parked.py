@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from sbctl.connection import ToolError
 from sbctl.failures import cosmos_failure
 from shared import bootstrap
-from shared.domain.documents import ParkedEvent
+from shared.domain.records import ParkedEvent
 from shared.errors import ConfigurationError, NotFound, StoreError, UnreadableDocument
 from shared.handlers import operator_commands
 from shared.ports.store import DocumentStore

@@ -13,17 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from shared.domain import retries
-from shared.domain.documents import (
-    EffectStatus,
-    OrderDocument,
-    OutboxEntry,
-    OutboxStatus,
-    ParkedEvent,
-    ParkedStatus,
-    PendingOrder,
-    SideEffectRecord,
-)
+from shared.domain.documents import OrderDocument, PendingOrder
 from shared.domain.lifecycle import KINDS
+from shared.domain.records import EffectStatus, OutboxEntry, OutboxStatus, ParkedEvent, ParkedStatus, SideEffectRecord
 from shared.ports.store import Document
 from simulation.broker import BrokerMessage, State
 from simulation.foreign import at_path

@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain.documents import EffectStatus, EventRecord, OrderDocument, OutboxEntry, SideEffectRecord
+from shared.domain.documents import EventRecord, OrderDocument
 from shared.domain.identity import ORDER_REJECTED
 from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
+from shared.domain.records import EffectStatus, OutboxEntry, SideEffectRecord
 from shared.errors import (
     BatchFailed,
     DownstreamUnavailable,

@@ -14,9 +14,9 @@ import msgspec
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.delivery import SETTLEMENTS, Handler
-from shared.domain.documents import OutboxEntry
 from shared.domain.messages import InboundMessage
 from shared.domain.outcomes import Outcome, Result
+from shared.domain.records import OutboxEntry
 from shared.domain.retries import RETRY_LIMIT_EXCEEDED
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
