@@ -10,7 +10,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from consumers.lock_renewal import held_until
-from shared.domain.messages import Headers, InboundMessage
+from idempotent_consumer.messages import Headers, InboundMessage
 
 
 def _text(value: Any) -> str | None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from shared.errors import ConfigurationError
+from idempotent_consumer.errors import ConfigurationError
 
 HOST_JSON = Path(__file__).resolve().parent.parent / "host.json"
 OVERRIDE = "AzureFunctionsJobHost__extensions__serviceBus__maxAutoLockRenewalDuration"

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from shared.delivery import Action, Settlement
-from shared.domain.outcomes import Result
+from idempotent_consumer.delivery import Action, Settlement
+from idempotent_consumer.outcomes import Result
 
 # Service Bus caps dead-letter descriptions; keep ours well inside and never include payloads.
 MAX_DESCRIPTION_CHARS = 1024

@@ -19,22 +19,33 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from shared.breaker import Breaker
-from shared.delivery import Check, Clock, Handler, Recorder, Retries, Settlement, SettlementPort, Sleep, run_delivery
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Result
-from shared.domain.retries import Backoff
+from idempotent_consumer.breaker import Breaker
+from idempotent_consumer.delivery import (
+    Check,
+    Clock,
+    Handler,
+    Recorder,
+    Retries,
+    Settlement,
+    SettlementPort,
+    Sleep,
+    run_delivery,
+)
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Result
+from idempotent_consumer.ports.sender import MessageSender
+from idempotent_consumer.ports.store import DocumentStore
+from idempotent_consumer.ports.watched import watched_store
+from idempotent_consumer.retries import Backoff
+from idempotent_consumer.telemetry import export_to_azure_monitor, record_delivery
 from shared.handlers import reports
 from shared.handlers.apply_event import apply_order_event, check_event
 from shared.handlers.outbox import OutboxPublisher
 from shared.handlers.place_order import OrderServices, check_order, place_order
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
-from shared.ports.sender import MessageSender
-from shared.ports.store import DocumentStore
-from shared.ports.watched import watched_fulfilment, watched_store
+from shared.ports.watched import watched_fulfilment
 from shared.settings import Settings
-from shared.telemetry import export_to_azure_monitor, record_delivery
 
 _Client = TypeVar("_Client")
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from shared.errors import ConfigurationError
+from idempotent_consumer.errors import ConfigurationError
 
 
 @dataclass(frozen=True)

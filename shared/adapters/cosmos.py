@@ -24,9 +24,7 @@ from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosClientTimeoutError, CosmosHttpResponseError
 
-from shared.adapters.credentials import TokenFailure, managed_identity, token_failure
-from shared.domain.outcomes import is_transient
-from shared.errors import (
+from idempotent_consumer.errors import (
     AlreadyExists,
     BatchFailed,
     ConfigurationError,
@@ -35,7 +33,8 @@ from shared.errors import (
     StoreError,
     TransientStoreError,
 )
-from shared.ports.store import (
+from idempotent_consumer.outcomes import is_transient
+from idempotent_consumer.ports.store import (
     ABSENT,
     MAX_PAGE_ITEMS,
     BatchOperation,
@@ -48,6 +47,7 @@ from shared.ports.store import (
     check_field,
     check_item,
 )
+from shared.adapters.credentials import TokenFailure, managed_identity, token_failure
 from shared.settings import Settings
 
 # Retry budget, bounded so that a create plus the read after a 409 end well inside the default

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from shared.errors import DownstreamUnavailable
+from idempotent_consumer.errors import DownstreamUnavailable
 from shared.ports.fulfilment import IDEMPOTENCY_HEADER, RESERVATIONS_PATH, Reply
 
 

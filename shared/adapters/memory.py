@@ -14,12 +14,16 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from shared.adapters.reservations import ReservationLedger
-from shared.domain.records import PARTITION_FIELD
-from shared.errors import AlreadyExists, BatchFailed, NotFound, PreconditionFailed, PublishError, StoreError
-from shared.ports.fulfilment import Reply
-from shared.ports.sender import OutgoingMessage
-from shared.ports.store import (
+from idempotent_consumer.errors import (
+    AlreadyExists,
+    BatchFailed,
+    NotFound,
+    PreconditionFailed,
+    PublishError,
+    StoreError,
+)
+from idempotent_consumer.ports.sender import OutgoingMessage
+from idempotent_consumer.ports.store import (
     ABSENT,
     MAX_PAGE_ITEMS,
     BatchOperation,
@@ -32,6 +36,9 @@ from shared.ports.store import (
     check_field,
     check_item,
 )
+from idempotent_consumer.records import PARTITION_FIELD
+from shared.adapters.reservations import ReservationLedger
+from shared.ports.fulfilment import Reply
 
 _Key = tuple[str, str]
 _Json = TypeVar("_Json")

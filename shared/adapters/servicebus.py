@@ -15,9 +15,9 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
+from idempotent_consumer.errors import ConfigurationError, PublishError
+from idempotent_consumer.ports.sender import OutgoingMessage
 from shared.adapters.credentials import managed_identity, token_failure
-from shared.errors import ConfigurationError, PublishError
-from shared.ports.sender import OutgoingMessage
 from shared.settings import Settings
 
 

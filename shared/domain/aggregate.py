@@ -25,11 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from idempotent_consumer.errors import UnreadableDocument
+from idempotent_consumer.outcomes import Outcome
+from idempotent_consumer.records import ParkedEvent, UnreadableParked
 from shared.domain import documents
 from shared.domain.lifecycle import KINDS, KNOWN_STATUSES, TERMINAL_STATUSES, CloudEvent
-from shared.domain.outcomes import Outcome
-from shared.domain.records import ParkedEvent, UnreadableParked
-from shared.errors import UnreadableDocument
 
 # The most events one order holds parked and counted. A storm past it (a producer that rebuilds its events'
 # ids on every retry while their order is held back) would make a release read and settle more than a

@@ -1,7 +1,7 @@
 """The order app's documents, each defined once and used by its writers and readers.
 
 All live in the orders container, in the partition of their order, told apart by ``type``, beside the
-protocol's own records (``shared.domain.records``: outbox entries, side-effect records, inbox markers, event
+protocol's own records (``idempotent_consumer.records``: outbox entries, side-effect records, inbox markers, event
 identities, parked events), whose rules about fields this version does not model and schema versions hold
 for these too. The rules live elsewhere (the order's in ``aggregate.Order``); these only map JSON.
 
@@ -20,11 +20,11 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.records import PARTITION_FIELD, OutboxEntry, ParkedEvent, StoredDocument, unreadable
 from shared.domain import identity
 from shared.domain.lifecycle import KINDS, CloudEvent
-from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderLine, OrderPlaced, utc_text
-from shared.domain.records import PARTITION_FIELD, OutboxEntry, ParkedEvent, StoredDocument, unreadable
 
 ORDER_ACCEPTED = identity.ORDER_ACCEPTED
 ORDER_REJECTED = identity.ORDER_REJECTED

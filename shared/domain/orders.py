@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 import msgspec
 
-from shared.domain.identity import canonical_decimal, request_hash
-from shared.domain.messages import InboundMessage
+from idempotent_consumer.errors import InvalidMessage
+from idempotent_consumer.identity import canonical_decimal, request_hash
+from idempotent_consumer.messages import InboundMessage
 from shared.domain.rules import MAX_EXACT_INTEGER, Currency, Money, Name, OrderId, Timestamp, decode, timestamp
-from shared.errors import InvalidMessage
 
 MAX_ITEMS = 1000
 

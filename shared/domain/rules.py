@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from shared.errors import InvalidMessage, LimitExceeded
+from idempotent_consumer.errors import InvalidMessage, LimitExceeded
 
 # A message on Service Bus Standard is at most 256 KB, header and properties included; Premium takes more. The
 # app takes a body of at most 256 KB whatever the tier, which keeps an order's documents far inside Cosmos

@@ -25,12 +25,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from shared.domain.aggregate import MAX_PARKED_EVENTS
-from shared.domain.lifecycle import parse_event
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result, parsed
-from shared.domain.records import EventIdentity, InboxMarker, ParkedEvent
-from shared.errors import (
+from idempotent_consumer.errors import (
     AlreadyExists,
     AlreadySeen,
     LimitExceeded,
@@ -40,8 +35,13 @@ from shared.errors import (
     TransientStoreError,
     UnreadableDocument,
 )
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result, parsed
+from idempotent_consumer.ports.store import MAX_RACES, Delete, Document, DocumentStore
+from idempotent_consumer.records import EventIdentity, InboxMarker, ParkedEvent
+from shared.domain.aggregate import MAX_PARKED_EVENTS
+from shared.domain.lifecycle import parse_event
 from shared.handlers.writes import EventWrites, Releases, Stored, read_known, waiting
-from shared.ports.store import MAX_RACES, Delete, Document, DocumentStore
 from shared.settings import Settings
 
 

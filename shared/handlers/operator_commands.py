@@ -6,13 +6,13 @@ one aside for good. Neither deletes what it cannot account for: a dropped event 
 
 from __future__ import annotations
 
+from idempotent_consumer.errors import NotFound, StoreError
+from idempotent_consumer.outcomes import Outcome
+from idempotent_consumer.ports.store import DocumentStore, query_all
+from idempotent_consumer.records import ParkedEvent, ParkedStatus
 from shared.domain import documents
 from shared.domain.aggregate import Order, Release, Step
-from shared.domain.outcomes import Outcome
-from shared.domain.records import ParkedEvent, ParkedStatus
-from shared.errors import NotFound, StoreError
 from shared.handlers.writes import Releases, Stored, read_order, set_aside, waiting
-from shared.ports.store import DocumentStore, query_all
 from shared.settings import Settings
 
 SET_ASIDE_TTL = Settings().parked_set_aside_ttl_seconds

@@ -18,10 +18,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.domain.records import OutboxEntry, OutboxStatus
-from shared.errors import BatchFailed, ConsumerError, NotFound, PreconditionFailed, StoreError, UnreadableDocument
-from shared.ports.sender import MessageSender, OutgoingMessage
-from shared.ports.store import DocumentStore, Patch
+from idempotent_consumer.errors import (
+    BatchFailed,
+    ConsumerError,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    UnreadableDocument,
+)
+from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
+from idempotent_consumer.ports.store import DocumentStore, Patch
+from idempotent_consumer.records import OutboxEntry, OutboxStatus
 
 logger = logging.getLogger("idempotent_consumer.outbox")
 #: Entries per send: the sender splits a send that does not fit one batch, this keeps a send's marks close.

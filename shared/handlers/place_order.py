@@ -25,15 +25,7 @@ from typing import Any
 
 import msgspec
 
-from shared.domain import documents, identity
-from shared.domain.aggregate import Order
-from shared.domain.documents import OrderDocument, OrderRejected
-from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
-from shared.domain.messages import InboundMessage
-from shared.domain.orders import OrderPlaced, parse_order, utc_text
-from shared.domain.outcomes import Outcome, Result, parsed
-from shared.domain.records import EffectStatus, SideEffectRecord
-from shared.errors import (
+from idempotent_consumer.errors import (
     LimitExceeded,
     NoLongerAllowed,
     OrderChanged,
@@ -41,10 +33,18 @@ from shared.errors import (
     TransientStoreError,
     UnreadableDocument,
 )
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result, parsed
+from idempotent_consumer.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, DocumentStore, Patch
+from idempotent_consumer.records import EffectStatus, SideEffectRecord
+from shared.domain import documents, identity
+from shared.domain.aggregate import Order
+from shared.domain.documents import OrderDocument, OrderRejected
+from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
+from shared.domain.orders import OrderPlaced, parse_order, utc_text
 from shared.handlers.side_effects import SideEffect
 from shared.handlers.writes import OrderIntake, Releases, read_known, waiting
 from shared.ports.fulfilment import FulfilmentService, reservation_request
-from shared.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, DocumentStore, Patch
 from shared.settings import Settings
 
 RESERVE_STOCK = "reserve-stock"

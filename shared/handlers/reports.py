@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from shared.domain.records import ParkedEvent, SideEffectRecord
-from shared.errors import UnreadableDocument
-from shared.ports.store import Document, DocumentStore, query_all
-from shared.telemetry import record_overdue
+from idempotent_consumer.errors import UnreadableDocument
+from idempotent_consumer.ports.store import Document, DocumentStore, query_all
+from idempotent_consumer.records import ParkedEvent, SideEffectRecord
+from idempotent_consumer.telemetry import record_overdue
 
 _Kind = TypeVar("_Kind", ParkedEvent, SideEffectRecord)
 

@@ -41,11 +41,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from shared.domain import identity
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result, is_transient, is_transient_under_key
-from shared.domain.records import EffectStatus, SideEffectRecord
-from shared.errors import (
+from idempotent_consumer import identity
+from idempotent_consumer.errors import (
     AlreadyExists,
     BatchFailed,
     DownstreamUnavailable,
@@ -55,7 +52,10 @@ from shared.errors import (
     StoreError,
     TransientStoreError,
 )
-from shared.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, Document, DocumentStore, Patch
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result, is_transient, is_transient_under_key
+from idempotent_consumer.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, Document, DocumentStore, Patch
+from idempotent_consumer.records import EffectStatus, SideEffectRecord
 
 MAX_REASON_CHARS = 200
 

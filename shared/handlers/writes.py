@@ -3,7 +3,7 @@
 A write is one transactional batch in its order's partition, all or nothing, inside Cosmos DB's limits
 (100 operations, 2 MB). Its layout stays here: a handler says what it writes, and hears back what went
 wrong by name (``OrderIdTaken``, ``AlreadySeen``, ``OrderChanged``, ``LimitExceeded`` from
-``shared.errors``), never by a position in the batch.
+``idempotent_consumer.errors``), never by a position in the batch.
 
 A release (``Releases``) is the one write that may not fit one batch: a storm of copies parked before
 their order becomes a storm of removals when the order comes. It is planned here, where the limits are
@@ -27,19 +27,7 @@ from typing import Any
 
 import msgspec
 
-from shared.domain.aggregate import SUB_OBJECTS, Order, Release, Step, transition
-from shared.domain.documents import EventRecord, OrderDocument, OrderState, PendingOrder
-from shared.domain.lifecycle import CloudEvent
-from shared.domain.records import (
-    InboxMarker,
-    ParkedEvent,
-    ParkedStatus,
-    SideEffectRecord,
-    UnreadableParked,
-    merged,
-    schema_version,
-)
-from shared.errors import (
+from idempotent_consumer.errors import (
     AlreadyExists,
     AlreadySeen,
     BatchFailed,
@@ -54,7 +42,7 @@ from shared.errors import (
     UnreadableDocument,
     WriteConflict,
 )
-from shared.ports.store import (
+from idempotent_consumer.ports.store import (
     ABSENT,
     BATCH_LIMIT,
     MAX_BATCH_BYTES,
@@ -70,6 +58,18 @@ from shared.ports.store import (
     operation_bytes,
     query_all,
 )
+from idempotent_consumer.records import (
+    InboxMarker,
+    ParkedEvent,
+    ParkedStatus,
+    SideEffectRecord,
+    UnreadableParked,
+    merged,
+    schema_version,
+)
+from shared.domain.aggregate import SUB_OBJECTS, Order, Release, Step, transition
+from shared.domain.documents import EventRecord, OrderDocument, OrderState, PendingOrder
+from shared.domain.lifecycle import CloudEvent
 
 Parts = list[tuple[str, BatchOperation]]
 # A release's batches fail on the order (its etag moved) or on a parked event (gone, or no longer parked):

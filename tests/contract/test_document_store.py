@@ -18,11 +18,15 @@ from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
 
-from shared.adapters.cosmos import CosmosStore, make_client
-from shared.adapters.memory import InMemoryStore
-from shared.domain.records import merged
-from shared.errors import AlreadyExists, BatchFailed, BatchTooLarge, NotFound, PreconditionFailed, StoreError
-from shared.ports.store import (
+from idempotent_consumer.errors import (
+    AlreadyExists,
+    BatchFailed,
+    BatchTooLarge,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+)
+from idempotent_consumer.ports.store import (
     ABSENT,
     MAX_BATCH_BYTES,
     MAX_BATCH_OPERATIONS,
@@ -37,6 +41,9 @@ from shared.ports.store import (
     Replace,
     query_all,
 )
+from idempotent_consumer.records import merged
+from shared.adapters.cosmos import CosmosStore, make_client
+from shared.adapters.memory import InMemoryStore
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from devservers.fulfilment import FulfilmentServer
+from idempotent_consumer.errors import DownstreamUnavailable
+from idempotent_consumer.outcomes import is_transient
 from shared.adapters.http import HttpFulfilment
 from shared.adapters.memory import InMemoryFulfilment
-from shared.domain.outcomes import is_transient
-from shared.errors import DownstreamUnavailable
 from shared.ports.fulfilment import FulfilmentService
 
 

@@ -29,10 +29,10 @@ import function_app
 from consumers.triggers import make_blueprint
 from devservers.faultproxy import FaultProxy, fault_proxy
 from devservers.fulfilment import FulfilmentServer
+from idempotent_consumer import identity
 from shared import bootstrap
 from shared.adapters.cosmos import CosmosStore
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
-from shared.domain import identity
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.fake_host import FakeHost, Settlement, make_received_message

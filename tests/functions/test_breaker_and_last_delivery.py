@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from devservers.fulfilment import FulfilmentServer
+from idempotent_consumer import retries
 from shared.adapters.memory import RecordingSender
-from shared.domain import retries
 from tests.functions.conftest import Deliverer, Harness, reservation_calls
 from tests.support.orders import encode, order_body
 

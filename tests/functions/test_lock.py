@@ -20,8 +20,8 @@ import pytest
 from consumers import lock_renewal
 from consumers.triggers import make_blueprint
 from devservers.fulfilment import FulfilmentServer
+from idempotent_consumer.errors import ConfigurationError
 from shared.adapters.http import HttpFulfilment
-from shared.errors import ConfigurationError
 from shared.settings import Settings
 from tests.functions.conftest import Deliverer, Harness, Root, user_functions
 from tests.functions.test_reservation import CrashAfterCall, record

@@ -10,10 +10,10 @@ import uuid
 
 import pytest
 
-from shared.domain import identity
+from idempotent_consumer import identity
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.records import EventIdentity
 from shared.domain.lifecycle import ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
-from shared.domain.messages import InboundMessage
-from shared.domain.records import EventIdentity
 from tests.functions.conftest import Deliverer, Harness
 from tests.support.events import encode_event, event_body
 from tests.support.orders import encode, order_body

@@ -16,10 +16,10 @@ from azure.functions.timer import TimerRequest
 from consumers.binding import to_inbound
 from consumers.settlement import ActionsSettlement
 from devservers.faultproxy import FaultProxy
-from shared.delivery import run_delivery
+from idempotent_consumer.delivery import run_delivery
+from idempotent_consumer.messages import InboundMessage
 from shared.domain.documents import EventRecord
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
-from shared.domain.messages import InboundMessage
 from tests.functions.conftest import Deliverer, Harness
 from tests.support.audit import audit_handler
 from tests.support.events import encode_event, event_body

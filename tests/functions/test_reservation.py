@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from devservers.fulfilment import FulfilmentServer
+from idempotent_consumer import identity
 from shared.adapters.http import HttpFulfilment
-from shared.domain import identity
 from shared.ports.fulfilment import Reply
 from tests.functions.conftest import Deliverer, Harness
 from tests.support.orders import encode, order_body

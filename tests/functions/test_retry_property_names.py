@@ -9,8 +9,8 @@ import uuid
 from datetime import UTC, datetime
 
 from devservers.fulfilment import FulfilmentServer
+from idempotent_consumer import identity, retries
 from shared.adapters.memory import RecordingSender
-from shared.domain import identity, retries
 from tests.functions.conftest import Deliverer, Harness, reservation_calls
 from tests.support.orders import encode, order_body
 

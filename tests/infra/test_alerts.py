@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from idempotent_consumer.breaker import Breaker
+from idempotent_consumer.delivery import run_delivery
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.watched import Reach
 from shared.adapters.memory import InMemoryStore
-from shared.breaker import Breaker
-from shared.delivery import run_delivery
 from shared.domain.lifecycle import ORDER_SHIPPED
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.reports import report_stuck
 from shared.handlers.side_effects import SideEffect
-from shared.ports.watched import FULFILMENT, Reach
+from shared.ports.watched import FULFILMENT
 from shared.settings import Settings
 from tests.infra.bicep import Scope, Unresolved, expand, main_scope
 from tests.support.events import encode_event, event_body

@@ -22,11 +22,11 @@ from pycep import BicepParser
 
 from bench import index_terms
 from devservers import cosmos_setup
+from idempotent_consumer.ports.store import BatchOperation, Document, query_all
 from shared.adapters.cosmos import CosmosStore, query_text
 from shared.adapters.memory import RecordingSender
 from shared.handlers import operator_commands, reports, writes
 from shared.handlers.outbox import OutboxPublisher
-from shared.ports.store import BatchOperation, Document, query_all
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 

@@ -44,7 +44,9 @@ import pathspec
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APP_TOP_LEVEL = {"function_app.py", "host.json", "requirements.txt", "consumers", "shared"}
+# The app, and the library's code, which travels with it as a folder of the app's root.
+APP_TOP_LEVEL = {"function_app.py", "host.json", "requirements.txt", "consumers", "shared", "idempotent_consumer"}
+LIBRARY_PROJECT_FILES = {"idempotent_consumer/pyproject.toml", "idempotent_consumer/README.md"}
 TOOLS = {"devservers", "sbctl", "simulation", "demo", "chaos", "bench", "tools", "tests"}
 FUNCTIONS = {  # function -> (trigger binding, its type)
     "process_order": ("msg", "serviceBusTrigger"),
@@ -113,6 +115,7 @@ def test_the_package_holds_the_app_and_nothing_else() -> None:
     files = azd_files()
     assert {f.split("/", 1)[0] for f in files} == APP_TOP_LEVEL, files
     assert "function_app.py" in files and "host.json" in files
+    assert "idempotent_consumer/py.typed" in files and not LIBRARY_PROJECT_FILES & set(files)
 
 
 def test_core_tools_uploads_the_same_files_but_bytecode_caches() -> None:

@@ -17,16 +17,16 @@ import pytest
 
 from demo import kql
 from demo.workbook import traces
+from idempotent_consumer.delivery import SETTLEMENTS, Action
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.telemetry import record_delivery
 from shared.adapters.memory import InMemoryStore
-from shared.delivery import SETTLEMENTS, Action
 from shared.domain.lifecycle import ORDER_SHIPPED
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.reports import report_stuck
 from shared.handlers.side_effects import SideEffect
 from shared.settings import Settings
-from shared.telemetry import record_delivery
 from tests.infra.bicep import INFRA, Unresolved, main_scope
 from tests.support.events import encode_event, event_body
 

@@ -13,12 +13,12 @@ from typing import Any
 import msgspec
 import pytest
 
+from idempotent_consumer.messages import InboundMessage
 from sbctl import generate
 from sbctl.cli import main
 from sbctl.connection import ToolError
 from sbctl.send import Envelope, envelope, generated, read_jsonl, with_faults
 from shared.domain.lifecycle import KINDS, CloudEvent, parse_event
-from shared.domain.messages import InboundMessage
 from shared.domain.orders import OrderPlaced, parse_order
 from tests.devservers.helptext import options_without_help
 from tests.devservers.tlsserver import tls_server

@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 import pytest
 from azure.cosmos import PartitionKey
 
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ports.store import Replace, query_all
 from sbctl.cli import main
 from shared.adapters.cosmos import CosmosStore
 from shared.domain.documents import OrderDocument
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
-from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from shared.handlers.apply_event import apply_order_event
-from shared.ports.store import Replace, query_all
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 from tests.support.events import encode_event, event_body

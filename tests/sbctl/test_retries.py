@@ -14,10 +14,10 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
 
 from devservers.servicebus import Broker, start_broker
+from idempotent_consumer import identity, retries
 from sbctl import dlq
 from sbctl.cli import main
 from sbctl.detection import Detection
-from shared.domain import identity, retries
 from tests.sbctl.queues import config, drain, queue
 
 CONFIG = config(queue("retries-plain"), queue("retries-events", RequiresSession=True), queue("retries-dlq"),
@@ -39,7 +39,7 @@ def conn(broker: Broker) -> str:
 
 
 def copy(original: str, attempt: int, *, due_in: float = 3600, session: str | None = None) -> ServiceBusMessage:
-    """A copy as the consumer hands one on (shared.delivery): the retry properties, scheduled for later."""
+    """A copy as the consumer hands one on (idempotent_consumer.delivery): the retry properties, scheduled for later."""
     return ServiceBusMessage(
         b'{"orderId":"%s"}' % original.encode(), message_id=identity.retry_message_id(original, "7", attempt),
         session_id=session, application_properties={

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from shared.delivery import Action
+from idempotent_consumer.delivery import Action
 from simulation.broker import MAX_DELIVERY_COUNT_EXCEEDED, Delivery, LockLost, Queue, State
 from simulation.scheduler import Clock, Scheduler, Signal
 

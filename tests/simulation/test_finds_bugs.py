@@ -17,17 +17,27 @@ from typing import Any
 
 import msgspec
 
-from shared.delivery import Handler
-from shared.domain import identity
+from idempotent_consumer import identity
+from idempotent_consumer.delivery import Handler
+from idempotent_consumer.errors import AlreadyExists, BatchFailed, NotFound, PublishError
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Result
+from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
+from idempotent_consumer.ports.store import (
+    ABSENT,
+    MAX_PAGE_ITEMS,
+    BatchOperation,
+    Create,
+    Document,
+    DocumentStore,
+    Patch,
+    Replace,
+)
+from idempotent_consumer.records import OutboxEntry, OutboxStatus
+from shared.domain import identity as order_ids
 from shared.domain.documents import OrderAccepted, OrderDocument
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Result
-from shared.domain.records import OutboxEntry, OutboxStatus
-from shared.errors import AlreadyExists, BatchFailed, NotFound, PublishError
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService, Reply
-from shared.ports.sender import MessageSender, OutgoingMessage
-from shared.ports.store import ABSENT, MAX_PAGE_ITEMS, BatchOperation, Create, Document, DocumentStore, Patch, Replace
 from simulation.run import simulate
 from simulation.scheduler import drive
 from simulation.world import SETTINGS, Wiring
@@ -215,10 +225,10 @@ class AcceptedAtIntake(_Delegating):
             return await self.store.execute_batch(partition_key, operations)
         order = OrderDocument.from_document(intake[0].document)
         entry = OutboxEntry(
-            id=identity.outbox_id(SETTINGS.consumer_name, order.order_id), partition=order.order_id,
+            id=order_ids.outbox_id(SETTINGS.consumer_name, order.order_id), partition=order.order_id,
             status=OutboxStatus.PENDING, destination=SETTINGS.outbox_destination,
-            message_id=identity.outbox_message_id(SETTINGS.consumer_name, order.order_id), correlation_id=None,
-            session_id=None, subject=identity.ORDER_ACCEPTED, created_at=0.0,
+            message_id=order_ids.outbox_message_id(SETTINGS.consumer_name, order.order_id), correlation_id=None,
+            session_id=None, subject=order_ids.ORDER_ACCEPTED, created_at=0.0,
             payload=msgspec.to_builtins(OrderAccepted(order.order_id, order.customer_id, order.currency, order.total,
                                                       order.placed_at)))
         written = await self.store.execute_batch(partition_key, [*operations, Create(entry.to_document())])

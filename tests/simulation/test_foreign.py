@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.ports.store import Create, Delete, Document, Patch, Replace
+from idempotent_consumer.ports.store import Create, Delete, Document, Patch, Replace
 from simulation import foreign
 from simulation.invariants import Violation, foreign_fields_kept
 from simulation.scheduler import drive

@@ -13,10 +13,10 @@ import pytest
 
 from demo.report import Observed, build
 from demo.scenario import Scenario
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ports.store import Document
+from idempotent_consumer.records import ParkedEvent, ParkedStatus
 from shared.domain.lifecycle import ORDER_SHIPPED, parse_event
-from shared.domain.messages import InboundMessage
-from shared.domain.records import ParkedEvent, ParkedStatus
-from shared.ports.store import Document
 from simulation.invariants import left_undone
 from tests.support.events import encode_event, event_body
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from shared.domain.identity import derive_id
+from idempotent_consumer.errors import AlreadySeen, InvalidMessage, TransientStoreError
+from idempotent_consumer.identity import derive_id
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.store import Create, DocumentStore
+from idempotent_consumer.records import InboxMarker
 from shared.domain.lifecycle import parse_event
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
-from shared.domain.records import InboxMarker
-from shared.errors import AlreadySeen, InvalidMessage, TransientStoreError
 from shared.handlers.writes import write_once
-from shared.ports.store import Create, DocumentStore
 
 AUDIT_CONSUMER = "audit-trail"
 

@@ -9,7 +9,7 @@ from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Sum
 
-from shared.telemetry import OUTCOME_COUNTER, OVERDUE_COUNTER
+from idempotent_consumer.telemetry import OUTCOME_COUNTER, OVERDUE_COUNTER
 
 
 @cache

@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.domain.messages import InboundMessage
+from idempotent_consumer.messages import InboundMessage
 
 
 def order_body(order_id: str | None = None, **overrides: Any) -> dict[str, Any]:

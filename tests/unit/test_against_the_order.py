@@ -8,14 +8,14 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from idempotent_consumer.outcomes import Outcome
+from idempotent_consumer.ports.store import Delete
+from idempotent_consumer.records import SideEffectRecord
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.domain.lifecycle import ORDER_CANCELLED
-from shared.domain.outcomes import Outcome
-from shared.domain.records import SideEffectRecord
 from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import Reply
-from shared.ports.store import Delete
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
+from idempotent_consumer.errors import NotFound
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.store import BatchOperation, Create, Document, Patch, Replace
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.adapters.reservations import KEY_REUSED
 from shared.domain import identity
-from shared.domain.outcomes import Outcome, Result
-from shared.errors import NotFound
 from shared.handlers.place_order import OrderServices, place_order
 from shared.ports.fulfilment import Reply
-from shared.ports.store import BatchOperation, Create, Document, Patch, Replace
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body
 

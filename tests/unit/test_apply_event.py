@@ -6,21 +6,21 @@ import asyncio
 
 import pytest
 
+from idempotent_consumer import identity
+from idempotent_consumer.errors import LimitExceeded
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.store import MAX_BATCH_OPERATIONS, Create, Delete, Replace
+from idempotent_consumer.records import InboxMarker
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain import identity
 from shared.domain.documents import OrderDocument
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
-from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
-from shared.domain.outcomes import Outcome, Result
-from shared.domain.records import InboxMarker
-from shared.errors import LimitExceeded
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.operator_commands import drop
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
 from shared.handlers.writes import write_once
-from shared.ports.store import MAX_BATCH_OPERATIONS, Create, Delete, Replace
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body

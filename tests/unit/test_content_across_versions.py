@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.store import Document, Patch, Replace
+from idempotent_consumer.records import ParkedEvent
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
 from shared.domain.aggregate import Order
 from shared.domain.lifecycle import ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
-from shared.domain.records import ParkedEvent
-from shared.ports.store import Document, Patch, Replace
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body

@@ -25,9 +25,7 @@ from azure.cosmos.exceptions import (
 from azure.identity import CredentialUnavailableError
 from azure.servicebus.exceptions import ServiceBusError
 
-from shared.adapters.cosmos import ignored_proxy_variables, translate_errors
-from shared.adapters.credentials import TokenFailure, managed_identity, token_failure
-from shared.errors import (
+from idempotent_consumer.errors import (
     AlreadyExists,
     BatchFailed,
     ConfigurationError,
@@ -36,6 +34,8 @@ from shared.errors import (
     StoreError,
     TransientStoreError,
 )
+from shared.adapters.cosmos import ignored_proxy_variables, translate_errors
+from shared.adapters.credentials import TokenFailure, managed_identity, token_failure
 from shared.settings import Settings
 
 

@@ -10,19 +10,20 @@ from typing import Any
 
 import pytest
 
+from idempotent_consumer import identity, retries
+from idempotent_consumer.breaker import Admission, Breaker
+from idempotent_consumer.delivery import Action, Retries, Settlement, run_delivery
+from idempotent_consumer.errors import DownstreamUnavailable, PublishError
+from idempotent_consumer.messages import Headers, InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports import watched as health
+from idempotent_consumer.ports.sender import OutgoingMessage
+from idempotent_consumer.ports.store import Patch
+from idempotent_consumer.retries import Backoff, Chain
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
-from shared.breaker import Admission, Breaker
-from shared.delivery import Action, Retries, Settlement, run_delivery
-from shared.domain import identity, retries
-from shared.domain.messages import Headers, InboundMessage
-from shared.domain.outcomes import Outcome, Result
-from shared.domain.retries import Backoff, Chain
-from shared.errors import DownstreamUnavailable, PublishError
-from shared.ports import watched as health
+from shared.ports import watched as fulfilment_health
 from shared.ports.fulfilment import Reply
-from shared.ports.sender import OutgoingMessage
-from shared.ports.store import Patch
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body
 
@@ -46,7 +47,7 @@ class Journal:
             self.steps.append("try")
             self.seen_ids.append(message.message_id)
             outcome = answers.pop(0) if len(answers) > 1 else answers[0]
-            health.note(health.FULFILMENT, up=outcome is not Outcome.TRANSIENT)  # as a watched port notes it
+            health.note(fulfilment_health.FULFILMENT, up=outcome is not Outcome.TRANSIENT)  # as a watched port notes it
             return Result(outcome, "fulfilment.reserve: HTTP 503", "hash-1")
         return handle
 
@@ -367,7 +368,7 @@ def test_a_service_that_answers_busy_or_slow_never_opens_the_breaker_and_every_m
 
     async def busy(message: InboundMessage) -> Result:
         journal.steps.append("try")
-        health.note(health.FULFILMENT, up=True)  # it answered
+        health.note(fulfilment_health.FULFILMENT, up=True)  # it answered
         return Result(Outcome.TRANSIENT, "fulfilment.reserve: HTTP 409", "hash-1", dependency_up=True)
 
     for second in range(10):
@@ -433,14 +434,15 @@ def test_the_namespaced_names_win_over_the_old_ones_on_one_message() -> None:
 
 def test_only_a_probe_that_reached_each_dependency_found_down_closes_the_breaker() -> None:
     breaker = Breaker("process_order", window=2, open_seconds=30)
-    breaker.record(True, NOW, reach=health.Reach(answered={health.STORE}, down={health.FULFILMENT}))
+    breaker.record(True, NOW, reach=health.Reach(answered={health.STORE}, down={fulfilment_health.FULFILMENT}))
     assert breaker.is_open and breaker.admit(NOW + 30) is Admission.PROBE
     breaker.record(False, NOW + 30, probe=True, reach=health.Reach(answered={health.STORE}))  # a duplicate
     assert breaker.is_open
     assert breaker.admit(NOW + 31) is Admission.PROBE  # it proved nothing: the next delivery probes at once
     breaker.record(False, NOW + 31, probe=True)  # an invalid message: it reached nothing
     assert breaker.is_open and breaker.admit(NOW + 32) is Admission.PROBE
-    breaker.record(False, NOW + 32, probe=True, reach=health.Reach(answered={health.STORE, health.FULFILMENT}))
+    breaker.record(False, NOW + 32, probe=True,
+                   reach=health.Reach(answered={health.STORE, fulfilment_health.FULFILMENT}))
     assert not breaker.is_open
 
 
@@ -455,16 +457,16 @@ def test_the_watched_ports_note_what_answered_and_what_was_down() -> None:
             with contextlib.suppress(Exception):
                 await store.read("missing", "missing")
             with contextlib.suppress(DownstreamUnavailable):
-                await health.watched_fulfilment(Down()).reserve("key", {})
+                await fulfilment_health.watched_fulfilment(Down()).reserve("key", {})
         return reach
 
     reach = asyncio.run(run())
-    assert (reach.answered, reach.down) == ({health.STORE}, {health.FULFILMENT})
+    assert (reach.answered, reach.down) == ({health.STORE}, {fulfilment_health.FULFILMENT})
 
 
 def test_the_chains_last_delivery_that_takes_the_probes_turn_is_the_probe_and_closes_the_breaker() -> None:
     breaker = Breaker("process_order", window=2, open_seconds=30)
-    breaker.record(True, NOW, reach=health.Reach(down={health.FULFILMENT}))
+    breaker.record(True, NOW, reach=health.Reach(down={fulfilment_health.FULFILMENT}))
     assert breaker.is_open
     first = datetime.fromtimestamp(NOW - 4 * 3600 + 31, UTC)  # its last delivery, due as a probe is
     copy = _message(message_id="retry.x", properties={

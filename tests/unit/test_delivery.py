@@ -15,9 +15,9 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from consumers.settlement import MAX_DESCRIPTION_CHARS, ActionsSettlement
-from shared.delivery import Action, Retries, Settlement, run_delivery
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import LOCK_MARGIN_SECONDS, Outcome, Result
+from idempotent_consumer.delivery import Action, Retries, Settlement, run_delivery
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import LOCK_MARGIN_SECONDS, Outcome, Result
 
 NOW = 1_796_083_200.0
 

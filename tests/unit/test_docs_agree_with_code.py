@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from shared.delivery import SETTLEMENTS
-from shared.domain.outcomes import Outcome
+from idempotent_consumer.delivery import SETTLEMENTS
+from idempotent_consumer.outcomes import Outcome
 from shared.settings import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from idempotent_consumer.errors import InvalidMessage
+from idempotent_consumer.messages import InboundMessage
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
-from shared.domain.messages import InboundMessage
-from shared.errors import InvalidMessage
 from tests.support.events import encode_event, event_body
 from tests.support.orders import rule_path
 

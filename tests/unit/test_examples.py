@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from idempotent_consumer.messages import InboundMessage
 from shared.domain.lifecycle import KINDS, parse_event
-from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from shared.domain.identity import canonical_decimal
+from idempotent_consumer.identity import canonical_decimal
 from shared.domain.orders import parse_order
 from tests.support.orders import inbound, order_body
 

@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from idempotent_consumer import identity
+from idempotent_consumer.identity import derive_id, digest, effect_key
+from idempotent_consumer.messages import InboundMessage
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain import identity
-from shared.domain.identity import derive_id, digest, effect_key
+from shared.domain import identity as order_ids
 from shared.domain.lifecycle import ORDER_SHIPPED
-from shared.domain.messages import InboundMessage
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.place_order import OrderServices, place_order
 from shared.settings import Settings
@@ -31,20 +32,20 @@ KNOWN: list[tuple[str, str]] = [
      "effect.reserve-stock.7513e7ab5de2438aef12afc2ad4d093cce1d679b92c75280d8bd7ccf46bc82d2"),
     (identity.side_effect_id(CONSUMER, "reserve-stock", "ord-1"),
      "side-effect.reserve-stock.34727a05772edf36efc935de2cab861ccba7f6d73181818d33b144a1ff73c44e"),
-    (identity.outbox_id(CONSUMER, "ord-1"),
+    (order_ids.outbox_id(CONSUMER, "ord-1"),
      "outbox.OrderAccepted.b982dcfb50be54176cfa2613a682afb6e116f7883aa710d06a13ac024a287a92"),
-    (identity.outbox_message_id(CONSUMER, "ord-1"),
+    (order_ids.outbox_message_id(CONSUMER, "ord-1"),
      "effect.OrderAccepted.fa4956c2656b5ea8c25bf750d52ce3351e74094d77f75e589aa3488178228c61"),
     (identity.inbox_marker_id(CONSUMER, "/orders", "e-1"),
      "inbox.order-projection.7081295d55dfccdc0830efaaf7955cbfad6537e5bd06ea111fc0d23c7c291268"),
     (identity.parked_event_id(CONSUMER, "/orders", "e-2", 3),
      "parked.v3.e6a89b150f3f68de59a0056be90f7474c626de69aa3caf415cb238957fb38e3b"),
-    (identity.event_record_id("payment", "/orders", "e-1", "p-1"),
+    (order_ids.event_record_id("payment", "/orders", "e-1", "p-1"),
      "payment.p-1.cd74a9640520d7fd1f75c70347fedbd4a31f98ba7e6d028047ab0ba2e13cf4f2"),
     (identity.effect_key("billing/ü", "reserve stock#", "ord/1?"),
      "effect.reserve_stock_.4eda7fd696e9a4451a49c42b9c3c654bd4b95b8a9cf7ddcdc5e01b8a7276549f"),
     # Pinned when OrderRejected came (issue 30).
-    (identity.rejected_message_id(CONSUMER, "ord-1"),
+    (order_ids.rejected_message_id(CONSUMER, "ord-1"),
      "effect.OrderRejected.7133b827a179922a6d278c38d645a3b7421dec58683f62df8e4c404cbc4be361"),
     # Pinned when delayed retries came (issue 32): a copy in flight must dedup against its resend.
     (identity.retry_message_id("ord-1", "42", 1),
@@ -126,12 +127,12 @@ def test_the_handlers_write_and_send_exactly_the_pinned_ids() -> None:
 
 
 def test_the_order_apps_ids_are_the_generic_ones_under_its_names_and_another_name_gets_its_own() -> None:
-    accepted, rejected = identity.ORDER_ACCEPTED, identity.ORDER_REJECTED
-    assert identity.outbox_id(CONSUMER, "ord-1") == identity.outgoing_entry_id(CONSUMER, accepted, "ord-1")
-    assert identity.rejected_correction_id(CONSUMER, "ord-1") == identity.outgoing_entry_id(CONSUMER, rejected,
+    accepted, rejected = order_ids.ORDER_ACCEPTED, order_ids.ORDER_REJECTED
+    assert order_ids.outbox_id(CONSUMER, "ord-1") == identity.outgoing_entry_id(CONSUMER, accepted, "ord-1")
+    assert order_ids.rejected_correction_id(CONSUMER, "ord-1") == identity.outgoing_entry_id(CONSUMER, rejected,
                                                                                            "ord-1")
-    assert identity.outbox_message_id(CONSUMER, "ord-1") == identity.outgoing_message_id(CONSUMER, accepted, "ord-1")
-    assert identity.rejected_message_id(CONSUMER, "ord-1") == identity.outgoing_message_id(CONSUMER, rejected,
+    assert order_ids.outbox_message_id(CONSUMER, "ord-1") == identity.outgoing_message_id(CONSUMER, accepted, "ord-1")
+    assert order_ids.rejected_message_id(CONSUMER, "ord-1") == identity.outgoing_message_id(CONSUMER, rejected,
                                                                                           "ord-1")
     booked = identity.outgoing_entry_id("ledger-writer", "PaymentBooked", "pay-1")
     assert booked.startswith("outbox.PaymentBooked.") and booked != identity.outgoing_entry_id(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from idempotent_consumer.messages import InboundMessage
 from shared.domain.lifecycle import parse_event
-from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 
 ORDERS: list[tuple[dict[str, Any], str]] = [

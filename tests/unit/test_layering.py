@@ -113,3 +113,30 @@ def test_no_two_module_names_differ_by_a_letter_or_a_suffix() -> None:
 def test_the_core_is_grouped_by_role() -> None:
     packages = {p.name for p in (ROOT / "shared").iterdir() if (p / "__init__.py").exists()}
     assert packages == set(LAYERS)
+
+
+APP = ("shared", "consumers", "function_app", "tests")
+
+
+def app_imports(path: Path) -> list[str]:
+    """What a module imports of the app, its tests or a tool."""
+    return sorted(n for n in imported_modules(path) if n.split(".")[0] in (*APP, *TOOLS))
+
+
+def test_the_library_never_imports_the_app_its_tests_or_a_tool() -> None:
+    assert {p: app_imports(p) for p in modules("idempotent_consumer") if app_imports(p)} == {}
+
+
+def test_an_import_of_the_app_planted_in_a_library_module_is_found(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("from idempotent_consumer import records\nfrom shared.domain import orders\n"
+                       "def f():\n    import consumers.triggers\n")
+    assert app_imports(planted) == ["consumers.triggers", "shared.domain", "shared.domain.orders"]
+
+
+def test_the_library_core_imports_no_sdk_of_azure_but_the_optional_exporter() -> None:
+    found = {str(p.relative_to(ROOT)): sorted(n for n in imported_modules(p) if n.startswith("azure"))
+             for p in modules("idempotent_consumer")}
+    assert {path: names for path, names in found.items() if names} == {
+        "idempotent_consumer/telemetry.py": ["azure.monitor.opentelemetry.exporter",
+                                             "azure.monitor.opentelemetry.exporter.AzureMonitorMetricExporter"]}

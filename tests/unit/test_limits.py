@@ -11,17 +11,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from idempotent_consumer.delivery import SETTLEMENTS, Action
+from idempotent_consumer.errors import TransientStoreError
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.store import (
+    MAX_BATCH_OPERATIONS,
+    BatchOperation,
+    Document,
+    Patch,
+    check_batch,
+    operation_bytes,
+)
+from idempotent_consumer.records import ParkedStatus
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
-from shared.delivery import SETTLEMENTS, Action
 from shared.domain.aggregate import MAX_PARKED_EVENTS, Order
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
-from shared.domain.records import ParkedStatus
-from shared.errors import TransientStoreError
 from shared.handlers.writes import Releases, read_known, waiting
-from shared.ports.store import MAX_BATCH_OPERATIONS, BatchOperation, Document, Patch, check_batch, operation_bytes
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body

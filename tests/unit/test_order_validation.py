@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from idempotent_consumer.errors import InvalidMessage, LimitExceeded
 from shared.domain.orders import parse_order
 from shared.domain.rules import MAX_BODY_BYTES
-from shared.errors import InvalidMessage, LimitExceeded
 from tests.support.orders import inbound, order_body, rule_path
 
 

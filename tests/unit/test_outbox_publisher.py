@@ -7,11 +7,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from idempotent_consumer.errors import PublishError
+from idempotent_consumer.ports.sender import OutgoingMessage
+from idempotent_consumer.ports.store import Patch
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
-from shared.errors import PublishError
-from shared.ports.sender import OutgoingMessage
-from shared.ports.store import Patch
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.outcomes import KEY_IN_USE, is_transient, is_transient_under_key
+from idempotent_consumer.outcomes import KEY_IN_USE, is_transient, is_transient_under_key
 
 
 @pytest.mark.parametrize("status", [408, 429, 449, 500, 502, 503, 504])

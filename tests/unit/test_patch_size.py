@@ -9,10 +9,10 @@ is parked.
 
 from __future__ import annotations
 
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ports.store import MAX_PATCH_FIELDS
 from shared.domain.aggregate import Order
 from shared.domain.lifecycle import KINDS, parse_event
-from shared.domain.messages import InboundMessage
-from shared.ports.store import MAX_PATCH_FIELDS
 from tests.support.events import encode_event, event_body
 
 NEXT_VERSION_FIELDS = 2  # what the chaos suite's next version adds to each order patch (riskScore, schemaVersion)

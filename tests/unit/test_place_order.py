@@ -8,16 +8,16 @@ from datetime import UTC, datetime
 
 import pytest
 
+from idempotent_consumer.errors import BatchFailed, NotFound, StoreError, TransientStoreError
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.store import BatchOperation, Delete, Document, Patch, Replace
+from idempotent_consumer.records import EffectStatus, SideEffectRecord
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
-from shared.domain.records import EffectStatus, SideEffectRecord
-from shared.errors import BatchFailed, NotFound, StoreError, TransientStoreError
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
 from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import Reply
-from shared.ports.store import BatchOperation, Delete, Document, Patch, Replace
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body, rule_path
 

@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain.lifecycle import ORDER_SHIPPED
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome
 from shared.handlers.apply_event import apply_order_event
 from shared.handlers.reports import report_stuck
 from shared.handlers.side_effects import SideEffect

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import ConfigurationError
+from idempotent_consumer.errors import ConfigurationError
 from shared.settings import Retention, Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
+from idempotent_consumer.delivery import Action, Settlement
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.store import Replace
+from idempotent_consumer.records import SCHEMA_VERSION
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
-from shared.delivery import Action, Settlement
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
-from shared.domain.records import SCHEMA_VERSION
 from shared.handlers.operator_commands import drop
 from shared.ports.fulfilment import Reply
-from shared.ports.store import Replace
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from azure.identity.aio import DefaultAzureCredential
 
+from idempotent_consumer.errors import ConfigurationError
+from idempotent_consumer.ports.sender import OutgoingMessage
 from shared.adapters.servicebus import credential_for, make_client, to_sdk
-from shared.errors import ConfigurationError
-from shared.ports.sender import OutgoingMessage
 from shared.settings import Settings
 
 

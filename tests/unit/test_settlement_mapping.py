@@ -1,4 +1,4 @@
-"""A pin of an interface: the outcome -> settlement table in ``shared.delivery``, written out again here.
+"""A pin of an interface: the outcome -> settlement table in ``idempotent_consumer.delivery``, written out again here.
 
 The table is the one place that maps outcomes to complete, abandon or dead-letter, and its dead-letter
 reasons are the exact strings operators alert on and runbooks name. Retyping it is the point: a change
@@ -7,8 +7,8 @@ to the table fails here first, so that it is made on purpose and announced, not 
 
 from __future__ import annotations
 
-from shared.delivery import SETTLEMENTS, Action, Settlement
-from shared.domain.outcomes import Outcome
+from idempotent_consumer.delivery import SETTLEMENTS, Action, Settlement
+from idempotent_consumer.outcomes import Outcome
 
 
 def test_every_outcome_has_a_settlement() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.outcomes import Outcome, Result
-from shared.telemetry import LOGGER_NAME, export_to_azure_monitor, record_delivery
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.telemetry import LOGGER_NAME, export_to_azure_monitor, record_delivery
 from tests.support.metrics import outcome_counts
 from tests.support.orders import inbound, order_body
 
@@ -69,9 +69,9 @@ import function_app
 assert "azure.monitor.opentelemetry.exporter" not in sys.modules, "imported while the host indexes"
 function_app.root()
 from opentelemetry import metrics
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
-from shared.telemetry import record_delivery
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.telemetry import record_delivery
 record_delivery("process_order", InboundMessage(message_id="m-1", body=None), Result(Outcome.CREATED), 1.0)
 metrics.get_meter_provider().force_flush()
 sent = b"".join(got).decode()

@@ -22,16 +22,16 @@ from typing import Any
 from azure.core import MatchConditions
 
 from bench import throughput
+from idempotent_consumer.ports.store import Create, Patch
+from idempotent_consumer.records import EffectStatus, SideEffectRecord
 from shared.adapters.cosmos import batch_operation, patch_operations
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
 from shared.domain import documents
 from shared.domain.documents import OrderDocument
 from shared.domain.orders import parse_order
-from shared.domain.records import EffectStatus, SideEffectRecord
 from shared.handlers.place_order import RESERVE_STOCK
 from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import reservation_request
-from shared.ports.store import Create, Patch
 from shared.settings import Settings
 
 ROUNDS = 3

@@ -6,7 +6,7 @@ Application Insights' ingestion endpoint. For each run and each mode, alternatin
 (``python -m devservers.host``, which runs the production worker) and timed from the moment its process
 is started to the moment the message is settled. With telemetry on, its settings add Application
 Insights' connection string (the stand-in) and no statsbeat, as in Azure; the first invocation then
-installs the counters' exporter (shared.telemetry.export_to_azure_monitor).
+installs the counters' exporter (idempotent_consumer.telemetry.export_to_azure_monitor).
 
 The settlement signal is the host's own log line for the delivery, ``process_order messageId=<id>
 outcome=Succeeded settlement=complete ...``, written right after the broker took the settlement: its

@@ -31,12 +31,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from idempotent_consumer.errors import NotFound
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ports.store import (
+    MAX_PAGE_ITEMS,
+    BatchOperation,
+    Create,
+    Delete,
+    Document,
+    Patch,
+    Replace,
+    query_all,
+)
+from idempotent_consumer.records import SYSTEM_PROPERTIES
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
-from shared.domain.messages import InboundMessage
-from shared.domain.records import SYSTEM_PROPERTIES
-from shared.errors import NotFound
-from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Delete, Document, Patch, Replace, query_all
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

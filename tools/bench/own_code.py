@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from bench import throughput
+from idempotent_consumer.ports.store import BatchOperation, Create, Document, Patch, Replace
 from shared import bootstrap
-from shared.ports.store import BatchOperation, Create, Document, Patch, Replace
 from shared.settings import Settings
 
 WARM_UP = 500

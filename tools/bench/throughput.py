@@ -40,13 +40,13 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosResourceExistsError, CosmosResourceNotFoundError
 
 from bench.wire import CountingTransport
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
 from sbctl import generate
 from shared import bootstrap
 from shared.adapters.cosmos import CosmosStore
 from shared.adapters.http import HttpFulfilment
 from shared.adapters.memory import InMemoryFulfilment
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
 from shared.ports.fulfilment import FulfilmentService, Reply
 from shared.settings import Settings
 

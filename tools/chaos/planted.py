@@ -25,10 +25,10 @@ def _fresh_reservation_key() -> None:
 
 
 def _typed_order_replace() -> None:
+    from idempotent_consumer.errors import StoreError  # noqa: PLC0415
+    from idempotent_consumer.ports.store import Replace  # noqa: PLC0415
     from shared.domain.documents import OrderDocument  # noqa: PLC0415 - patched only when planted
-    from shared.errors import StoreError  # noqa: PLC0415
     from shared.handlers import writes  # noqa: PLC0415
-    from shared.ports.store import Replace  # noqa: PLC0415
 
     applied = writes.EventWrites.apply
 

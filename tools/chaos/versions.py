@@ -99,7 +99,7 @@ def install(version: str, journal: str) -> None:
     if version == PREVIOUS:
         import os  # noqa: PLC0415
 
-        from shared.domain import retries  # noqa: PLC0415
+        from idempotent_consumer import retries  # noqa: PLC0415
 
         os.environ["DELAYED_RETRIES"] = "false"  # read by the app's settings, which are made after this
         retries.unwrap = lambda message: (message, None)  # a copy is read as any message: its MessageId is not its key

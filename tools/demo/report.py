@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from demo.scenario import NEVER_APPLIES, Scenario
+from idempotent_consumer.messages import InboundMessage
 from shared.domain.lifecycle import KINDS, OPEN_STATUSES, RESERVABLE_STATUSES
-from shared.domain.messages import InboundMessage
 from shared.domain.orders import parse_order
 from simulation.invariants import left_undone
 

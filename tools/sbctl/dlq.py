@@ -18,8 +18,8 @@ from azure.servicebus import (
 )
 from azure.servicebus.exceptions import MessageLockLostError
 
+from idempotent_consumer import retries
 from sbctl.detection import Detection
-from shared.domain import retries
 
 PAGE = 100
 RECEIVE_WAIT_SECONDS = 2

@@ -15,13 +15,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from idempotent_consumer.errors import ConfigurationError, NotFound, StoreError, UnreadableDocument
+from idempotent_consumer.ports.store import DocumentStore
+from idempotent_consumer.records import ParkedEvent
 from sbctl.connection import ToolError
 from sbctl.failures import cosmos_failure
 from shared import bootstrap
-from shared.domain.records import ParkedEvent
-from shared.errors import ConfigurationError, NotFound, StoreError, UnreadableDocument
 from shared.handlers import operator_commands
-from shared.ports.store import DocumentStore
 from shared.settings import Settings
 
 

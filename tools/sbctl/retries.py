@@ -1,7 +1,7 @@
 """sbctl retries: list the copies the consumer handed on for a delayed retry, and send chosen ones now.
 
 A copy waits in its queue as a scheduled message, with its chain's application properties
-(``shared.domain.retries``): its original MessageId, attempt, first failure and reason. ``list`` peeks
+(``idempotent_consumer.retries``): its original MessageId, attempt, first failure and reason. ``list`` peeks
 them. ``send-now`` sends each chosen copy again, due at once, and only then cancels the scheduled one,
 so that a failure between the two leaves the message twice (the consumer absorbs the duplicate) and
 never not at all.
@@ -21,9 +21,9 @@ from typing import Any
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageState, ServiceBusReceivedMessage
 from azure.servicebus.exceptions import ServiceBusError, SessionCannotBeLockedError
 
+from idempotent_consumer import retries
 from sbctl.connection import ToolError
 from sbctl.dlq import clip, text_properties
-from shared.domain import retries
 
 PAGE = 100
 SEND_NOW_SUFFIX = ".now"

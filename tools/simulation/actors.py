@@ -7,9 +7,9 @@ import contextlib
 import functools
 from datetime import datetime
 
-from shared.delivery import Settlement
-from shared.domain.outcomes import Result
-from shared.errors import ConsumerError, NotFound
+from idempotent_consumer.delivery import Settlement
+from idempotent_consumer.errors import ConsumerError, NotFound
+from idempotent_consumer.outcomes import Result
 from simulation import foreign
 from simulation.broker import Delivery, LockLost
 from simulation.faults import SETTLE_FAULTS
@@ -40,7 +40,7 @@ def start(world: World) -> None:
 
 class Consumer:
     """A Functions instance: takes deliveries from either queue and runs each through the app's delivery
-    policy (``shared.delivery.run_delivery``, the one the functions run), settling on the simulated broker.
+    policy (``idempotent_consumer.delivery.run_delivery``, the one the functions run), settling on the simulated broker.
 
     A crash ends the delivery unsettled (its lock runs out) and restarts the process, which holds no
     session any more.

@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from shared.delivery import Action
-from shared.domain import retries
-from shared.domain.messages import InboundMessage
-from shared.ports.sender import MessageSender, OutgoingMessage
+from idempotent_consumer import retries
+from idempotent_consumer.delivery import Action
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
 from shared.settings import Settings
 from simulation.scheduler import Clock, Scheduler, Signal
 

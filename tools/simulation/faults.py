@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
-from shared.errors import BatchFailed, ConsumerError
+from idempotent_consumer.errors import BatchFailed, ConsumerError
 from simulation.scheduler import Crash, Scheduler
 
 T = TypeVar("T")

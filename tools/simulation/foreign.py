@@ -23,8 +23,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from shared.errors import BatchFailed, NotFound, PreconditionFailed
-from shared.ports.store import Document, Patch, Replace
+from idempotent_consumer.errors import BatchFailed, NotFound, PreconditionFailed
+from idempotent_consumer.ports.store import Document, Patch, Replace
 from simulation.scheduler import drive
 from simulation.world import World
 

@@ -12,11 +12,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from shared.domain import retries
+from idempotent_consumer import retries
+from idempotent_consumer.ports.store import Document
+from idempotent_consumer.records import (
+    EffectStatus,
+    OutboxEntry,
+    OutboxStatus,
+    ParkedEvent,
+    ParkedStatus,
+    SideEffectRecord,
+)
 from shared.domain.documents import OrderDocument, PendingOrder
 from shared.domain.lifecycle import KINDS
-from shared.domain.records import EffectStatus, OutboxEntry, OutboxStatus, ParkedEvent, ParkedStatus, SideEffectRecord
-from shared.ports.store import Document
 from simulation.broker import BrokerMessage, State
 from simulation.foreign import at_path
 from simulation.proxies import RECORD_KINDS

@@ -11,12 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
-from shared.domain.documents import EventRecord, OrderDocument
-from shared.domain.identity import ORDER_REJECTED
-from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
-from shared.domain.records import EffectStatus, OutboxEntry, SideEffectRecord
-from shared.errors import (
+from idempotent_consumer.errors import (
     BatchFailed,
     DownstreamUnavailable,
     PreconditionFailed,
@@ -24,9 +19,14 @@ from shared.errors import (
     StoreError,
     TransientStoreError,
 )
+from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
+from idempotent_consumer.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Delete, Document, Patch, Replace
+from idempotent_consumer.records import EffectStatus, OutboxEntry, SideEffectRecord
+from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from shared.domain.documents import EventRecord, OrderDocument
+from shared.domain.identity import ORDER_REJECTED
+from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
 from shared.ports.fulfilment import Reply
-from shared.ports.sender import MessageSender, OutgoingMessage
-from shared.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Delete, Document, Patch, Replace
 from simulation.faults import Chaos
 
 RECORD_KINDS = frozenset(str(kind.__struct_config__.tag) for kind in EventRecord.__subclasses__())

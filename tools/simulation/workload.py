@@ -24,11 +24,11 @@ from typing import Any
 
 import msgspec
 
+from idempotent_consumer.delivery import SETTLEMENTS
+from idempotent_consumer.outcomes import Outcome
 from sbctl import generate
-from shared.delivery import SETTLEMENTS
 from shared.domain.lifecycle import KINDS
 from shared.domain.orders import MAX_ITEMS, OrderPlaced
-from shared.domain.outcomes import Outcome
 from shared.domain.rules import MAX_BODY_BYTES
 from shared.settings import Settings
 from simulation.scheduler import Clock

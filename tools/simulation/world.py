@@ -11,17 +11,17 @@ from typing import TypeVar
 
 import msgspec
 
+from idempotent_consumer.delivery import SETTLEMENTS, Handler
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.sender import MessageSender
+from idempotent_consumer.ports.store import DocumentStore, query_all
+from idempotent_consumer.records import OutboxEntry
+from idempotent_consumer.retries import RETRY_LIMIT_EXCEEDED
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
-from shared.delivery import SETTLEMENTS, Handler
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
-from shared.domain.records import OutboxEntry
-from shared.domain.retries import RETRY_LIMIT_EXCEEDED
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
-from shared.ports.sender import MessageSender
-from shared.ports.store import DocumentStore, query_all
 from shared.settings import Settings
 from simulation.broker import Broker, BrokerMessage, Delivery, Namespace, Queue
 from simulation.faults import Chaos, ChaosProfile, Outage

@@ -17,9 +17,9 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from shared.domain import retries
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result
+from idempotent_consumer import retries
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
 
 LOGGER_NAME = "idempotent_consumer"
 # Set by the platform when the app has Application Insights; the exporter reads it, and

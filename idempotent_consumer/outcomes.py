@@ -13,8 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TypeVar
 
-from shared.domain.messages import InboundMessage
-from shared.errors import InvalidMessage, LimitExceeded
+from idempotent_consumer.errors import InvalidMessage, LimitExceeded
+from idempotent_consumer.messages import InboundMessage
 
 T = TypeVar("T")
 

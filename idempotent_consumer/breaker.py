@@ -27,8 +27,8 @@ from enum import StrEnum
 
 from opentelemetry import metrics
 
-from shared.ports.watched import Reach
-from shared.telemetry import LOGGER_NAME, METER_NAME
+from idempotent_consumer.ports.watched import Reach
+from idempotent_consumer.telemetry import LOGGER_NAME, METER_NAME
 
 FAILING_SHARE = 0.5
 BREAKER_COUNTER = "consumer.breaker"

@@ -39,8 +39,8 @@ from typing import Any, Protocol, Self
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from shared.domain import identity
-from shared.errors import UnreadableDocument
+from idempotent_consumer import identity
+from idempotent_consumer.errors import UnreadableDocument
 
 TYPE_FIELD = "type"
 #: The JSON field that holds every document's partition key: the orders container is partitioned by ``/orderId``

@@ -39,9 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from shared.domain import identity
-from shared.domain.messages import InboundMessage
-from shared.errors import InvalidMessage
+from idempotent_consumer import identity
+from idempotent_consumer.errors import InvalidMessage
+from idempotent_consumer.messages import InboundMessage
 
 NAMESPACE = "idempotent-consumer.retry."
 ORIGINAL = NAMESPACE + "original-message-id"

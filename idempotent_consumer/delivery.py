@@ -6,9 +6,9 @@ The Functions and the simulator run this one policy. Each brings its side of the
 table from outcome to complete, abandon or dead-letter.
 
 A transient failure is tried again inside the lock, ``RETRY_IN_LOCK_ATTEMPTS`` times in all; one that
-persists is handed on (``shared.domain.retries``): a copy scheduled on the delivery's own queue, sent
+persists is handed on (``idempotent_consumer.retries``): a copy scheduled on the delivery's own queue, sent
 before the delivery is completed, so that a crash between the two leaves the message twice (which the
-consumer's key absorbs) and never not at all. The queue's breaker (``shared.breaker``) hands messages
+consumer's key absorbs) and never not at all. The queue's breaker (``idempotent_consumer.breaker``) hands messages
 on untried while most attempts fail.
 """
 
@@ -23,15 +23,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
-from shared.breaker import Admission, Breaker
-from shared.domain import retries
-from shared.domain.messages import InboundMessage
-from shared.domain.outcomes import Outcome, Result, abandon_wait
-from shared.domain.retries import Backoff, Chain
-from shared.errors import InvalidMessage
-from shared.ports import watched as health
-from shared.ports.sender import MessageSender, OutgoingMessage
-from shared.telemetry import record_delivery
+from idempotent_consumer import retries
+from idempotent_consumer.breaker import Admission, Breaker
+from idempotent_consumer.errors import InvalidMessage
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result, abandon_wait
+from idempotent_consumer.ports import watched as health
+from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
+from idempotent_consumer.retries import Backoff, Chain
+from idempotent_consumer.telemetry import record_delivery
 
 logger = logging.getLogger("idempotent_consumer.delivery")
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from shared.errors import BatchTooLarge, StoreError
+from idempotent_consumer.errors import BatchTooLarge, StoreError
 
 Document = dict[str, Any]
 

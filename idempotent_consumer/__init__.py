@@ -1,0 +1,23 @@
+"""Effectively-once processing for Service Bus-triggered Azure Functions, on Azure Cosmos DB.
+
+Service Bus delivers at least once. This library turns that into effectively-once results: the create of a
+message's record is both the duplicate check and the write, in one transactional batch with the documents the
+message writes; calls that cannot join that batch run under a two-phase record with a lease; outgoing
+messages wait in an outbox, written in the same batch. The order app beside it (``function_app.py``) is its
+first user.
+
+    errors       every error the protocol raises, by what the delivery does with it
+    identity     every derived id and key, labelled by (consumer, name, key), and the request hash
+    messages     InboundMessage, the transport-neutral view of a delivery
+    outcomes     the one vocabulary: an Outcome, a Result, and whether a status is transient
+    records      the protocol's own stored records (outbox entry, side-effect record, inbox marker...)
+    retries      a delayed retry's copy: its chain's properties, back-off and total limit
+    breaker      the circuit breaker a queue's deliveries share
+    delivery     one delivery from trigger to settlement: attempts inside the lock, hand-on, settlement
+    telemetry    one log record and one counter per delivery: ids, hashes and outcomes, never payloads
+    ports        the document store, the sender, and what an attempt reached of them
+
+It never imports the app that uses it (``tests/unit/test_library.py``).
+"""
+
+__version__ = "0.1.0"
