@@ -29,8 +29,8 @@ from azurefunctions.extensions.bindings import servicebus
 from consumers import lock_renewal
 from consumers.binding import to_inbound
 from consumers.settlement import ActionsSettlement
+from idempotent_consumer.outbox import PublishReport
 from shared.bootstrap import App
-from shared.handlers.outbox import PublishReport
 from shared.settings import Settings
 
 logger = logging.getLogger("idempotent_consumer.functions")

@@ -15,7 +15,12 @@ first user.
     breaker      the circuit breaker a queue's deliveries share
     delivery     one delivery from trigger to settlement: attempts inside the lock, hand-on, settlement
     telemetry    one log record and one counter per delivery: ids, hashes and outcomes, never payloads
+    side_effects the two-phase record (claim, lease, takeover, finish) around a call that cannot join a batch
+    outbox       the outbox's publisher: change-feed batches and the sweep
+    reports      what waits too long: events parked, side effects stuck in progress
     ports        the document store, the sender, and what an attempt reached of them
+    adapters     the store over Cosmos DB, the sender over Service Bus, the app's identity
+    testing      the in-memory store and sender, for a consumer's own tests
 
 It never imports the app that uses it (``tests/unit/test_library.py``).
 """

@@ -143,7 +143,7 @@ def attempt_of(properties: Mapping[str, str]) -> int | None:
 def unwrap(message: InboundMessage) -> tuple[InboundMessage, Chain | None]:
     """The delivery as the core sees it, and its chain (None for an original). A copy is its original: the
     original's MessageId, the consumer's key, and the original's sequence number, by which a side effect's
-    claim knows the deliveries of its own message (``shared.handlers.side_effects``): a copy takes over the
+    claim knows the deliveries of its own message (``idempotent_consumer.side_effects``): a copy takes over the
     claim a delivery of its chain left, at once, as a redelivery does."""
     chain = Chain.of(message)
     if chain is None:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from idempotent_consumer import reports
 from idempotent_consumer.breaker import Breaker
 from idempotent_consumer.delivery import (
     Check,
@@ -32,15 +33,14 @@ from idempotent_consumer.delivery import (
     run_delivery,
 )
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outbox import OutboxPublisher
 from idempotent_consumer.outcomes import Result
 from idempotent_consumer.ports.sender import MessageSender
 from idempotent_consumer.ports.store import DocumentStore
 from idempotent_consumer.ports.watched import watched_store
 from idempotent_consumer.retries import Backoff
 from idempotent_consumer.telemetry import export_to_azure_monitor, record_delivery
-from shared.handlers import reports
 from shared.handlers.apply_event import apply_order_event, check_event
-from shared.handlers.outbox import OutboxPublisher
 from shared.handlers.place_order import OrderServices, check_order, place_order
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
@@ -135,7 +135,7 @@ class App:
         with self._lock:
             if self._store is None:
                 self._check_complete()
-                from shared.adapters.cosmos import CosmosStore  # noqa: PLC0415 - on first use, see above
+                from idempotent_consumer.adapters.cosmos import CosmosStore  # noqa: PLC0415 - on first use, see above
 
                 self._store = self._keep(CosmosStore.from_settings(self.settings))
             return self._store
@@ -160,7 +160,7 @@ class App:
         with self._lock:
             if self._sender is None:
                 self._check_complete()
-                from shared.adapters.servicebus import ServiceBusSender  # noqa: PLC0415
+                from idempotent_consumer.adapters.servicebus import ServiceBusSender  # noqa: PLC0415
 
                 self._sender = self._keep(ServiceBusSender.from_settings(self.settings))
             return self._sender

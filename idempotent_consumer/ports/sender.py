@@ -1,7 +1,7 @@
 """The outgoing-message port: send messages to a Service Bus queue or topic.
 
-Adapters: ``shared.adapters.servicebus.ServiceBusSender`` (azure-servicebus) and
-``shared.adapters.memory.RecordingSender``, which keeps what was sent and models the destination's
+Adapters: ``idempotent_consumer.adapters.servicebus.ServiceBusSender`` (azure-servicebus) and
+``idempotent_consumer.testing.memory.RecordingSender``, which keeps what was sent and models the destination's
 duplicate detection. ``tests/contract/test_sender.py`` runs one suite against both.
 """
 

@@ -1,10 +1,10 @@
 """The document-store port: the few operations the idempotent core needs from Cosmos DB.
 
-Adapters: ``shared.adapters.cosmos.CosmosStore`` (the real one) and ``shared.adapters.memory.InMemoryStore``
-(for unit tests and the simulator). ``tests/contract`` runs one suite against both, so they cannot drift.
-Each adapter renders conditions its own way (Cosmos SQL, a Python predicate); failures come back as
-the shared error family, never as HTTP statuses. Every operation is a coroutine, as the functions that
-use it are ``async def``.
+Adapters: ``idempotent_consumer.adapters.cosmos.CosmosStore`` (the real one) and
+``idempotent_consumer.testing.memory.InMemoryStore`` (for unit tests and the simulator).
+``tests/contract`` runs one suite against both, so they cannot drift. Each adapter renders conditions its
+own way (Cosmos SQL, a Python predicate); failures come back as the library's error family, never as HTTP
+statuses. Every operation is a coroutine, as the functions that use it are ``async def``.
 """
 
 from __future__ import annotations

@@ -37,12 +37,12 @@ from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result, parsed
 from idempotent_consumer.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, DocumentStore, Patch
 from idempotent_consumer.records import EffectStatus, SideEffectRecord
+from idempotent_consumer.side_effects import SideEffect
 from shared.domain import documents, identity
 from shared.domain.aggregate import Order
 from shared.domain.documents import OrderDocument, OrderRejected
 from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
 from shared.domain.orders import OrderPlaced, parse_order, utc_text
-from shared.handlers.side_effects import SideEffect
 from shared.handlers.writes import OrderIntake, Releases, read_known, waiting
 from shared.ports.fulfilment import FulfilmentService, reservation_request
 from shared.settings import Settings

@@ -18,6 +18,7 @@ from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
 
+from idempotent_consumer.adapters.cosmos import CosmosStore, make_client
 from idempotent_consumer.errors import (
     AlreadyExists,
     BatchFailed,
@@ -42,8 +43,7 @@ from idempotent_consumer.ports.store import (
     query_all,
 )
 from idempotent_consumer.records import merged
-from shared.adapters.cosmos import CosmosStore, make_client
-from shared.adapters.memory import InMemoryStore
+from idempotent_consumer.testing.memory import InMemoryStore
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 

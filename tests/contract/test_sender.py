@@ -17,10 +17,10 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode
 
 from devservers.servicebus import Broker, start_broker
+from idempotent_consumer.adapters.servicebus import ServiceBusSender, make_client
 from idempotent_consumer.errors import PublishError
 from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
-from shared.adapters.memory import RecordingSender
-from shared.adapters.servicebus import ServiceBusSender, make_client
+from idempotent_consumer.testing.memory import RecordingSender
 from shared.settings import Settings
 
 QUEUE = "contract"

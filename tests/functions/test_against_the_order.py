@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from devservers.fulfilment import FulfilmentServer
-from shared.adapters.memory import RecordingSender
+from idempotent_consumer.testing.memory import RecordingSender
 from shared.adapters.reservations import SOLD_OUT_PREFIX
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from tests.functions.conftest import Deliverer, Harness, reservation_calls

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.adapters.memory import InMemoryStore
+from idempotent_consumer.testing.memory import InMemoryStore
 from shared.domain.lifecycle import KINDS
 from tests.functions.conftest import Deliverer
 from tests.support.events import event_body

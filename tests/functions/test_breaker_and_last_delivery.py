@@ -13,7 +13,7 @@ import pytest
 
 from devservers.fulfilment import FulfilmentServer
 from idempotent_consumer import retries
-from shared.adapters.memory import RecordingSender
+from idempotent_consumer.testing.memory import RecordingSender
 from tests.functions.conftest import Deliverer, Harness, reservation_calls
 from tests.support.orders import encode, order_body
 

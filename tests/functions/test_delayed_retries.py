@@ -15,13 +15,13 @@ from devservers.faultproxy import FaultProxy
 from devservers.fulfilment import FulfilmentServer
 from devservers.servicebus import Broker, start_broker
 from idempotent_consumer import identity, retries
+from idempotent_consumer.adapters.servicebus import ServiceBusSender, make_client
 from idempotent_consumer.delivery import Action, Retries, Settlement, run_delivery
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.sender import OutgoingMessage
 from idempotent_consumer.retries import Backoff
-from shared.adapters.memory import RecordingSender
-from shared.adapters.servicebus import ServiceBusSender, make_client
+from idempotent_consumer.testing.memory import RecordingSender
 from shared.domain.lifecycle import PAYMENT_CAPTURED
 from shared.settings import Settings
 from tests.functions.conftest import Deliverer, Harness

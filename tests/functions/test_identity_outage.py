@@ -15,8 +15,8 @@ from azure.core.credentials import AccessToken
 from azure.core.exceptions import ClientAuthenticationError
 from azure.cosmos.aio import CosmosClient
 
-from shared.adapters.cosmos import CosmosStore
-from shared.adapters.memory import RecordingSender
+from idempotent_consumer.adapters.cosmos import CosmosStore
+from idempotent_consumer.testing.memory import RecordingSender
 from tests.functions.conftest import Deliverer, Harness
 from tests.support.orders import encode, order_body
 from tests.support.tls import tls_front

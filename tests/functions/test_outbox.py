@@ -18,13 +18,13 @@ from azure.servicebus.exceptions import OperationTimeoutError
 
 from devservers.faultproxy import fault_proxy
 from devservers.servicebus import Broker, start_broker
+from idempotent_consumer.adapters.servicebus import ServiceBusSender
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outbox import OutboxPublisher
 from idempotent_consumer.ports.sender import OutgoingMessage
-from shared.adapters.memory import RecordingSender
-from shared.adapters.servicebus import ServiceBusSender
+from idempotent_consumer.side_effects import SideEffect
+from idempotent_consumer.testing.memory import RecordingSender
 from shared.domain import identity
-from shared.handlers.outbox import OutboxPublisher
-from shared.handlers.side_effects import SideEffect
 from tests.functions.conftest import Deliverer, Harness
 from tests.support.orders import encode, order_body
 

@@ -19,8 +19,8 @@ from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions impo
 from consumers.binding import to_inbound
 from consumers.settlement import ActionsSettlement
 from devservers.faultproxy import FaultProxy, fault_proxy
+from idempotent_consumer.adapters.cosmos import THROTTLE_RETRIES
 from idempotent_consumer.delivery import run_delivery
-from shared.adapters.cosmos import THROTTLE_RETRIES
 from shared.domain.orders import parse_order
 from tests.functions.conftest import Deliverer, Harness
 from tests.support.fake_host import FakeHost, make_received_message

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from devservers.fulfilment import FulfilmentServer
 from idempotent_consumer import identity, retries
-from shared.adapters.memory import RecordingSender
+from idempotent_consumer.testing.memory import RecordingSender
 from tests.functions.conftest import Deliverer, Harness, reservation_calls
 from tests.support.orders import encode, order_body
 

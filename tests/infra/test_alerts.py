@@ -15,11 +15,11 @@ from idempotent_consumer.delivery import run_delivery
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.watched import Reach
-from shared.adapters.memory import InMemoryStore
+from idempotent_consumer.reports import report_stuck
+from idempotent_consumer.side_effects import SideEffect
+from idempotent_consumer.testing.memory import InMemoryStore
 from shared.domain.lifecycle import ORDER_SHIPPED
 from shared.handlers.apply_event import apply_order_event
-from shared.handlers.reports import report_stuck
-from shared.handlers.side_effects import SideEffect
 from shared.ports.watched import FULFILMENT
 from shared.settings import Settings
 from tests.infra.bicep import Scope, Unresolved, expand, main_scope

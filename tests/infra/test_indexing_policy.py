@@ -22,11 +22,12 @@ from pycep import BicepParser
 
 from bench import index_terms
 from devservers import cosmos_setup
+from idempotent_consumer import reports
+from idempotent_consumer.adapters.cosmos import CosmosStore, query_text
+from idempotent_consumer.outbox import OutboxPublisher
 from idempotent_consumer.ports.store import BatchOperation, Document, query_all
-from shared.adapters.cosmos import CosmosStore, query_text
-from shared.adapters.memory import RecordingSender
-from shared.handlers import operator_commands, reports, writes
-from shared.handlers.outbox import OutboxPublisher
+from idempotent_consumer.testing.memory import RecordingSender
+from shared.handlers import operator_commands, writes
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
@@ -106,10 +107,10 @@ def _called(call: ast.Call) -> str | None:
 
 def test_every_store_query_in_the_handlers_is_run_here() -> None:
     found = {}
-    for path in (ROOT / "shared").rglob("*.py"):
+    for path in [*(ROOT / "shared").rglob("*.py"), *(ROOT / "idempotent_consumer").rglob("*.py")]:
         calls = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
                  and _called(node) in ("query_pages", "query_all")]
-        if calls and "adapters" not in path.parts and "ports" not in path.parts:
+        if calls and not {"adapters", "ports", "testing"} & set(path.parts):
             found[path.name] = len(calls)
     assert found == QUERY_SITES
     assert len(app_queries()) == 1 + 2 + 1 + 2  # find_parked is asked twice: across partitions and in one

@@ -20,12 +20,12 @@ from demo.workbook import traces
 from idempotent_consumer.delivery import SETTLEMENTS, Action
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.reports import report_stuck
+from idempotent_consumer.side_effects import SideEffect
 from idempotent_consumer.telemetry import record_delivery
-from shared.adapters.memory import InMemoryStore
+from idempotent_consumer.testing.memory import InMemoryStore
 from shared.domain.lifecycle import ORDER_SHIPPED
 from shared.handlers.apply_event import apply_order_event
-from shared.handlers.reports import report_stuck
-from shared.handlers.side_effects import SideEffect
 from shared.settings import Settings
 from tests.infra.bicep import INFRA, Unresolved, main_scope
 from tests.support.events import encode_event, event_body

@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 import pytest
 from azure.cosmos import PartitionKey
 
+from idempotent_consumer.adapters.cosmos import CosmosStore
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ports.store import Replace, query_all
 from sbctl.cli import main
-from shared.adapters.cosmos import CosmosStore
 from shared.domain.documents import OrderDocument
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.orders import parse_order

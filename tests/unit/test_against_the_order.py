@@ -11,10 +11,11 @@ from typing import Any
 from idempotent_consumer.outcomes import Outcome
 from idempotent_consumer.ports.store import Delete
 from idempotent_consumer.records import SideEffectRecord
+from idempotent_consumer.side_effects import SideEffect
+from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.lifecycle import ORDER_CANCELLED
-from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body

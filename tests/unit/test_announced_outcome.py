@@ -13,7 +13,8 @@ import pytest
 from idempotent_consumer.errors import NotFound
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import BatchOperation, Create, Document, Patch, Replace
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from idempotent_consumer.testing.memory import InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment
 from shared.adapters.reservations import KEY_REUSED
 from shared.domain import identity
 from shared.handlers.place_order import OrderServices, place_order

@@ -12,7 +12,8 @@ from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import MAX_BATCH_OPERATIONS, Create, Delete, Replace
 from idempotent_consumer.records import InboxMarker
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from idempotent_consumer.testing.memory import InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.documents import OrderDocument
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.orders import parse_order

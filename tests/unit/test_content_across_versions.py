@@ -14,8 +14,9 @@ from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import Document, Patch, Replace
 from idempotent_consumer.records import ParkedEvent
+from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.aggregate import Order
 from shared.domain.lifecycle import ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
 from shared.settings import Settings

@@ -25,6 +25,8 @@ from azure.cosmos.exceptions import (
 from azure.identity import CredentialUnavailableError
 from azure.servicebus.exceptions import ServiceBusError
 
+from idempotent_consumer.adapters.cosmos import ignored_proxy_variables, translate_errors
+from idempotent_consumer.adapters.credentials import TokenFailure, managed_identity, token_failure
 from idempotent_consumer.errors import (
     AlreadyExists,
     BatchFailed,
@@ -34,8 +36,6 @@ from idempotent_consumer.errors import (
     StoreError,
     TransientStoreError,
 )
-from shared.adapters.cosmos import ignored_proxy_variables, translate_errors
-from shared.adapters.credentials import TokenFailure, managed_identity, token_failure
 from shared.settings import Settings
 
 

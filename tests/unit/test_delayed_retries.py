@@ -20,8 +20,9 @@ from idempotent_consumer.ports import watched as health
 from idempotent_consumer.ports.sender import OutgoingMessage
 from idempotent_consumer.ports.store import Patch
 from idempotent_consumer.retries import Backoff, Chain
+from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.adapters.memory import InMemoryFulfilment
 from shared.ports import watched as fulfilment_health
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings

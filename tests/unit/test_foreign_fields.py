@@ -16,8 +16,9 @@ import pytest
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import Replace
+from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.handlers.operator_commands import drop, force_release
 from shared.ports.fulfilment import Reply

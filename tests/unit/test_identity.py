@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from idempotent_consumer import identity
 from idempotent_consumer.identity import derive_id, digest, effect_key
 from idempotent_consumer.messages import InboundMessage
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from idempotent_consumer.testing.memory import InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain import identity as order_ids
 from shared.domain.lifecycle import ORDER_SHIPPED
 from shared.handlers.apply_event import apply_order_event

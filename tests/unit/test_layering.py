@@ -47,34 +47,38 @@ def test_the_app_imports_no_tool() -> None:
             assert name.split(".")[0] not in TOOLS, (path, name)
 
 
+ADAPTERS = ("shared.adapters", "idempotent_consumer.adapters")
+
+
 def test_only_the_composition_root_imports_an_adapter() -> None:
     # Everything else reaches the adapters through bootstrap.build, or is handed ports.
-    outside = [p for p in [*modules("shared"), *modules("consumers"), ROOT / "function_app.py"]
-               if "adapters" not in p.relative_to(ROOT).parts]
+    outside = [p for p in [*modules("shared"), *modules("consumers"), *modules("idempotent_consumer"),
+                           ROOT / "function_app.py"] if "adapters" not in p.relative_to(ROOT).parts]
     found = {str(p.relative_to(ROOT)) for p in outside
-             if any(n == "shared.adapters" or n.startswith("shared.adapters.") for n in imported_modules(p))}
+             if any(n == a or n.startswith(f"{a}.") for n in imported_modules(p) for a in ADAPTERS)}
     assert found == {"shared/bootstrap.py"}
 
 
 def test_domain_imports_no_port_handler_adapter_or_sdk() -> None:
     for path in modules("shared/domain"):
         for name in imported_modules(path):
-            assert not name.startswith(("shared.ports", "shared.handlers", "shared.adapters", "azure")), (path, name)
+            assert not name.startswith(("shared.ports", "shared.handlers", *ADAPTERS, "azure")), (path, name)
 
 
 def test_handlers_and_ports_import_no_adapter() -> None:
-    for package in ("shared/handlers", "shared/ports"):
-        assert importers(package, "shared.adapters") == set()
+    for package in ("shared/handlers", "shared/ports", "idempotent_consumer/ports"):
+        assert all(importers(package, adapters) == set() for adapters in ADAPTERS)
         assert importers(package, "azure") == set()
 
 
 def test_only_the_cosmos_adapter_imports_azure_cosmos() -> None:
-    assert importers("shared", "azure.cosmos") == {"shared/adapters/cosmos.py"}
-    assert importers("consumers", "azure.cosmos") == set()
+    assert importers("idempotent_consumer", "azure.cosmos") == {"idempotent_consumer/adapters/cosmos.py"}
+    assert importers("shared", "azure.cosmos") == importers("consumers", "azure.cosmos") == set()
 
 
 def test_only_the_servicebus_adapter_and_the_binding_translation_import_azure_servicebus() -> None:
-    assert importers("shared", "azure.servicebus") == {"shared/adapters/servicebus.py"}
+    assert importers("idempotent_consumer", "azure.servicebus") == {"idempotent_consumer/adapters/servicebus.py"}
+    assert importers("shared", "azure.servicebus") == set()
     assert importers("consumers", "azure.servicebus") == {"consumers/binding.py"}
 
 
@@ -136,7 +140,7 @@ def test_an_import_of_the_app_planted_in_a_library_module_is_found(tmp_path: Pat
 
 def test_the_library_core_imports_no_sdk_of_azure_but_the_optional_exporter() -> None:
     found = {str(p.relative_to(ROOT)): sorted(n for n in imported_modules(p) if n.startswith("azure"))
-             for p in modules("idempotent_consumer")}
+             for p in modules("idempotent_consumer") if "adapters" not in p.parts}
     assert {path: names for path, names in found.items() if names} == {
         "idempotent_consumer/telemetry.py": ["azure.monitor.opentelemetry.exporter",
                                              "azure.monitor.opentelemetry.exporter.AzureMonitorMetricExporter"]}

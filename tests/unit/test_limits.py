@@ -24,8 +24,9 @@ from idempotent_consumer.ports.store import (
     operation_bytes,
 )
 from idempotent_consumer.records import ParkedStatus
+from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.aggregate import MAX_PARKED_EVENTS, Order
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.handlers.writes import Releases, read_known, waiting

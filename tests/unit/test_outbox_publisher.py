@@ -10,8 +10,9 @@ from typing import Any
 from idempotent_consumer.errors import PublishError
 from idempotent_consumer.ports.sender import OutgoingMessage
 from idempotent_consumer.ports.store import Patch
+from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.adapters.memory import InMemoryFulfilment
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body
 

@@ -13,10 +13,11 @@ from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import BatchOperation, Delete, Document, Patch, Replace
 from idempotent_consumer.records import EffectStatus, SideEffectRecord
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from idempotent_consumer.side_effects import SideEffect
+from idempotent_consumer.testing.memory import InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
-from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body, rule_path

@@ -9,11 +9,12 @@ import pytest
 
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from idempotent_consumer.reports import report_stuck
+from idempotent_consumer.side_effects import SideEffect
+from idempotent_consumer.testing.memory import InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.lifecycle import ORDER_SHIPPED
 from shared.handlers.apply_event import apply_order_event
-from shared.handlers.reports import report_stuck
-from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from azure.identity.aio import DefaultAzureCredential
 
+from idempotent_consumer.adapters.servicebus import credential_for, make_client, to_sdk
 from idempotent_consumer.errors import ConfigurationError
 from idempotent_consumer.ports.sender import OutgoingMessage
-from shared.adapters.servicebus import credential_for, make_client, to_sdk
 from shared.settings import Settings
 
 

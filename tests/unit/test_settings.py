@@ -9,9 +9,9 @@ import msgspec
 import pytest
 from azure.identity.aio import DefaultAzureCredential
 
+from idempotent_consumer.adapters.cosmos import CosmosStore, credential_for
+from idempotent_consumer.adapters.servicebus import ServiceBusSender
 from idempotent_consumer.errors import ConfigurationError
-from shared.adapters.cosmos import CosmosStore, credential_for
-from shared.adapters.servicebus import ServiceBusSender
 from shared.settings import SETTINGS, Settings
 
 

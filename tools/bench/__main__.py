@@ -26,7 +26,7 @@ from bench import aio, proxy, report, throughput
 from bench.wire import CountingTransport
 from devservers.cosmos import start_cosmos_server
 from devservers.fulfilment import FulfilmentServer
-from shared.adapters.cosmos import make_client
+from idempotent_consumer.adapters.cosmos import make_client
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/

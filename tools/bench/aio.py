@@ -22,15 +22,16 @@ from typing import Any
 from azure.core import MatchConditions
 
 from bench import throughput
+from idempotent_consumer.adapters.cosmos import batch_operation, patch_operations
 from idempotent_consumer.ports.store import Create, Patch
 from idempotent_consumer.records import EffectStatus, SideEffectRecord
-from shared.adapters.cosmos import batch_operation, patch_operations
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from idempotent_consumer.side_effects import SideEffect
+from idempotent_consumer.testing.memory import InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain import documents
 from shared.domain.documents import OrderDocument
 from shared.domain.orders import parse_order
 from shared.handlers.place_order import RESERVE_STOCK
-from shared.handlers.side_effects import SideEffect
 from shared.ports.fulfilment import reservation_request
 from shared.settings import Settings
 

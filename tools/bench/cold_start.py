@@ -37,7 +37,7 @@ def handle(msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebu
 
 # What the first invocation imports besides: the Cosmos DB and fulfilment clients (shared.bootstrap), and,
 # with Application Insights set, the counters' exporter that function_app.root installs.
-FIRST_INVOCATION = "function_app, shared.adapters.cosmos, shared.adapters.http; function_app.root()"
+FIRST_INVOCATION = "function_app, idempotent_consumer.adapters.cosmos, shared.adapters.http; function_app.root()"
 # Telemetry on, as in Azure: a connection string (to a closed loopback port: nothing is sent in a run
 # this short) and no statsbeat, the exporter's own usage report.
 TELEMETRY = {"APPLICATIONINSIGHTS_CONNECTION_STRING": "InstrumentationKey=00000000-0000-0000-0000-000000000000;"

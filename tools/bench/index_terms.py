@@ -44,8 +44,9 @@ from idempotent_consumer.ports.store import (
     query_all,
 )
 from idempotent_consumer.records import SYSTEM_PROPERTIES
+from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.adapters.memory import InMemoryFulfilment
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

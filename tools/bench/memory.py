@@ -20,7 +20,7 @@ from pathlib import Path
 from bench import throughput
 from devservers.cosmos import start_cosmos_server
 from devservers.fulfilment import FulfilmentServer
-from shared.adapters.cosmos import make_client
+from idempotent_consumer.adapters.cosmos import make_client
 from shared.adapters.http import HttpFulfilment
 from shared.settings import Settings
 

@@ -18,7 +18,7 @@ import msgspec
 
 from bench import throughput
 from bench.wire import CountingTransport
-from shared.adapters.cosmos import make_client
+from idempotent_consumer.adapters.cosmos import make_client
 from shared.settings import Settings
 
 ENVIRONMENT_SIZE = 136  # about what a Functions worker sees

@@ -40,11 +40,11 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosResourceExistsError, CosmosResourceNotFoundError
 
 from bench.wire import CountingTransport
+from idempotent_consumer.adapters.cosmos import CosmosStore
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
 from sbctl import generate
 from shared import bootstrap
-from shared.adapters.cosmos import CosmosStore
 from shared.adapters.http import HttpFulfilment
 from shared.adapters.memory import InMemoryFulfilment
 from shared.ports.fulfilment import FulfilmentService, Reply

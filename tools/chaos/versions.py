@@ -94,7 +94,7 @@ def app_dir(version: str, journal: Path, plant: str | None = None) -> Path:
 
 def install(version: str, journal: str) -> None:
     """Make this worker's Cosmos store write as ``version`` and keep the journal; as ``previous``, know no copy."""
-    from shared.adapters.cosmos import CosmosStore  # noqa: PLC0415 - patched in the worker only
+    from idempotent_consumer.adapters.cosmos import CosmosStore  # noqa: PLC0415 - patched in the worker only
 
     if version == PREVIOUS:
         import os  # noqa: PLC0415

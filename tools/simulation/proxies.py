@@ -22,7 +22,8 @@ from idempotent_consumer.errors import (
 from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
 from idempotent_consumer.ports.store import MAX_PAGE_ITEMS, BatchOperation, Create, Delete, Document, Patch, Replace
 from idempotent_consumer.records import EffectStatus, OutboxEntry, SideEffectRecord
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore
+from idempotent_consumer.testing.memory import InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.documents import EventRecord, OrderDocument
 from shared.domain.identity import ORDER_REJECTED
 from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES

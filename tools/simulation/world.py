@@ -18,8 +18,9 @@ from idempotent_consumer.ports.sender import MessageSender
 from idempotent_consumer.ports.store import DocumentStore, query_all
 from idempotent_consumer.records import OutboxEntry
 from idempotent_consumer.retries import RETRY_LIMIT_EXCEEDED
+from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
-from shared.adapters.memory import InMemoryFulfilment, InMemoryStore, RecordingSender
+from shared.adapters.memory import InMemoryFulfilment
 from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
 from shared.settings import Settings

@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, ServiceRequestError, ServiceResponseError
@@ -24,6 +24,7 @@ from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosClientTimeoutError, CosmosHttpResponseError
 
+from idempotent_consumer.adapters.credentials import TokenFailure, managed_identity, token_failure
 from idempotent_consumer.errors import (
     AlreadyExists,
     BatchFailed,
@@ -47,8 +48,6 @@ from idempotent_consumer.ports.store import (
     check_field,
     check_item,
 )
-from shared.adapters.credentials import TokenFailure, managed_identity, token_failure
-from shared.settings import Settings
 
 # Retry budget, bounded so that a create plus the read after a 409 end well inside the default
 # one-minute lock: each operation gives up after OPERATION_TIMEOUT_SECONDS, and throttling retries
@@ -96,7 +95,26 @@ def _from_status(what: str, status: int | None, sub_status: int | None) -> Store
     return _BY_STATUS.get(status or 0, StoreError)(detail, status=status)
 
 
-def credential_for(settings: Settings) -> Any:
+class CosmosSettings(Protocol):
+    """What the Cosmos DB adapter reads of a consumer's settings (the app's ``Settings`` has these fields)."""
+
+    @property
+    def cosmos_key(self) -> str | None: ...
+    @property
+    def cosmos_verify_tls(self) -> bool: ...
+    @property
+    def cosmos_database(self) -> str: ...
+    @property
+    def cosmos_container(self) -> str: ...
+    @property
+    def http_proxy_from_environment(self) -> bool: ...
+
+    def need(self, attribute: str) -> Any:
+        """The value of a setting the adapter cannot work without (``cosmos_endpoint``); ConfigurationError
+        naming it when unset."""
+
+
+def credential_for(settings: CosmosSettings) -> Any:
     """The account key when one is configured (local emulators only), else the app's identity
     (``credentials.managed_identity``)."""
     if settings.cosmos_key:
@@ -173,7 +191,7 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
 
-def ignored_proxy_variables(settings: Settings, environ: Mapping[str, str] = os.environ) -> list[str]:
+def ignored_proxy_variables(settings: CosmosSettings, environ: Mapping[str, str] = os.environ) -> list[str]:
     """The proxy variables set in the environment that the clients ignore (the setting is off), and the
     CA-bundle variables they never read; each kind named in one warning."""
     bundles = [name for name in CA_BUNDLE_VARIABLES if environ.get(name)]
@@ -189,7 +207,7 @@ def ignored_proxy_variables(settings: Settings, environ: Mapping[str, str] = os.
     return found + bundles
 
 
-def make_client(settings: Settings, transport: Any = None, credential: Any = None) -> CosmosClient:
+def make_client(settings: CosmosSettings, transport: Any = None, credential: Any = None) -> CosmosClient:
     """Create an async CosmosClient: key auth for local emulators, managed identity otherwise.
 
     Call it inside the event loop that will use it (the worker's); it connects on its first request.
@@ -213,7 +231,7 @@ def make_client(settings: Settings, transport: Any = None, credential: Any = Non
         return CosmosClient(endpoint, credential=credential or credential_for(settings), **options)
 
 
-def _container(client: CosmosClient, settings: Settings) -> ContainerProxy:
+def _container(client: CosmosClient, settings: CosmosSettings) -> ContainerProxy:
     return client.get_database_client(settings.cosmos_database).get_container_client(settings.cosmos_container)
 
 
@@ -229,7 +247,7 @@ class CosmosStore:
         self._opening = asyncio.Lock()  # binds to the loop of its first use
 
     @classmethod
-    def from_settings(cls, settings: Settings, client: CosmosClient | None = None) -> CosmosStore:
+    def from_settings(cls, settings: CosmosSettings, client: CosmosClient | None = None) -> CosmosStore:
         """Bind to the configured container; connects on first use, never at construction."""
         if client is not None:
             return cls(_container(client, settings))

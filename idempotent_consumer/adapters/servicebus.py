@@ -8,20 +8,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from azure.core.exceptions import AzureError
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
+from idempotent_consumer.adapters.credentials import managed_identity, token_failure
 from idempotent_consumer.errors import ConfigurationError, PublishError
 from idempotent_consumer.ports.sender import OutgoingMessage
-from shared.adapters.credentials import managed_identity, token_failure
-from shared.settings import Settings
 
 
-def credential_for(settings: Settings) -> Any:
+class ServiceBusSettings(Protocol):
+    """What the Service Bus adapter reads of a consumer's settings: the local connection string, or the
+    namespace reached with the app's identity."""
+
+    @property
+    def servicebus_connection(self) -> str | None: ...
+    @property
+    def servicebus_namespace(self) -> str | None: ...
+
+
+def credential_for(settings: ServiceBusSettings) -> Any:
     """None with a connection string (local emulators only), else the app's identity
     (``credentials.managed_identity``) for the namespace."""
     if settings.servicebus_connection:
@@ -33,7 +42,7 @@ def credential_for(settings: Settings) -> Any:
     return managed_identity()
 
 
-def make_client(settings: Settings, credential: Any = None) -> ServiceBusClient:
+def make_client(settings: ServiceBusSettings, credential: Any = None) -> ServiceBusClient:
     """A client from the local connection string, or for the namespace with managed identity:
     ``credential``, made by a caller that closes it (the client does not), or a new one."""
     credential = credential or credential_for(settings)
@@ -64,7 +73,7 @@ class ServiceBusSender:
     """Sends through one ServiceBusClient; a sender link per destination, opened on first use."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ServiceBusSender:
+    def from_settings(cls, settings: ServiceBusSettings) -> ServiceBusSender:
         """A sender over its own client and credential, both closed by ``close``."""
         credential = credential_for(settings)
         return cls(make_client(settings, credential), credential)

@@ -1,0 +1,1 @@
+"""What a consumer's own tests need without Azure: the in-memory store and sender (``memory``)."""
