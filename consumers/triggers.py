@@ -26,9 +26,9 @@ from collections.abc import Callable
 import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
 
-from consumers import lock_renewal
-from consumers.binding import to_inbound
-from consumers.settlement import ActionsSettlement
+from idempotent_consumer.functions import lock_renewal
+from idempotent_consumer.functions.binding import to_inbound
+from idempotent_consumer.functions.settlement import ActionsSettlement
 from idempotent_consumer.outbox import PublishReport
 from shared.bootstrap import App
 from shared.settings import Settings

@@ -21,6 +21,7 @@ first user.
     ports        the document store, the sender, and what an attempt reached of them
     adapters     the store over Cosmos DB, the sender over Service Bus, the app's identity
     testing      the in-memory store and sender, for a consumer's own tests
+    functions    the binding's message, the settlement port over its actions, the lock's renewal (host.json)
 
 It never imports the app that uses it (``tests/unit/test_library.py``).
 """

@@ -9,24 +9,28 @@ renews nothing (the duration 0), the same delivery does find its lock gone.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import azure.functions as func
 import pytest
 
-from consumers import lock_renewal
 from consumers.triggers import make_blueprint
 from devservers.fulfilment import FulfilmentServer
 from idempotent_consumer.errors import ConfigurationError
+from idempotent_consumer.functions import lock_renewal
 from shared.adapters.http import HttpFulfilment
 from shared.settings import Settings
 from tests.functions.conftest import Deliverer, Harness, Root, user_functions
 from tests.functions.test_reservation import CrashAfterCall, record
 from tests.support.fake_host import FakeHost
 from tests.support.orders import encode, order_body
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -65,7 +69,7 @@ def test_a_redelivery_whose_lock_as_received_ran_out_takes_its_claim_over_while_
 
 
 def test_the_renewal_is_read_from_host_json_and_the_app_setting_overrides_it() -> None:
-    assert lock_renewal.renewal_seconds({}) == 300.0  # host.json: 00:05:00
+    assert lock_renewal.renewal_seconds({lock_renewal.SCRIPT_ROOT: str(ROOT)}) == 300.0  # host.json: 00:05:00
     assert lock_renewal.renewal_seconds({lock_renewal.OVERRIDE: "00:00:30"}) == 30.0
     assert lock_renewal.renewal_seconds({lock_renewal.OVERRIDE: "1.00:00:00"}) == 86400.0
     assert lock_renewal.renewal_seconds({lock_renewal.OVERRIDE: "-00:00:00.0010000"}) == float("inf")
@@ -82,3 +86,13 @@ def test_a_message_lock_is_held_until_the_later_of_its_own_end_and_the_renewals_
     assert lock_renewal.held_until(later, now, 300) == later
     assert lock_renewal.held_until(soon, now, 0) == soon
     assert lock_renewal.held_until(None, now, 300) is None
+
+
+def test_host_json_is_read_from_the_script_root_not_from_beside_the_library(tmp_path: Path) -> None:
+    (tmp_path / "host.json").write_text(json.dumps(
+        {"version": "2.0", "extensions": {"serviceBus": {"maxAutoLockRenewalDuration": "00:01:00"}}}))
+    assert lock_renewal.script_root({lock_renewal.SCRIPT_ROOT: str(tmp_path)}) == tmp_path
+    assert lock_renewal.renewal_seconds({lock_renewal.SCRIPT_ROOT: str(tmp_path)}) == 60.0
+    assert not (Path(lock_renewal.__file__).parent / "host.json").exists()
+    assert lock_renewal.renewal_seconds({lock_renewal.SCRIPT_ROOT: str(tmp_path / "none")}) == 300.0  # the default
+

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import SettlementError
 
-from consumers.binding import to_inbound
-from consumers.settlement import ActionsSettlement
 from devservers.faultproxy import FaultProxy, fault_proxy
 from idempotent_consumer.adapters.cosmos import THROTTLE_RETRIES
 from idempotent_consumer.delivery import run_delivery
+from idempotent_consumer.functions.binding import to_inbound
+from idempotent_consumer.functions.settlement import ActionsSettlement
 from shared.domain.orders import parse_order
 from tests.functions.conftest import Deliverer, Harness
 from tests.support.fake_host import FakeHost, make_received_message

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from azure.functions.timer import TimerRequest
 
-from consumers.binding import to_inbound
-from consumers.settlement import ActionsSettlement
 from devservers.faultproxy import FaultProxy
 from idempotent_consumer.delivery import run_delivery
+from idempotent_consumer.functions.binding import to_inbound
+from idempotent_consumer.functions.settlement import ActionsSettlement
 from idempotent_consumer.messages import InboundMessage
 from shared.domain.documents import EventRecord
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from consumers.settlement import MAX_DESCRIPTION_CHARS, ActionsSettlement
 from idempotent_consumer.delivery import Action, Retries, Settlement, run_delivery
+from idempotent_consumer.functions.settlement import MAX_DESCRIPTION_CHARS, ActionsSettlement
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import LOCK_MARGIN_SECONDS, Outcome, Result
 

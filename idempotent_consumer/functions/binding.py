@@ -9,7 +9,7 @@ from typing import Any
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
-from consumers.lock_renewal import held_until
+from idempotent_consumer.functions.lock_renewal import held_until
 from idempotent_consumer.messages import Headers, InboundMessage
 
 

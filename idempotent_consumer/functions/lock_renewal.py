@@ -10,7 +10,8 @@ not see: for a session's message only the lock it came with is known to hold.
 
 The value is host.json's (``extensions.serviceBus.maxAutoLockRenewalDuration``, default 5 minutes, 0 for
 no renewal), unless the app setting ``AzureFunctionsJobHost__extensions__serviceBus__maxAutoLockRenewalDuration``
-overrides it, as it overrides host.json for the host.
+overrides it, as it overrides host.json for the host. host.json is the app's, read from the script root
+(``script_root``), not from beside this module, which a library installed as a package is not.
 """
 
 from __future__ import annotations
@@ -25,17 +26,27 @@ from pathlib import Path
 
 from idempotent_consumer.errors import ConfigurationError
 
-HOST_JSON = Path(__file__).resolve().parent.parent / "host.json"
+SCRIPT_ROOT = "AzureWebJobsScriptRoot"
 OVERRIDE = "AzureFunctionsJobHost__extensions__serviceBus__maxAutoLockRenewalDuration"
 DEFAULT = "00:05:00"  # ServiceBusOptions.MaxAutoLockRenewalDuration, in the extension's source
 # A .NET TimeSpan as host.json spells it: [-][d.]hh:mm:ss[.fffffff]; "-00:00:00.001" is Timeout.InfiniteTimeSpan.
 _TIMESPAN = re.compile(r"^(?P<sign>-)?(?:(?P<days>\d+)\.)?(?P<hours>\d+):(?P<minutes>\d+):(?P<seconds>\d+(?:\.\d+)?)$")
 
 
-def renewal_seconds(environ: Mapping[str, str] = os.environ, host_json: Path = HOST_JSON) -> float:
-    """How long the host renews a message's lock while its function runs, in seconds (inf: for ever).
-    ConfigurationError naming where it came from when it is not a TimeSpan (the host would not start)."""
+def script_root(environ: Mapping[str, str] = os.environ) -> Path:
+    """The Functions app's root, where its host.json is: ``AzureWebJobsScriptRoot``, which the Linux images set
+    (``/home/site/wwwroot``) as Core Tools and the local host do, else the working directory, which the host
+    starts the worker in."""
+    return Path(environ.get(SCRIPT_ROOT, "").strip() or os.getcwd())
+
+
+def renewal_seconds(environ: Mapping[str, str] = os.environ, host_json: Path | None = None) -> float:
+    """How long the host renews a message's lock while its function runs, in seconds (inf: for ever), from
+    ``host_json`` (default: the script root's). ConfigurationError naming where it came from when it is not a
+    TimeSpan (the host would not start)."""
     text, source = environ.get(OVERRIDE, "").strip(), OVERRIDE
+    if host_json is None:
+        host_json = script_root(environ) / "host.json"
     if not text:
         try:
             section = json.loads(host_json.read_text()).get("extensions", {}).get("serviceBus", {})
