@@ -62,6 +62,7 @@ SETTLEMENTS: dict[Outcome, Settlement] = {
     Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
     Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
     Outcome.LIMIT_EXCEEDED: Settlement(Action.DEADLETTER, "LimitExceeded"),
+    Outcome.INVALID_PLAN: Settlement(Action.DEADLETTER, "InvalidPlan"),
     Outcome.PARKED: Settlement(Action.COMPLETE),
     Outcome.REJECTED: Settlement(Action.COMPLETE),
     Outcome.ORDER_CLOSED: Settlement(Action.COMPLETE),

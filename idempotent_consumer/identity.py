@@ -91,6 +91,19 @@ def event_identity_id(consumer: str, source: str, event_id: str) -> str:
     return derive_id("event", consumer, source, event_id, label=consumer)
 
 
+def key_marker_id(consumer: str, key: str) -> str:
+    """The id of the marker that says one consumer has taken one message key (``idempotent_consumer.plan``), in the
+    key's partition: created in the batch of the key's writes, it is their duplicate check."""
+    return derive_id("key", consumer, key, label=consumer)
+
+
+def key_identity_id(consumer: str, key: str) -> str:
+    """The id of one consumer's record of a key across partitions (a plan's ``global`` scope), in a partition of
+    its own (its id is its partition key): the same key with another partition is the same message with other
+    content, never a new one."""
+    return derive_id("key-identity", consumer, key, label=consumer)
+
+
 def parked_event_id(consumer: str, source: str, event_id: str, sequence: int) -> str:
     """The id of a parked event; the label shows the version it waits to become."""
     return derive_id("parked", consumer, source, event_id, label=f"v{sequence}")

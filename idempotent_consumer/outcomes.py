@@ -56,6 +56,7 @@ class Outcome(StrEnum):
     INVALID = "invalid"
     INVALID_TRANSITION = "invalid_transition"
     LIMIT_EXCEEDED = "limit_exceeded"
+    INVALID_PLAN = "invalid_plan"  # the handler declared a plan the library cannot carry out: the same every delivery
     PARKED = "parked"
     REJECTED = "rejected"  # the downstream refused the order's effect for good: a business outcome, announced
     # The order's status would contradict the effect or its announcement (cancelled before it was made; cancelled or,

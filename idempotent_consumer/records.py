@@ -25,6 +25,8 @@ docs/design.md ("Schema versions").
     event-identity EventIdentity       one consumer has taken an event's identity for one subject; in a
                                        partition of its own (its partition key is its id), not its subject's
     parked-event   ParkedEvent         an event that came before its predecessor, waiting for it
+    key            KeyMarker           one consumer has taken one message key (a plan's duplicate check); in the
+                                       key's partition, or in one of its own for a key of ``global`` scope
 
 The business documents (the order app's: ``shared.domain.documents``) derive from ``StoredDocument`` too.
 """
@@ -50,6 +52,8 @@ PARTITION_FIELD = "orderId"
 # document types (the rule above) still raises it, so that a reader can tell which wrote a document.
 SCHEMA_VERSION = 1
 SCHEMA_FIELD = "schemaVersion"
+#: The ``type`` of each of the library's records: a consumer's own documents may not use them.
+RECORD_TYPES = frozenset({"outbox", "side-effect", "inbox", "event-identity", "parked-event", "key"})
 # Written by Cosmos DB itself; a document written back leaves them to the store.
 SYSTEM_PROPERTIES = frozenset({"_rid", "_self", "_etag", "_attachments", "_ts", "_lsn"})
 
@@ -257,6 +261,17 @@ class EventIdentity(StoredDocument, kw_only=True, tag="event-identity"):
         doc_id = identity.event_identity_id(consumer, event.source, event.id)
         return cls(id=doc_id, partition=doc_id, consumer=consumer, event_source=event.source, event_id=event.id,
                    subject=event.subject, request_hash=request_hash, ttl=ttl)
+
+
+class KeyMarker(StoredDocument, kw_only=True, tag="key"):
+    """One consumer has taken one message key for the content it first came with (``requestHash``): created in the
+    batch of the plan's writes (``idempotent_consumer.plan``), it is their duplicate check. Kept for ``ttl`` seconds,
+    when it names one, else as long as the container keeps documents."""
+
+    consumer: str
+    key: str
+    request_hash: str
+    ttl: int | UnsetType = UNSET
 
 
 class ParkedStatus(StrEnum):

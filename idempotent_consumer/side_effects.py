@@ -102,12 +102,15 @@ class SideEffect:
     lease_seconds: int
     clock: Callable[[], float] = time.time
 
-    def claim(self, order_id: str, message: InboundMessage, request_hash: str | None = None) -> SideEffectRecord:
-        """The in_progress record; create it alone, or inside the batch that writes the message's documents."""
+    def claim(self, partition: str, message: InboundMessage, request_hash: str | None = None, *,
+              key: str | None = None) -> SideEffectRecord:
+        """The in_progress record of the effect of ``key`` (the partition's own, as an order's, when None), in
+        ``partition``; create it alone, or inside the batch that writes the message's documents."""
+        key = partition if key is None else key
         return SideEffectRecord(
-            id=identity.side_effect_id(self.consumer, self.name, order_id), partition=order_id,
+            id=identity.side_effect_id(self.consumer, self.name, key), partition=partition,
             consumer=self.consumer, effect=self.name, idempotency_key=identity.effect_key(self.consumer, self.name,
-                                                                                         order_id),
+                                                                                         key),
             status=EffectStatus.IN_PROGRESS, attempt=1, lease_until=self.lease_until(message.lock_deadline),
             message_sequence=message.sequence_number, request_hash=request_hash, announces=True,
         )

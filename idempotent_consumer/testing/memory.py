@@ -53,7 +53,9 @@ class InMemoryStore:
     """
 
     def __init__(self, *, default_ttl: int | None = None, clock: Callable[[], float] = time.time,
-                 page_items: int = MAX_PAGE_ITEMS, empty_first_page: bool = False) -> None:
+                 page_items: int = MAX_PAGE_ITEMS, empty_first_page: bool = False,
+                 partition_field: str = PARTITION_FIELD) -> None:
+        self._partition_field = partition_field  # the container's partition key path, without its slash
         self._default_ttl = default_ttl
         self._page_items = page_items
         self._empty_first_page = empty_first_page
@@ -95,9 +97,9 @@ class InMemoryStore:
             with self._lock:
                 self.requests += 1
                 found = sorted(
-                    (_position(d), d) for d in self._documents.values()
-                    if _position(d) > after and not self._expired(d)
-                    and (partition_key is None or d.get(PARTITION_FIELD) == partition_key)
+                    (_position(d, self._partition_field), d) for d in self._documents.values()
+                    if _position(d, self._partition_field) > after and not self._expired(d)
+                    and (partition_key is None or d.get(self._partition_field) == partition_key)
                     and all(d.get(k) == v for k, v in conditions.items())
                     and (before is None or _less(d.get(before[0]), before[1])))
                 page = [_json_copy(d) for _, d in found[:size]]
@@ -181,10 +183,9 @@ class InMemoryStore:
         if self._partition_key_of(document) != partition_key:
             raise StoreError(f"document {document.get('id')} is not in partition {partition_key}", status=400)
 
-    @staticmethod
-    def _partition_key_of(document: Document) -> str:
-        if not isinstance(value := document.get(PARTITION_FIELD), str):
-            raise StoreError(f"document {document.get('id')} has no string {PARTITION_FIELD}", status=400)
+    def _partition_key_of(self, document: Document) -> str:
+        if not isinstance(value := document.get(self._partition_field), str):
+            raise StoreError(f"document {document.get('id')} has no string {self._partition_field}", status=400)
         return value
 
     def _stamp(self, document: Document) -> Document:
@@ -230,9 +231,9 @@ def _json_copy(value: _Json) -> _Json:
     return copied
 
 
-def _position(document: Document) -> tuple[str, str]:
+def _position(document: Document, partition_field: str) -> tuple[str, str]:
     """Where a document stands in a query's pages: by partition, then id."""
-    return str(document.get(PARTITION_FIELD)), str(document.get("id"))
+    return str(document.get(partition_field)), str(document.get("id"))
 
 
 def _less(value: Any, bound: Any) -> bool:

@@ -51,6 +51,11 @@ KNOWN: list[tuple[str, str]] = [
     # Pinned when delayed retries came (issue 32): a copy in flight must dedup against its resend.
     (identity.retry_message_id("ord-1", "42", 1),
      "retry.1_ord-1.40ba1b11e3b2b5785ddd55d6cfb3d820361adf52b7938adf6f140633b1cb4bfa"),
+    # Pinned when the plan came (issue 42): a key's marker, in its partition and across partitions.
+    (identity.key_marker_id(CONSUMER, "ord-1"),
+     "key.order-projection.b0111078f7d40e4520f0da6a630a29945fb1d0d4ab32e31de590e58ab3ac8d35"),
+    (identity.key_identity_id(CONSUMER, "ord-1"),
+     "key-identity.order-projection.0f5d4e08626e25d397bd6433910521d054caa01522a63529b65f1ebe47fbb121"),
 ]
 
 

@@ -26,6 +26,7 @@ def test_outcomes_map_to_the_documented_settlements() -> None:
         Outcome.INVALID: Settlement(Action.DEADLETTER, "InvalidMessage"),
         Outcome.INVALID_TRANSITION: Settlement(Action.DEADLETTER, "InvalidTransition"),
         Outcome.LIMIT_EXCEEDED: Settlement(Action.DEADLETTER, "LimitExceeded"),
+        Outcome.INVALID_PLAN: Settlement(Action.DEADLETTER, "InvalidPlan"),
         Outcome.PARKED: Settlement(Action.COMPLETE),
         Outcome.REJECTED: Settlement(Action.COMPLETE),
         Outcome.ORDER_CLOSED: Settlement(Action.COMPLETE),
