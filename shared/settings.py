@@ -18,53 +18,20 @@ functions, which connects to nothing, needs none of them.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import msgspec
 
 from idempotent_consumer.errors import ConfigurationError
+from idempotent_consumer.settings import Declarations, Name, Retention, Seconds, SettingSpec, Url
+
+__all__ = ["SETTINGS", "Retention", "SettingSpec", "Settings", "setting"]
 
 
-@dataclass(frozen=True)
-class SettingSpec:
-    """One app setting as declared: ``in_azure`` means the deployment (infra/) must set it; ``account`` that
-    every consumer of the app shares it, so that it is read without a consumer's prefix."""
-
-    name: str
-    default: Any
-    description: str
-    required: bool
-    in_azure: bool
-    account: bool = False
-
-    @property
-    def default_text(self) -> str:
-        """The default as the README and the app settings spell it: ``required``, ``unset`` or the value."""
-        if self.default is None:
-            return "required" if self.required else "unset"
-        if isinstance(self.default, bool):
-            return str(self.default).lower()
-        return str(self.default)
-
-
-SETTINGS: dict[str, SettingSpec] = {}
-
-
-def setting(name: str, default: Any, description: str, *, required: bool = False, in_azure: bool = False,
-            account: bool = False) -> Any:
-    """Declare a setting: a Struct field read from the environment variable ``name`` (after the consumer's
-    prefix, but for an ``account`` one)."""
-    SETTINGS[name] = SettingSpec(name, default, description, required, in_azure or required, account)
-    return msgspec.field(default=default, name=name)
-
-
-Name = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]
-Url = Annotated[str, msgspec.Meta(pattern=r"^https?://\S+$")]
-Seconds = Annotated[int, msgspec.Meta(ge=1)]
+_DECLARED = Declarations()
+SETTINGS: dict[str, SettingSpec] = _DECLARED.specs
+setting = _DECLARED
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -183,27 +150,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def from_env(cls, env: Mapping[str, str] | None = None, *, prefix: str = "") -> Settings:
         """Decode the settings from the environment (or ``env``), each a consumer's under ``prefix``; empty values
         count as unset. ConfigurationError naming every malformed value, as the environment spells it."""
-        source = os.environ if env is None else env
-        values = {name: source[key].strip() for name, spec in SETTINGS.items()
-                  if source.get(key := name if spec.account else prefix + name, "").strip()}
-        try:
-            settings = msgspec.convert(values, cls, strict=False)
-        except msgspec.ValidationError:
-            problems = []
-            for name, value in values.items():  # each alone, so that every one that is wrong is named
-                try:
-                    msgspec.convert({name: value}, cls, strict=False)
-                except msgspec.ValidationError as exc:
-                    problems.append(_problem(exc, prefix))
-            raise ConfigurationError.of(problems) from None
-        return settings
+        return _DECLARED.read(cls, env, prefix)
 
     def complete(self, prefix: str = "") -> Settings:
         """Return self when every required setting is set, else ConfigurationError naming each one that is not
         (after ``prefix``, the one the settings were read under): what the app checks when it is built, before it
         touches anything."""
-        missing = [(self.name_of(attribute, prefix), "is required but not set") for attribute in _REQUIRED
-                   if getattr(self, attribute) is None]
+        missing = _DECLARED.missing(self, prefix)
         if not (self.servicebus_connection or self.servicebus_namespace):
             missing.append(("ServiceBusConnection__fullyQualifiedNamespace",
                             "is required (or ServiceBusConnection for local emulators)"))
@@ -238,51 +191,3 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _ATTRIBUTES = tuple(f.name for f in msgspec.structs.fields(Settings))
-_REQUIRED = tuple(f.name for f in msgspec.structs.fields(Settings) if f.encode_name in SETTINGS
-                  and SETTINGS[f.encode_name].required)
-_PATH = re.compile(r"^(?P<problem>.*) - at `\$\.(?P<name>[^`]+)`$")
-
-
-def _problem(exc: msgspec.ValidationError, prefix: str) -> tuple[str, str]:
-    """The setting a field's error is about, as the environment spells it, and what is wrong with it."""
-    match = _PATH.match(str(exc))
-    if match is None:  # pragma: no cover - every field error of a flat Struct carries its path
-        return "?", str(exc)
-    name = match["name"]
-    return (name if SETTINGS[name].account else prefix + name), match["problem"]
-
-
-@dataclass(frozen=True)
-class Retention:
-    """How long the same message can come back, and how long inbox markers live.
-
-    A message can be redelivered for up to ``lock * max deliveries`` after its first processing, be
-    handed on to later copies for up to the delayed retries' total limit, sit in the queue for up to its
-    time to live, and be resubmitted from the dead-letter queue within the grace period. Markers must
-    outlive all four, added up.
-    """
-
-    lock_duration_seconds: int
-    max_delivery_count: int
-    message_ttl_seconds: int
-    resubmit_grace_seconds: int
-    dedup_ttl_seconds: int
-    retry_total_seconds: int = 0
-
-    @property
-    def required_seconds(self) -> int:
-        """The shortest marker lifetime that covers every way a message can come back."""
-        redeliveries = self.lock_duration_seconds * self.max_delivery_count
-        return redeliveries + self.retry_total_seconds + self.message_ttl_seconds + self.resubmit_grace_seconds
-
-    def check(self, queue: str | None = None, prefix: str = "") -> Retention:
-        """Return self if markers live long enough, else raise ConfigurationError showing the computation (for
-        ``queue``, when named, whose consumer's settings are read under ``prefix``)."""
-        if self.dedup_ttl_seconds < self.required_seconds:
-            raise ConfigurationError(f"{prefix}DEDUP_TTL_SECONDS", (
-                ("" if queue is None else f"for queue {queue}, ") +
-                f"{self.dedup_ttl_seconds} s is shorter than the retention window: lock {self.lock_duration_seconds} s"
-                f" x {self.max_delivery_count} deliveries + delayed retries {self.retry_total_seconds} s + message TTL"
-                f" {self.message_ttl_seconds} s + resubmit grace"
-                f" {self.resubmit_grace_seconds} s = {self.required_seconds} s"))
-        return self
