@@ -6,6 +6,10 @@ message writes; calls that cannot join that batch run under a two-phase record w
 messages wait in an outbox, written in the same batch. The order app beside it (``function_app.py``) is its
 first user.
 
+    plan         what a handler declares (Plan, Send, Effect), and the intake that writes it in one batch
+    settings     settings as declarations, read under a consumer's prefix; the retention rule
+    runtime      one consumer's settings, ports and breakers, and the delivery policy over them
+    http         an effect's JSON POST under an idempotency key, answered as a Reply
     errors       every error the protocol raises, by what the delivery does with it
     identity     every derived id and key, labelled by (consumer, name, key), and the request hash
     messages     InboundMessage, the transport-neutral view of a delivery
@@ -21,9 +25,13 @@ first user.
     ports        the document store, the sender, and what an attempt reached of them
     adapters     the store over Cosmos DB, the sender over Service Bus, the app's identity
     testing      the in-memory store and sender, for a consumer's own tests
-    functions    the binding's message, the settlement port over its actions, the lock's renewal (host.json)
+    functions    the Consumer blueprint; the binding's message, the settlement port over its actions, the lock's
+                 renewal (host.json)
 
-It never imports the app that uses it (``tests/unit/test_library.py``).
+It never imports the app that uses it (``tests/unit/test_layering.py``).
 """
 
+from idempotent_consumer.plan import Answer, Effect, Plan, Scope, Send
+
+__all__ = ["Answer", "Effect", "Plan", "Scope", "Send", "__version__"]
 __version__ = "0.1.0"

@@ -26,6 +26,14 @@ def _renamed(document: Mapping[str, Any], old: str, new: str) -> dict[str, Any]:
     return {(new if name == old else name): value for name, value in document.items()}
 
 
+def as_record(document: Mapping[str, Any], field: str) -> dict[str, Any]:
+    """A raw document of a container partitioned by ``/{field}`` (from its change feed, say) as the library reads
+    its records: a record's partition key under ``PARTITION_FIELD``; any other document as it is."""
+    if field != PARTITION_FIELD and document.get(TYPE_FIELD) in RECORD_TYPES and field in document:
+        return _renamed(document, field, PARTITION_FIELD)
+    return dict(document)
+
+
 class _Repartitioned:
     """A store whose records are written with their partition key under ``field``, and read back under
     ``PARTITION_FIELD``."""
@@ -39,9 +47,7 @@ class _Repartitioned:
         return dict(document)
 
     def _in(self, document: Document) -> Document:
-        if document.get(TYPE_FIELD) in RECORD_TYPES and self._field in document:
-            return _renamed(document, self._field, PARTITION_FIELD)
-        return document
+        return as_record(document, self._field)
 
     def _operation(self, operation: BatchOperation) -> BatchOperation:
         if isinstance(operation, Create | Replace):

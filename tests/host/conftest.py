@@ -51,7 +51,9 @@ RULE_QUEUES = {"raises": {"MaxDeliveryCount": 3}, "settles-late": {}, "unsettled
                "dead-letters": {}, "renews": {"LockDuration": "PT5S"},
                "renews-sessions": {"RequiresSession": True, "LockDuration": "PT5S"},
                # without duplicate detection, so that copies under one MessageId reach the consumers
-               "orders-plain": {}, "order-accepted-plain": {}}
+               "orders-plain": {}, "order-accepted-plain": {},
+               # the payments example's (examples/payments), with the Azure defaults of a new queue
+               "payments": {}, "payment-booked": {}, "payment-refused": {}}
 
 
 def broker_config() -> dict[str, Any]:
@@ -138,29 +140,39 @@ def app_settings(broker: Broker, store: Store, fulfilment: FulfilmentServer, **e
     return values
 
 
+def launch(app_dir: Path, values: dict[str, str]) -> HostProcess:
+    """Start one ``python -m devservers.host`` of the app in ``app_dir`` with ``values`` as its settings."""
+    settings = Path(tempfile.mkdtemp()) / "local.settings.json"
+    settings.write_text(json.dumps({"IsEncrypted": False, "Values": values}))
+    env = {k: v for k, v in os.environ.items() if k not in values}
+    process, _, log = start_until_listening(
+        [sys.executable, "-m", "devservers.host", "--app-dir", str(app_dir), "--settings", str(settings)],
+        startup_timeout=60, cwd=ROOT, env=env)
+    return HostProcess(process, log, settings)
+
+
+def stop(host: HostProcess) -> None:
+    """Stop a host as the platform stops an instance, so that it lets its feed lease go (SIGTERM; SIGKILL after
+    30 s)."""
+    try:
+        host.terminate(timeout=30)
+    except subprocess.TimeoutExpired:
+        host.kill()
+    host.log.close()
+
+
 @pytest.fixture
 def start_host() -> Iterator[Callable[..., HostProcess]]:
-    """Start hosts; every one still running at the end is stopped (SIGTERM; SIGKILL after 30 s)."""
+    """Start hosts; every one still running at the end is stopped."""
     started: list[HostProcess] = []
 
     def start(app_dir: Path, values: dict[str, str]) -> HostProcess:
-        settings = Path(tempfile.mkdtemp()) / "local.settings.json"
-        settings.write_text(json.dumps({"IsEncrypted": False, "Values": values}))
-        env = {k: v for k, v in os.environ.items() if k not in values}
-        process, _, log = start_until_listening(
-            [sys.executable, "-m", "devservers.host", "--app-dir", str(app_dir), "--settings", str(settings)],
-            startup_timeout=60, cwd=ROOT, env=env)
-        host = HostProcess(process, log, settings)
-        started.append(host)
+        started.append(host := launch(app_dir, values))
         return host
 
     yield start
-    for host in started:  # stopped as the platform stops an instance, so that it lets its feed lease go
-        try:
-            host.terminate(timeout=30)
-        except subprocess.TimeoutExpired:
-            host.kill()
-        host.log.close()
+    for host in started:
+        stop(host)
 
 
 def send(broker: Broker, queue: str, body: bytes | str, **properties: Any) -> None:

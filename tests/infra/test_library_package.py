@@ -90,7 +90,8 @@ def test_it_declares_what_its_modules_import() -> None:
                      "azure.monitor.opentelemetry.exporter": "azure-monitor-opentelemetry-exporter",
                      "opentelemetry.sdk": "opentelemetry-sdk", "azure.core": "azure-core",
                      "azure.cosmos": "azure-cosmos", "azure.servicebus": "azure-servicebus",
-                     "azure.identity": "azure-identity"}
+                     "azure.identity": "azure-identity", "aiohttp": "aiohttp", "azure.functions": "azure-functions",
+                     "azurefunctions.extensions.bindings": "azurefunctions-extensions-bindings-servicebus"}
     # aiohttp is imported by azure.core's AioHttpTransport, which the Cosmos DB adapter uses.
     needed = {next(d for prefix, d in sorted(distributions.items(), key=lambda i: -len(i[0]))
                    if name == prefix or name.startswith(f"{prefix}.")) for name in _third_party_imports()}

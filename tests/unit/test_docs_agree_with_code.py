@@ -125,3 +125,27 @@ def test_every_relative_link_reaches_a_file_and_its_heading() -> None:
             elif anchor and file.suffix == ".md" and anchor not in anchors(file):
                 broken.append(f"{where} no such heading")
     assert not broken, "\n".join(broken)
+
+
+def test_the_consumer_pages_settings_table_is_the_librarys_declarations() -> None:
+    from idempotent_consumer.settings import CONSUMER  # noqa: PLC0415 - the library's, apart from the app's
+
+    rows = {re.sub(r"`", "", row[0]): row for row in table_after(DOCS / "consumer.md", "Settings reference")}
+    assert set(rows) == set(CONSUMER.specs)
+    for spec in CONSUMER.specs.values():
+        expected = f"`{spec.default_text}`" if spec.default is not None else spec.default_text
+        assert rows[spec.name][1:] == [expected, spec.description], spec.name
+
+
+def test_the_consumer_pages_outcomes_are_the_settlement_mapping() -> None:
+    for row in table_after(DOCS / "consumer.md", "Errors and what each settles as"):
+        for outcome in re.findall(r"`([a-z_]+)`", row[0]):
+            settlement = SETTLEMENTS[Outcome(outcome)]
+            if settlement.reason is not None:
+                assert f"`{settlement.reason}`" in row[1], outcome
+            assert settlement.action.value.replace("deadletter", "dead-letter") in row[1] or "tried again" in row[1]
+
+
+def test_the_consumer_page_shows_the_example_as_it_is() -> None:
+    shown = section(DOCS / "consumer.md", "Getting started").split("```python\n", 1)[1].split("```", 1)[0]
+    assert shown in (ROOT / "examples" / "payments" / "function_app.py").read_text()

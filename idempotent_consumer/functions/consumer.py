@@ -1,0 +1,244 @@
+"""``Consumer``: a Functions blueprint that gives a Service Bus-triggered handler effectively-once processing.
+
+    ledger = Consumer("ledger-writer", container="ledger", partition_key="/accountId")
+
+    @ledger.queue("payments", model=PaymentReceived, key=lambda p: p.payment_id)
+    async def payment_received(p: PaymentReceived, ctx: Context) -> Plan:
+        return Plan(create=[entry(p)], effect=Effect("credit", ...), on_done=lambda reply: [Send(...)])
+
+    app = func.FunctionApp()
+    app.register_functions(ledger)
+
+The blueprint owns what a user could get wrong: each queue's trigger is PeekLock with
+``auto_complete_messages=False`` and the SDK-type binding (the message and its actions), and every delivery
+is settled explicitly, exactly once, through ``idempotent_consumer.delivery``. With it come the consumer's
+companions: the outbox publisher on its container's change feed, the sweep for what the feed missed, and the
+stuck report. The handler only decides: it gets the message decoded as ``model`` (msgspec: a Struct, a
+dataclass, a TypedDict) and returns a ``Plan``, which the library writes (``idempotent_consumer.plan``).
+
+A message is decoded before the handler is called: a body that is not the model is dead-lettered
+InvalidMessage naming msgspec's rule and path (never a value); a body over 256 KB, LimitExceeded. The key
+(``key``, the MessageId by default) names the message; the partition (``partition``, by default the model's
+field named by the container's partition key path) says where its writes go. The request hash covers the
+key, the partition and the body as JSON, every field of it.
+
+Settings are read under the consumer's ``prefix`` (``ConsumerSettings``), as the host indexes the functions;
+the retention rule is checked per queue then, and a failure names the queue and the setting. The clients are
+made on the first invocation, with every missing required setting named at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import azure.functions as func
+import msgspec
+from azurefunctions.extensions.bindings import servicebus
+
+from idempotent_consumer import identity
+from idempotent_consumer.functions import lock_renewal
+from idempotent_consumer.functions.binding import to_inbound
+from idempotent_consumer.functions.settlement import ActionsSettlement
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.plan import Plan, Scope
+from idempotent_consumer.runtime import Runtime
+from idempotent_consumer.settings import ConsumerSettings
+
+logger = logging.getLogger("idempotent_consumer.functions")
+
+M = TypeVar("M")
+#: A message body the consumer takes, at most: Service Bus Standard's message, whatever the tier.
+MAX_BODY_BYTES = 256 * 1024
+_PATH = re.compile(r"^/([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a handler knows of its delivery besides the message: its key, its partition, the broker's view of it
+    (``message``: ids, delivery count, properties; never read the body here, the model is the body) and the time."""
+
+    consumer: str
+    key: str
+    partition: str
+    message: InboundMessage
+    now: float
+
+
+Handler = Callable[[Any, Context], Awaitable[Plan] | Plan]
+
+
+@dataclass(frozen=True)
+class Queue:
+    """One queue's handler, as registered."""
+
+    queue: str
+    function: str
+    model: type[Any]
+    handler: Handler
+    key: Callable[[Any], str] | None
+    partition: Callable[[Any], str] | None
+    sessions: bool
+
+
+class Consumer(func.Blueprint):
+    """A consumer's functions: one trigger per queue (``queue``), the outbox publisher, its sweep and the stuck
+    report. ``container`` is partitioned by ``partition_key`` (a top-level path); ``scope`` says where a key is
+    unique (``idempotent_consumer.plan.Scope``); ``prefix`` is what its settings are read under."""
+
+    def __init__(self, name: str, *, container: str, partition_key: str = "/id", scope: Scope = Scope.PARTITION,
+                 prefix: str = "", env: Mapping[str, str] | None = None,
+                 service_bus_connection: str = "ServiceBusConnection",
+                 cosmos_connection: str = "CosmosDBConnection") -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        if (path := _PATH.match(partition_key)) is None:
+            raise ValueError(f"partition_key {partition_key!r}: the library takes a top-level path, as /accountId")
+        self.name, self.container, self.scope, self.prefix = name, container, scope, prefix
+        self.partition_field = path[1]
+        read = ConsumerSettings.from_env(env, prefix=prefix)
+        self.settings = msgspec.structs.replace(read, cosmos_container=container)
+        self._service_bus_connection = service_bus_connection
+        self.queues: dict[str, Queue] = {}
+        self._runtime: Runtime | None = None
+        self._renewal = lock_renewal.renewal_seconds()
+        self._companions(cosmos_connection)
+
+    # -- what a test or the simulation kit sets up -----------------------------------------------------------
+
+    def use(self, runtime: Runtime) -> Runtime:
+        """Run on ``runtime`` (ports of its own, a clock) from now on; returns it."""
+        self._runtime = runtime
+        return runtime
+
+    def runtime(self, **ports: Any) -> Runtime:
+        """The consumer's runtime: made on first use from the settings (the function app's), or with ``ports``
+        (``store``, ``sender``, ``clock``, ``sleep``, ``record``) for a test, which then keeps it."""
+        if ports:
+            return self.use(Runtime(self.name, self.settings, partition_field=self.partition_field, scope=self.scope,
+                                    prefix=self.prefix, **ports))
+        if self._runtime is None:
+            self._runtime = Runtime(self.name, self.settings, partition_field=self.partition_field, scope=self.scope,
+                                    prefix=self.prefix, complete=True)
+        return self._runtime
+
+    # -- the queues --------------------------------------------------------------------------------------
+
+    def queue(self, queue: str, *, model: type[M], key: Callable[[M], str] | None = None,
+              partition: Callable[[M], str] | None = None, sessions: bool = False,
+              function_name: str | None = None) -> Callable[[Handler], Handler]:
+        """Register the decorated handler on ``queue``: PeekLock, settled by the library. ``key`` names the message
+        (its MessageId when None); ``partition`` gives its partition (the model's field named by the partition key
+        path when None); ``sessions`` for a session-enabled queue."""
+        self.settings.retention.check(queue, self.prefix)
+
+        def register(handler: Handler) -> Handler:
+            name = function_name or handler.__name__
+            entry = Queue(queue, name, model, handler, key, partition, sessions)
+            self.queues[name] = entry
+            self._trigger(entry)
+            return handler
+        return register
+
+    async def handle(self, function: str, message: InboundMessage) -> Result:
+        """One delivery of ``function``'s queue, decided: decode, ask the handler for its plan, carry it out."""
+        entry = self.queues[function]
+        decoded = self.decode(entry, message)
+        if isinstance(decoded, Result):
+            return decoded
+        model, key, partition, request_hash = decoded
+        runtime = self.runtime()
+        context = Context(self.name, key, partition, message, runtime.clock())
+        plan = entry.handler(model, context)
+        if inspect.isawaitable(plan):
+            plan = await plan
+        if not isinstance(plan, Plan):
+            return Result(Outcome.INVALID_PLAN, f"key {key}: the handler returned {type(plan).__name__}, not a Plan",
+                          request_hash)
+        return await runtime.intake().run(plan, key=key, partition=partition, message=message,
+                                          request_hash=request_hash)
+
+    def decode(self, entry: Queue, message: InboundMessage) -> tuple[Any, str, str, str] | Result:
+        """The message as the handler takes it (model, key, partition, request hash), or the final result of one it
+        cannot take: INVALID naming the rule, LIMIT_EXCEEDED naming the limit. Needs no dependency."""
+        body = message.body
+        if body is None:
+            return Result(Outcome.INVALID, "the message has no data body (an AMQP value or sequence)")
+        if len(body) > MAX_BODY_BYTES:
+            return Result(Outcome.LIMIT_EXCEEDED, f"messageId {message.message_id}: a body of {len(body)} bytes;"
+                                                  f" the consumer takes at most {MAX_BODY_BYTES}")
+        try:
+            model = msgspec.json.decode(body, type=entry.model)
+            raw = msgspec.json.decode(body)  # every field, the model's or not, for the request hash
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return Result(Outcome.INVALID, f"body is not a {entry.model.__name__}: {exc}")
+        key = entry.key(model) if entry.key is not None else message.message_id
+        if not isinstance(key, str) or not key:
+            return Result(Outcome.INVALID, "the message's key is empty")
+        partition: Any = None
+        if entry.partition is not None:
+            partition = entry.partition(model)
+        elif isinstance(fields := msgspec.to_builtins(model), dict):
+            partition = fields.get(self.partition_field)
+        if not isinstance(partition, str) or not partition:
+            return Result(Outcome.INVALID, f"key {key}: the message names no {self.partition_field}, the partition"
+                                           " its writes go to")
+        return model, key, partition, identity.request_hash({"key": key, "partition": partition, "body": raw})
+
+    # -- the functions -----------------------------------------------------------------------------------
+
+    def _trigger(self, entry: Queue) -> None:
+        consumer, renewal = self, 0.0 if entry.sessions else self._renewal
+
+        @self.function_name(entry.function)
+        @self.service_bus_queue_trigger(arg_name="msg", queue_name=entry.queue,
+                                        connection=self._service_bus_connection,
+                                        is_sessions_enabled=entry.sessions, auto_complete_messages=False)
+        async def trigger(msg: servicebus.ServiceBusReceivedMessage,
+                          message_actions: servicebus.ServiceBusMessageActions) -> None:
+            runtime = consumer.runtime()
+            await runtime.deliver(entry.function, functools.partial(to_inbound, msg, renewal=renewal),
+                                  functools.partial(consumer.handle, entry.function),
+                                  ActionsSettlement(msg, message_actions, sessions=entry.sessions),
+                                  queue=entry.queue, check=lambda m: _final(consumer.decode(entry, m)))
+
+    def _companions(self, cosmos_connection: str) -> None:
+        consumer, settings, stem = self, self.settings, re.sub(r"\W", "_", self.name)
+
+        @self.function_name(f"{stem}_publish_outbox")
+        @self.cosmos_db_trigger(arg_name="documents", connection=cosmos_connection,
+                                database_name=settings.cosmos_database, container_name=self.container,
+                                lease_container_name=settings.cosmos_leases_container,
+                                lease_container_prefix=f"{self.name}.", create_lease_container_if_not_exists=False)
+        async def publish_outbox(documents: func.DocumentList) -> None:
+            _log(f"{stem}_publish_outbox",
+                 await consumer.runtime().publish(document.to_dict() for document in documents))
+
+        @self.function_name(f"{stem}_sweep_outbox")
+        @self.timer_trigger(arg_name="timer", schedule=settings.outbox_sweep_schedule, run_on_startup=False)
+        async def sweep_outbox(timer: func.TimerRequest) -> None:
+            _log(f"{stem}_sweep_outbox", await consumer.runtime().publisher().sweep(
+                stuck_after_seconds=settings.outbox_stuck_after_seconds))
+
+        @self.function_name(f"{stem}_report_stuck")
+        @self.timer_trigger(arg_name="timer", schedule=settings.stuck_report_schedule, run_on_startup=False)
+        async def report_stuck(timer: func.TimerRequest) -> None:
+            found = await consumer.runtime().report_stuck()
+            logger.info("%s_report_stuck sideEffects=%d", stem, len(found.side_effects),
+                        extra={"function": f"{stem}_report_stuck", "stuck": len(found.side_effects)})
+
+
+def _final(decoded: tuple[Any, str, str, str] | Result) -> Result | None:
+    """A decoding's final result, for the breaker's check; None for a message fit to try."""
+    return decoded if isinstance(decoded, Result) else None
+
+
+def _log(function: str, report: Any) -> None:
+    logger.info("%s dispatched=%d failed=%d skipped=%d", function, len(report.dispatched), len(report.failed),
+                report.skipped, extra={"function": function, "dispatched": len(report.dispatched),
+                                       "failed": len(report.failed)})

@@ -1,0 +1,136 @@
+"""A library consumer's runtime: its settings, its ports (handed in, or made on first use), its breakers, and the
+delivery policy over them. ``idempotent_consumer.functions.consumer`` builds one per consumer, on the first
+invocation; a test or the simulation kit builds one with ports of its own.
+
+Nothing connects at build time: under Azure Functions, import happens while the host indexes the functions. A
+port not handed in is made on first use from the settings, its module imported then; the first invocation pays
+for it. The clients are async, bound to the worker's one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from idempotent_consumer import reports
+from idempotent_consumer.breaker import Breaker
+from idempotent_consumer.delivery import (
+    Check,
+    Clock,
+    Handler,
+    Recorder,
+    Retries,
+    Settlement,
+    SettlementPort,
+    Sleep,
+    run_delivery,
+)
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outbox import OutboxPublisher, PublishReport
+from idempotent_consumer.plan import Intake, Scope
+from idempotent_consumer.ports.partition import as_record, repartitioned
+from idempotent_consumer.ports.sender import MessageSender
+from idempotent_consumer.ports.store import DocumentStore
+from idempotent_consumer.ports.watched import watched_store
+from idempotent_consumer.retries import Backoff
+from idempotent_consumer.settings import ConsumerSettings
+from idempotent_consumer.telemetry import record_delivery
+
+_Client = TypeVar("_Client")
+
+
+class Runtime:
+    """One consumer's settings, ports, clock and breakers; ``store`` is its container as the plan sees it (the
+    records' partition key under the container's own field)."""
+
+    def __init__(self, name: str, settings: ConsumerSettings, *, partition_field: str, scope: Scope,
+                 store: DocumentStore | None = None, sender: MessageSender | None = None, clock: Clock = time.time,
+                 sleep: Sleep = asyncio.sleep, record: Recorder = record_delivery, prefix: str = "",
+                 complete: bool = False) -> None:
+        self.name, self.settings, self.prefix = name, settings, prefix
+        self.partition_field, self.scope = partition_field, scope
+        self.clock, self._sleep, self._record, self._complete = clock, sleep, record, complete
+        self._store = None if store is None else repartitioned(store, partition_field)
+        self._sender = sender
+        self._lock = threading.Lock()
+        self._made: list[Any] = []
+        self._breakers: dict[str, Breaker] = {}
+
+    def intake(self) -> Intake:
+        """The plan's intake over this consumer's store."""
+        settings = self.settings
+        return Intake(watched_store(self.store()), self.name, lease_seconds=settings.side_effect_lease_seconds,
+                      marker_ttl=settings.dedup_ttl_seconds, scope=self.scope, partition_field=self.partition_field,
+                      clock=self.clock)
+
+    async def deliver(self, function: str, read: Callable[[], InboundMessage], handler: Handler,
+                      port: SettlementPort, *, queue: str, check: Check | None = None) -> Settlement:
+        """One delivery from ``queue`` through ``handler``, settled on ``port``."""
+        return await run_delivery(function, read, handler, port, retrying=self.retries(function, queue),
+                                  clock=self.clock, sleep=self._sleep, record=self._record, check=check)
+
+    def retries(self, function: str, queue: str) -> Retries:
+        """How ``function``'s deliveries retry, as the settings say; its breaker is made once."""
+        settings = self.settings
+        with self._lock:
+            breaker = self._breakers.setdefault(function, Breaker(function, window=settings.breaker_window,
+                                                                  open_seconds=settings.breaker_open_seconds))
+        backoff = Backoff(settings.retry_backoff_seconds, settings.retry_backoff_ceiling_seconds,
+                          settings.retry_total_seconds) if settings.delayed_retries else None
+        return Retries(wait=settings.abandon_delay_seconds, attempts=settings.retry_in_lock_attempts, backoff=backoff,
+                       queue=queue, sender=self.sender, breaker=breaker if settings.delayed_retries else None)
+
+    async def publish(self, documents: Iterable[Mapping[str, Any]]) -> PublishReport:
+        """Publish the pending outbox entries among a change-feed batch of the container."""
+        return await self.publisher().publish(as_record(d, self.partition_field) for d in documents)
+
+    def publisher(self) -> OutboxPublisher:
+        """The outbox publisher over the store and the sender."""
+        return OutboxPublisher(self.store(), self.sender(),
+                               dispatched_ttl_seconds=self.settings.outbox_dispatched_ttl_seconds, clock=self.clock)
+
+    async def report_stuck(self) -> reports.StuckReport:
+        """Find, log and count the effects in progress for too long (and events parked too long)."""
+        settings = self.settings
+        return await reports.report_stuck(self.store(), consumer=self.name, now=self.clock(),
+                                          parked_after=settings.side_effect_stuck_after_seconds,
+                                          stuck_after=settings.side_effect_stuck_after_seconds)
+
+    def store(self) -> DocumentStore:
+        """The consumer's container, made on first use."""
+        with self._lock:
+            if self._store is None:
+                self._check_complete()
+                from idempotent_consumer.adapters.cosmos import CosmosStore  # noqa: PLC0415 - on first use
+
+                self._store = repartitioned(self._keep(CosmosStore.from_settings(self.settings)),
+                                            self.partition_field)
+            return self._store
+
+    def sender(self) -> MessageSender:
+        """The Service Bus sender, connected on first send."""
+        with self._lock:
+            if self._sender is None:
+                self._check_complete()
+                from idempotent_consumer.adapters.servicebus import ServiceBusSender  # noqa: PLC0415
+
+                self._sender = self._keep(ServiceBusSender.from_settings(self.settings))
+            return self._sender
+
+    async def aclose(self) -> None:
+        """Close the clients this runtime made; ports handed in stay open."""
+        with self._lock:
+            made, self._made = self._made, []
+        for client in made:
+            await client.close()
+
+    def _check_complete(self) -> None:
+        if self._complete:
+            self.settings.complete(self.prefix)
+
+    def _keep(self, client: _Client) -> _Client:
+        self._made.append(client)
+        return client

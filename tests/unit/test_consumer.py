@@ -1,0 +1,178 @@
+"""The Consumer blueprint: the trigger settings it owns, its companions, its settings under a prefix, the decoding
+of a message, and the payments example (examples/payments) end to end on the in-memory store and sender, with its
+bank call over HTTP to the local bank."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import azure.functions as func
+import msgspec
+import pytest
+
+from devservers.bank import BankServer
+from idempotent_consumer import Plan
+from idempotent_consumer.errors import ConfigurationError
+from idempotent_consumer.functions import Consumer, Context
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.outcomes import Outcome
+from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "payments"
+
+
+class Note(msgspec.Struct, rename="camel"):
+    note_id: str
+    board_id: str
+
+
+def bindings(functions: list[Any]) -> dict[str, list[dict[str, Any]]]:
+    """Each function's bindings as the worker reports them to the host (an app's functions are got once: the
+    library validates their names on each call)."""
+    return {f.get_function_name(): [json.loads(b) for b in f.get_raw_bindings()] for f in functions}
+
+
+def test_the_blueprint_owns_the_triggers_settings_and_brings_its_companions() -> None:
+    notes = Consumer("note-keeper", container="notes", partition_key="/boardId", env={})
+
+    @notes.queue("notes", model=Note, key=lambda n: n.note_id)
+    async def note_written(note: Note, ctx: Context) -> Plan:
+        return Plan()
+
+    app = func.FunctionApp()
+    app.register_functions(notes)
+    functions = app.get_functions()
+    found = bindings(functions)
+    assert set(found) == {"note_written", "note_keeper_publish_outbox", "note_keeper_sweep_outbox",
+                          "note_keeper_report_stuck"}
+    [trigger] = found["note_written"]
+    assert trigger["type"] == "serviceBusTrigger" and trigger["queueName"] == "notes"
+    assert trigger["autoCompleteMessages"] is False and trigger["connection"] == "ServiceBusConnection"
+    [feed] = found["note_keeper_publish_outbox"]
+    assert (feed["type"], feed["containerName"], feed["leaseContainerName"]) == ("cosmosDBTrigger", "notes", "leases")
+    assert feed["leaseContainerPrefix"] == "note-keeper." and feed["createLeaseContainerIfNotExists"] is False
+    # The SDK-type binding: the worker hands the function the message and its settlement actions.
+    [function] = [f for f in functions if f.get_function_name() == "note_written"]
+    assert set(function.get_user_function().__annotations__) >= {"msg", "message_actions"}
+
+
+def test_settings_are_read_under_the_prefix_and_every_bad_one_is_named() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Consumer("n", container="c", prefix="NOTES_", env={"NOTES_BREAKER_WINDOW": "1", "NOTES_DEDUP_TTL_SECONDS": "x",
+                                                           "BREAKER_WINDOW": "not read: unprefixed"})
+    assert "NOTES_BREAKER_WINDOW" in str(caught.value) and "NOTES_DEDUP_TTL_SECONDS" in str(caught.value)
+    assert "2 settings" in str(caught.value)
+
+
+def test_the_retention_rule_is_checked_for_each_queue_naming_it() -> None:
+    notes = Consumer("n", container="c", prefix="NOTES_", env={"NOTES_DEDUP_TTL_SECONDS": "60"})
+    with pytest.raises(ConfigurationError, match=r"NOTES_DEDUP_TTL_SECONDS.*for queue notes"):
+        notes.queue("notes", model=Note)
+
+
+def test_the_first_invocation_names_every_missing_setting_at_once() -> None:
+    notes = Consumer("n", container="c", env={})
+    with pytest.raises(ConfigurationError) as caught:
+        notes.runtime().store()
+    assert "COSMOS_ENDPOINT" in str(caught.value) and "ServiceBusConnection" in str(caught.value)
+
+
+def test_a_partition_key_path_the_library_cannot_take_is_refused() -> None:
+    with pytest.raises(ValueError, match="top-level path"):
+        Consumer("n", container="c", partition_key="/a/b", env={})
+
+
+@pytest.fixture
+def payments(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ModuleType, BankServer]]:
+    """The example's function_app, imported as the worker imports it, with its bank."""
+    with BankServer() as bank:
+        monkeypatch.setenv("BANK_URL", bank.url)
+        spec = importlib.util.spec_from_file_location("payments_function_app", EXAMPLE / "function_app.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module, bank
+        sys.modules.pop("payments_function_app", None)
+
+
+def _payment(payment_id: str = "pay-1", account: str = "acc-1", **fields: Any) -> bytes:
+    return json.dumps({"paymentId": payment_id, "accountId": account, "amount": "12.50", "currency": "EUR",
+                       **fields}).encode()
+
+
+def _deliver(consumer: Consumer, body: bytes, message_id: str = "m-1", sequence: int = 1) -> Any:
+    return asyncio.run(consumer.handle("payment_received", InboundMessage(message_id, body, sequence_number=sequence)))
+
+
+def test_the_example_app_is_the_blueprint_and_its_companions(payments: tuple[ModuleType, BankServer]) -> None:
+    module, _ = payments
+    assert set(bindings(module.app.get_functions())) == {"payment_received", "ledger_writer_publish_outbox",
+                                         "ledger_writer_sweep_outbox", "ledger_writer_report_stuck"}
+
+
+def test_a_payment_is_one_entry_one_credit_and_one_booked_message_however_often_it_comes(
+    payments: tuple[ModuleType, BankServer],
+) -> None:
+    module, bank = payments
+    store, sender = InMemoryStore(partition_field="accountId"), RecordingSender()
+    runtime = module.ledger.runtime(store=store, sender=sender)
+    assert _deliver(module.ledger, _payment()).outcome is Outcome.CREATED
+    # The producer sent it again, under another MessageId: the key is the payment's id.
+    assert _deliver(module.ledger, _payment(), message_id="m-2", sequence=2).outcome is Outcome.DUPLICATE
+    assert len(bank.credits()) == 1
+    entries = [d for d in store.documents() if d["type"] == "ledger-entry"]
+    assert [(e["id"], e["accountId"]) for e in entries] == [("entry-pay-1", "acc-1")]
+    # The change feed hands the publisher the container's documents as stored, partition key and all.
+    report = asyncio.run(runtime.publish(store.documents()))
+    [(destination, message)] = [(d, m) for d, m in sender.sent]
+    assert destination == "payment-booked" and len(report.dispatched) == 1
+    assert json.loads(message.body) == {"paymentId": "pay-1", "reference": "cr-1"}
+
+
+def test_a_refused_credit_is_announced_by_payment_refused(payments: tuple[ModuleType, BankServer]) -> None:
+    module, bank = payments
+    store, sender = InMemoryStore(partition_field="accountId"), RecordingSender()
+    runtime = module.ledger.runtime(store=store, sender=sender)
+    assert _deliver(module.ledger, _payment(account="closed-9")).outcome is Outcome.REJECTED
+    asyncio.run(runtime.publish(store.documents()))
+    [(destination, message)] = sender.sent
+    assert destination == "payment-refused" and json.loads(message.body)["refusal"] == "account-closed"
+    assert bank.credits() == []
+
+
+def test_other_content_under_a_payments_id_is_dead_lettered_not_credited(
+    payments: tuple[ModuleType, BankServer],
+) -> None:
+    module, bank = payments
+    module.ledger.runtime(store=InMemoryStore(partition_field="accountId"), sender=RecordingSender())
+    _deliver(module.ledger, _payment())
+    other = _deliver(module.ledger, json.dumps({**json.loads(_payment()), "amount": "99.00"}).encode(), "m-3", 3)
+    assert other.outcome is Outcome.PAYLOAD_MISMATCH and len(bank.credits()) == 1
+
+
+@pytest.mark.parametrize(("body", "outcome", "why"), [
+    (b"{not json", Outcome.INVALID, "body is not a PaymentReceived"),
+    (json.dumps({"paymentId": "p", "accountId": "a", "amount": "1"}).encode(), Outcome.INVALID, "currency"),
+    (json.dumps({"paymentId": "", "accountId": "a", "amount": "1", "currency": "EUR"}).encode(), Outcome.INVALID,
+     "key is empty"),
+    (json.dumps({"paymentId": "p", "accountId": "", "amount": "1", "currency": "EUR"}).encode(), Outcome.INVALID,
+     "names no accountId"),
+    (_payment(note="x" * (256 * 1024)), Outcome.LIMIT_EXCEEDED, "at most 262144"),
+])
+def test_a_message_the_handler_cannot_take_is_refused_before_it_is_called(
+    payments: tuple[ModuleType, BankServer], body: bytes, outcome: Outcome, why: str,
+) -> None:
+    module, bank = payments
+    store = InMemoryStore(partition_field="accountId")
+    module.ledger.runtime(store=store, sender=RecordingSender())
+    result = _deliver(module.ledger, body)
+    assert result.outcome is outcome and why in result.description
+    assert store.documents() == [] and bank.credits() == []
