@@ -13,8 +13,8 @@ import pytest
 from idempotent_consumer import identity
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
-from idempotent_consumer.ports.partition import repartitioned
 from idempotent_consumer.plan import MAX_OUTGOING_BODY_BYTES, Effect, Intake, Plan, Scope, Send
+from idempotent_consumer.ports.partition import repartitioned
 from idempotent_consumer.ports.store import MAX_BATCH_OPERATIONS
 from idempotent_consumer.testing.memory import InMemoryStore
 
