@@ -10,7 +10,7 @@ DOCS_VENV := .venv-docs
 COSMOS_DIR := tools/devservers/cosmos
 AZURITE_DIR := tools/devservers/azurite
 
-.PHONY: test setup installs lint typecheck pytest lock lock-check run demo chaos bench cosmos-server azurite docs servicebus-server checkov simulate clean
+.PHONY: test setup installs lint typecheck pytest lock lock-check run demo chaos bench cosmos-server azurite docs servicebus-server checkov simulate simulate-payments clean
 
 test: setup lint typecheck pytest
 
@@ -123,8 +123,14 @@ checkov: setup
 
 # The deterministic simulator of the core over SEEDS seeds; a failing seed prints its replay command.
 SEEDS ?= 20000
+PAYMENT_SEEDS ?= 2000
 simulate: setup
 	$(BIN)/python -m simulation --seeds $(SEEDS)
+
+# The payments example (examples/payments) under the library's simulation kit: its own function_app.py first on the
+# path, the library from the root.
+simulate-payments: setup
+	PYTHONPATH=. $(BIN)/python examples/payments/simulation.py --seeds $(PAYMENT_SEEDS)
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) $(DOCS_VENV) $(COSMOS_DIR)/node_modules $(AZURITE_DIR)/node_modules site .azurite \

@@ -161,7 +161,17 @@ class Intake:
     async def run(self, plan: Plan, *, key: str, partition: str, message: InboundMessage, request_hash: str) -> Result:
         """Carry out ``plan`` for the message of ``key`` in ``partition`` (its content hashing to ``request_hash``):
         the first delivery writes it and makes its effects; a redelivery finishes what is left; other content under
-        the same key is PAYLOAD_MISMATCH."""
+        the same key is PAYLOAD_MISMATCH. A store that may answer later is TRANSIENT, wherever it failed; a record
+        this version cannot read, UNREADABLE."""
+        try:
+            return await self._run(plan, key=key, partition=partition, message=message, request_hash=request_hash)
+        except TransientStoreError as exc:
+            return Result(Outcome.TRANSIENT, f"key {key}: {exc}", request_hash)
+        except UnreadableDocument as exc:
+            return Result(Outcome.UNREADABLE, f"key {key}: {exc}", request_hash)
+
+    async def _run(self, plan: Plan, *, key: str, partition: str, message: InboundMessage,
+                   request_hash: str) -> Result:
         try:
             effects = plan.all_effects()
             names = [effect.name for effect in effects] + [send.name for send in plan.send]
