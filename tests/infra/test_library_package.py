@@ -85,12 +85,14 @@ def test_the_wheel_imports_every_module_with_no_app_beside_it(wheel: Path, tmp_p
 
 def test_it_declares_what_its_modules_import() -> None:
     declared = {Requirement(r).name for r in PROJECT["dependencies"]}
-    optional = {Requirement(r).name for r in PROJECT["optional-dependencies"]["azure-monitor"]}
+    optional = {Requirement(r).name for extra in ("azure-monitor", "testing")
+                for r in PROJECT["optional-dependencies"][extra]}
     distributions = {"msgspec": "msgspec", "opentelemetry": "opentelemetry-api",
                      "azure.monitor.opentelemetry.exporter": "azure-monitor-opentelemetry-exporter",
                      "opentelemetry.sdk": "opentelemetry-sdk", "azure.core": "azure-core",
                      "azure.cosmos": "azure-cosmos", "azure.servicebus": "azure-servicebus",
-                     "azure.identity": "azure-identity", "aiohttp": "aiohttp", "azure.functions": "azure-functions",
+                     "azure.identity": "azure-identity", "aiohttp": "aiohttp", "pytest": "pytest",
+                     "azure.functions": "azure-functions",
                      "azurefunctions.extensions.bindings": "azurefunctions-extensions-bindings-servicebus"}
     # aiohttp is imported by azure.core's AioHttpTransport, which the Cosmos DB adapter uses.
     needed = {next(d for prefix, d in sorted(distributions.items(), key=lambda i: -len(i[0]))
