@@ -176,3 +176,18 @@ def test_a_message_the_handler_cannot_take_is_refused_before_it_is_called(
     result = _deliver(module.ledger, body)
     assert result.outcome is outcome and why in result.description
     assert store.documents() == [] and bank.credits() == []
+
+
+def test_the_examples_local_files_are_what_its_local_run_needs() -> None:
+    from devservers.servicebus.config import load_config  # noqa: PLC0415 - a dev server's, for this test alone
+
+    values = json.loads((EXAMPLE / "local.settings.sample.json").read_text())["Values"]
+    settings = Consumer("ledger-writer", container="ledger", env=values).settings.complete()
+    assert settings.cosmos_database == "payments" and values["BANK_URL"].startswith("http://")
+    assert values["AzureWebJobsStorage"] == "UseDevelopmentStorage=true" and "CosmosDBConnection" in values
+    queues = {q.name: q for q in load_config(EXAMPLE / "servicebus-config.json").queues}
+    assert set(queues) == {"payments", "payment-booked", "payment-refused"}
+    assert all(q.requires_duplicate_detection for q in queues.values())
+    # The queues' message time to live is what the settings say it is, so that the retention rule holds for it.
+    assert {q.settings.default_message_ttl for q in queues.values()} == {settings.servicebus_message_ttl_seconds}
+    assert {q.settings.lock_duration for q in queues.values()} == {settings.servicebus_lock_duration_seconds}

@@ -1,4 +1,5 @@
-"""Cold start: ``import function_app`` against a minimal app with one SDK-type Service Bus trigger.
+"""Cold start: ``import function_app`` against a minimal app with one SDK-type Service Bus trigger, and the payments
+example's (``examples/payments``: a consumer on the library's ``Consumer`` blueprint) beside them.
 
 Each figure is the median wall time of N fresh interpreter processes that import the module and exit,
 measured in one run, alternating between them so that all see the same machine state, with telemetry on
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/
+PAYMENTS = ROOT / "examples" / "payments"  # its function_app.py imports the library from the root (PYTHONPATH)
 MINIMAL_APP = '''
 import azure.functions as func
 import azurefunctions.extensions.bindings.servicebus as servicebus
@@ -55,14 +57,17 @@ def measure(runs: int) -> dict[str, float]:
     """Median seconds to import the app and the minimal app, and their ratio."""
     with tempfile.TemporaryDirectory() as scratch:
         (Path(scratch) / "minimal_app.py").write_text(MINIMAL_APP)
-        app, first, quiet, minimal = [], [], [], []
+        app, first, quiet, minimal, payments = [], [], [], [], []
         for _ in range(runs):
             app.append(_import_seconds("function_app", ROOT, TELEMETRY))
+            payments.append(_import_seconds("function_app", PAYMENTS, {**TELEMETRY, "PYTHONPATH": str(ROOT)}))
             first.append(_import_seconds(FIRST_INVOCATION, ROOT, TELEMETRY))
             quiet.append(_import_seconds(FIRST_INVOCATION, ROOT))
             minimal.append(_import_seconds("minimal_app", Path(scratch)))
     result = {"app_s": statistics.median(app), "first_invocation_s": statistics.median(first),
-              "first_invocation_no_telemetry_s": statistics.median(quiet), "minimal_s": statistics.median(minimal)}
+              "first_invocation_no_telemetry_s": statistics.median(quiet), "minimal_s": statistics.median(minimal),
+              "payments_s": statistics.median(payments)}
+    result["payments_ratio"] = result["payments_s"] / result["minimal_s"]
     result["ratio"] = result["app_s"] / result["minimal_s"]
     result["first_invocation_ratio"] = result["first_invocation_s"] / result["minimal_s"]
     result["telemetry_s"] = result["first_invocation_s"] - result["first_invocation_no_telemetry_s"]
@@ -78,7 +83,8 @@ def main() -> None:
           f" minimal SDK-type app {figures['minimal_s'] * 1000:.0f} ms, ratio {figures['ratio']:.2f}; with the"
           f" first invocation's imports and the exporter {figures['first_invocation_s'] * 1000:.0f} ms,"
           f" ratio {figures['first_invocation_ratio']:.2f}, of which the exporter"
-          f" {figures['telemetry_s'] * 1000:.0f} ms")
+          f" {figures['telemetry_s'] * 1000:.0f} ms; the payments example (the library's blueprint)"
+          f" {figures['payments_s'] * 1000:.0f} ms, ratio {figures['payments_ratio']:.2f}")
 
 
 if __name__ == "__main__":

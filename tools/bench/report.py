@@ -145,7 +145,9 @@ def _extra_lines(extra: dict[str, Any]) -> list[str]:
     out.append(f"Cold start, median of 10 fresh processes: `import function_app` {start['app_s'] * 1000:.0f} ms,"
                f" a minimal SDK-type Service Bus app {start['minimal_s'] * 1000:.0f} ms: {start['ratio']:.2f}x."
                f" The first invocation then imports the async clients (aiohttp, azure.cosmos.aio): with those,"
-               f" {start['first_invocation_s'] * 1000:.0f} ms, {start['first_invocation_ratio']:.2f}x.")
+               f" {start['first_invocation_s'] * 1000:.0f} ms, {start['first_invocation_ratio']:.2f}x. The payments"
+               f" example, on the library's blueprint: {start['payments_s'] * 1000:.0f} ms,"
+               f" {start['payments_ratio']:.2f}x.")
     own = extra["own code"]
     out.append(f"The project's own code (bench/own_code.py: the handlers over ports that answer at once):"
                f" {own['new order ms']:.3f} ms of CPU per new order, {own['applied event ms']:.3f} ms per event.")

@@ -8,7 +8,8 @@ Works against the local server (``python -m devservers.cosmos``) and the real Co
 It creates, with the real ``azure-cosmos`` SDK:
 
 * the database (``--database``, default ``sales``);
-* the orders container (``--container``, default ``orders``): partition key ``/orderId``, TTL on
+* the orders container (``--container``, default ``orders``): partition key ``/orderId`` (``--partition-key``, for a
+  library consumer's container), TTL on
   without a default (``default_ttl=-1``, so items expire only if they carry their own ``ttl``), and
   the indexing policy Bicep deploys, read from the same file (``infra/orders-indexing-policy.json``);
 * the leases container (``--leases-container``, default ``leases``): partition key ``/id``.
@@ -59,9 +60,10 @@ def orders_indexing_policy() -> dict[str, Any]:
     return policy
 
 
-def container_specs(container: str = "orders", leases_container: str = "leases") -> list[ContainerSpec]:
+def container_specs(container: str = "orders", leases_container: str = "leases",
+                    partition_key: str = "/orderId") -> list[ContainerSpec]:
     return [
-        ContainerSpec(container, "/orderId", default_ttl=-1, indexing_policy=orders_indexing_policy()),
+        ContainerSpec(container, partition_key, default_ttl=-1, indexing_policy=orders_indexing_policy()),
         ContainerSpec(leases_container, "/id", default_ttl=None),
     ]
 
@@ -139,9 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", default="sales", help="database name (default: sales)")
     parser.add_argument("--container", default="orders", help="orders container (partition key /orderId)")
     parser.add_argument("--leases-container", default="leases", help="leases container (partition key /id)")
+    parser.add_argument("--partition-key", default="/orderId",
+                        help="the container's partition key path (default: /orderId; a library consumer's own, as"
+                             " /accountId)")
     args = parser.parse_args(argv)
 
-    specs = container_specs(args.container, args.leases_container)
+    specs = container_specs(args.container, args.leases_container, args.partition_key)
     try:
         with _quiet_sdk():
             client = make_client(args.endpoint, args.key, verify_tls=not args.no_verify_tls)
