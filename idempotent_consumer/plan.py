@@ -35,6 +35,7 @@ Standard's message). A plan past one is not written: LIMIT_EXCEEDED, dead-letter
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -47,6 +48,7 @@ from idempotent_consumer.errors import (
     AlreadyExists,
     BatchFailed,
     BatchTooLarge,
+    DownstreamUnavailable,
     NotFound,
     StoreError,
     TransientStoreError,
@@ -67,9 +69,14 @@ from idempotent_consumer.records import (
 )
 from idempotent_consumer.side_effects import Reply, SideEffect
 
-#: Service Bus Standard's largest message; an outgoing body is held to it whatever the tier.
-MAX_OUTGOING_BODY_BYTES = 256 * 1024
-OUTGOING_LIMIT = f"Service Bus Standard's message: {MAX_OUTGOING_BODY_BYTES} bytes"
+#: An outgoing body, at most: Service Bus Standard's 256 KB message (whatever the tier), less the room the sender
+#: keeps for a batch's envelope and the message's own properties (``adapters.servicebus.BATCH_ENVELOPE_BYTES``), so
+#: that an entry written is one that can be sent.
+MAX_OUTGOING_BODY_BYTES = 256 * 1024 - 1024
+OUTGOING_LIMIT = (f"Service Bus Standard's 256 KB message, less 1 KB for its envelope and properties:"
+                  f" {MAX_OUTGOING_BODY_BYTES} bytes of body")
+#: Characters Cosmos DB refuses in an id.
+ID_FORBIDDEN = frozenset("/\\?#")
 
 
 class Scope(StrEnum):
@@ -180,6 +187,7 @@ class Intake:
             operations, claims = self._intake(plan, effects, key=key, partition=partition, message=message,
                                               request_hash=request_hash)
             check_batch(operations)
+            self._check_announcements(plan, effects, key=key, partition=partition, message=message)
         except PlanError as exc:
             return Result(Outcome.INVALID_PLAN, f"key {key}: {exc}", request_hash)
         except BatchTooLarge as exc:
@@ -194,6 +202,9 @@ class Intake:
             if isinstance(exc.error, TransientStoreError):
                 return Result(Outcome.TRANSIENT, f"key {key}: the intake's batch: {exc.error}", request_hash)
             if not isinstance(exc.error, AlreadyExists):
+                if exc.error.status == 400:  # the store refuses what the plan declares: the same every time
+                    return Result(Outcome.INVALID_PLAN, f"key {key}: the store refused the plan's batch:"
+                                                        f" {exc.error}", request_hash)
                 raise
             return await self._again(effects, exc.index, operations, key=key, partition=partition, message=message,
                                      request_hash=request_hash)
@@ -227,6 +238,8 @@ class Intake:
                             " library's records use")
         if not isinstance(document.get("id"), str) or not document["id"]:
             raise PlanError("a document to create has no id")
+        if forbidden := sorted(ID_FORBIDDEN & set(document["id"])):
+            raise PlanError(f"document id {document['id'][:64]!r} holds {forbidden}, which Cosmos DB refuses in an id")
         stored = document.get(self.partition_field, partition)
         if stored != partition:
             raise PlanError(f"document {document['id']} is in partition {stored}, not the key's {partition}: a"
@@ -250,6 +263,31 @@ class Intake:
                 correlation_id=message.message_id, session_id=send.session_id, subject=send.subject or send.name,
                 payload=payload, created_at=self.clock()))
         return entries
+
+    def _check_announcements(self, plan: Plan, effects: Sequence[Effect], *, key: str, partition: str,
+                             message: InboundMessage) -> None:
+        """Before anything is written or called: what each effect would announce, asked with a stand-in answer
+        (an empty reference and refusal), must use names of its own (an announcement's create under a name taken
+        would be read as written before, and dropped) and fit the finish's batch and Service Bus's message. A
+        handler whose announcement needs the answer's values to be built is checked again at the finish."""
+        names = Counter(send.name for send in plan.send) + Counter(effect.name for effect in effects)
+        for effect in effects:
+            announced: set[str] = set()
+            for declared, answer in ((effect.on_done, Answer(200, "", None, None)),
+                                     (effect.on_refused, Answer(422, None, "", ""))):
+                if declared is None:
+                    continue
+                try:
+                    sends = list(declared(answer))
+                except Exception:  # noqa: S112 - it needs the real answer: checked at the finish instead
+                    continue
+                announced |= {send.name for send in sends}
+                entries = self._entries(sends, key=key, partition=partition, message=message)
+                check_batch([Create(entry.to_document()) for entry in entries] or [Create({"id": "-"})])
+            names.update(announced)
+        if taken := sorted(name for name, n in names.items() if n > 1):
+            raise PlanError(f"names used more than once among the plan's messages, effects and announcements:"
+                            f" {taken}; one name, one id")
 
     def _side_effect(self, effect: Effect) -> SideEffect:
         return SideEffect(self.store, self.consumer, effect.name, self.lease_seconds, self.clock)
@@ -310,6 +348,11 @@ class Intake:
             return verdict
         claims = [self._side_effect(effect).claim(partition, message, request_hash, key=key) for effect in effects]
         found = [await self._side_effect(effect).find(claim) for effect, claim in zip(effects, claims, strict=True)]
+        if missing := [effect.name for effect, record in zip(effects, found, strict=True) if record is None]:
+            # A claim is written in the marker's batch: one that is not there was not in the plan that took the key.
+            return Result(Outcome.INVALID_PLAN, f"key {key}: the plan is not the one that took the key (no claim of"
+                                                f" {missing}): a handler must declare the same plan for the same"
+                                                " message", request_hash)
         return await self._effects(effects, [f or c for f, c in zip(found, claims, strict=True)], key=key,
                                    message=message, request_hash=request_hash, done=Outcome.DUPLICATE, claimed=False,
                                    found=found)
@@ -324,11 +367,16 @@ class Intake:
         for i, (effect, record) in enumerate(zip(effects, records, strict=True)):
             side = self._side_effect(effect)
             try:
-                result = await side.run(record, message, effect.call, done=done, claimed=claimed,
+                result = await side.run(record, message, _guarded(effect), done=done, claimed=claimed,
                                         found=None if found is None else found[i],
                                         announce=self._announcer(effect, key=key, message=message))
             except PlanError as exc:  # its announcement: the claim stays, for the fixed handler's redelivery
                 return Result(Outcome.INVALID_PLAN, f"key {key}: {exc}", request_hash)
+            except BatchTooLarge as exc:  # the same: the finish cannot be written as declared
+                return Result(Outcome.LIMIT_EXCEEDED, f"key {key}: effect {effect.name}'s finish: {exc} ({exc.limit});"
+                                                      " its record stays in progress, for the fixed handler's"
+                                                      " resubmission to call again under the same key",
+                              request_hash)
             if result.outcome is Outcome.REJECTED:
                 rejected.append(effect.name)
             elif result.outcome is not done:
@@ -356,3 +404,17 @@ class Intake:
             return [Create(entry.to_document()) for entry in self._entries(sends, key=key, partition=record.partition,
                                                                           message=message)]
         return announce
+
+
+def _guarded(effect: Effect) -> Callable[[str], Awaitable[Reply]]:
+    """``effect``'s call, any exception of it (but the effect's own DownstreamUnavailable) read as the call not
+    answered: the claim's lease ends and the message is tried again, then handed on, never abandoned at once. Only
+    the exception's type is kept: its message may hold what the call sent."""
+    async def call(key: str) -> Reply:
+        try:
+            return await effect.call(key)
+        except DownstreamUnavailable:
+            raise
+        except Exception as exc:
+            raise DownstreamUnavailable(f"{effect.name}: the call raised {type(exc).__name__}") from exc
+    return call

@@ -366,3 +366,9 @@ def unreadable(document: Mapping[str, Any], rule: str) -> UnreadableDocument:
         f"{document.get(TYPE_FIELD)} {doc_id} (schemaVersion {document.get(SCHEMA_FIELD, 1)}) does not decode under"
         f" schema version {SCHEMA_VERSION}: {rule}", doc_id=doc_id, schema_version=schema_version(document),
         request_hash=request_hash if isinstance(request_hash, str) else None)
+
+
+#: Every JSON field one of the library's records has: a container's partition key path must not be one of them but
+#: ``PARTITION_FIELD`` (where the records keep their partition key).
+RECORD_FIELDS = frozenset(name for kind in (OutboxEntry, SideEffectRecord, InboxMarker, EventIdentity, ParkedEvent,
+                                            KeyMarker) for name in _json_names(kind).values()) | {TYPE_FIELD}

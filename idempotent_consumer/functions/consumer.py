@@ -48,6 +48,7 @@ from idempotent_consumer.functions.settlement import ActionsSettlement
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.plan import Plan, Scope
+from idempotent_consumer.records import PARTITION_FIELD, RECORD_FIELDS
 from idempotent_consumer.runtime import Runtime
 from idempotent_consumer.settings import ConsumerSettings
 
@@ -92,13 +93,16 @@ class Consumer(func.Blueprint):
     report. ``container`` is partitioned by ``partition_key`` (a top-level path); ``scope`` says where a key is
     unique (``idempotent_consumer.plan.Scope``); ``prefix`` is what its settings are read under."""
 
-    def __init__(self, name: str, *, container: str, partition_key: str = "/id", scope: Scope = Scope.PARTITION,
+    def __init__(self, name: str, *, container: str, partition_key: str, scope: Scope = Scope.PARTITION,
                  prefix: str = "", env: Mapping[str, str] | None = None,
                  service_bus_connection: str = "ServiceBusConnection",
                  cosmos_connection: str = "CosmosDBConnection") -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if (path := _PATH.match(partition_key)) is None:
             raise ValueError(f"partition_key {partition_key!r}: the library takes a top-level path, as /accountId")
+        if path[1] in RECORD_FIELDS - {PARTITION_FIELD}:
+            raise ValueError(f"partition_key {partition_key!r}: the library's records have a field {path[1]!r} of their"
+                             " own; partition the container by another path")
         self.name, self.container, self.scope, self.prefix = name, container, scope, prefix
         self.partition_field = path[1]
         read = ConsumerSettings.from_env(env, prefix=prefix)
@@ -154,9 +158,12 @@ class Consumer(func.Blueprint):
         model, key, partition, request_hash = decoded
         runtime = self.runtime()
         context = Context(self.name, key, partition, message, runtime.clock())
-        plan = entry.handler(model, context)
-        if inspect.isawaitable(plan):
-            plan = await plan
+        try:
+            plan = entry.handler(model, context)
+            if inspect.isawaitable(plan):
+                plan = await plan
+        except Exception as exc:  # the same for every delivery of the message: settled once, with a reason
+            return Result(Outcome.INVALID_PLAN, f"key {key}: the handler raised {type(exc).__name__}", request_hash)
         if not isinstance(plan, Plan):
             return Result(Outcome.INVALID_PLAN, f"key {key}: the handler returned {type(plan).__name__}, not a Plan",
                           request_hash)
@@ -176,19 +183,30 @@ class Consumer(func.Blueprint):
             model = msgspec.json.decode(body, type=entry.model)
             raw = msgspec.json.decode(body)  # every field, the model's or not, for the request hash
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            return Result(Outcome.INVALID, f"body is not a {entry.model.__name__}: {exc}")
-        key = entry.key(model) if entry.key is not None else message.message_id
+            return Result(Outcome.INVALID, f"body is not a {entry.model.__name__}: {_rule(exc)}")
+        except RecursionError:
+            return Result(Outcome.INVALID, f"body is not a {entry.model.__name__}: nested too deeply to parse")
+        try:
+            key = entry.key(model) if entry.key is not None else message.message_id
+            partition: Any = None
+            if entry.partition is not None:
+                partition = entry.partition(model)
+            elif isinstance(fields := msgspec.to_builtins(model), dict):
+                partition = fields.get(self.partition_field)
+        except Exception as exc:
+            return Result(Outcome.INVALID, f"the message's key or partition could not be read: {type(exc).__name__}")
         if not isinstance(key, str) or not key:
             return Result(Outcome.INVALID, "the message's key is empty")
-        partition: Any = None
-        if entry.partition is not None:
-            partition = entry.partition(model)
-        elif isinstance(fields := msgspec.to_builtins(model), dict):
-            partition = fields.get(self.partition_field)
         if not isinstance(partition, str) or not partition:
             return Result(Outcome.INVALID, f"key {key}: the message names no {self.partition_field}, the partition"
                                            " its writes go to")
-        return model, key, partition, identity.request_hash({"key": key, "partition": partition, "body": raw})
+        return model, key, partition, identity.request_hash({"key": key, "partition": partition,
+                                                             "body": _numbers_by_value(raw)})
+
+    def check(self, function: str, message: InboundMessage) -> Result | None:
+        """What needs no dependency to decide of a delivery of ``function``'s queue: the final result of a message
+        its handler cannot take (its decoding), None for one fit to try. Decided first while the breaker is open."""
+        return _final(self.decode(self.queues[function], message))
 
     # -- the functions -----------------------------------------------------------------------------------
 
@@ -205,7 +223,7 @@ class Consumer(func.Blueprint):
             await runtime.deliver(entry.function, functools.partial(to_inbound, msg, renewal=renewal),
                                   functools.partial(consumer.handle, entry.function),
                                   ActionsSettlement(msg, message_actions, sessions=entry.sessions),
-                                  queue=entry.queue, check=lambda m: _final(consumer.decode(entry, m)))
+                                  queue=entry.queue, check=functools.partial(consumer.check, entry.function))
 
     def _companions(self, cosmos_connection: str) -> None:
         consumer, settings, stem = self, self.settings, re.sub(r"\W", "_", self.name)
@@ -242,3 +260,25 @@ def _log(function: str, report: Any) -> None:
     logger.info("%s dispatched=%d failed=%d skipped=%d", function, len(report.dispatched), len(report.failed),
                 report.skipped, extra={"function": function, "dispatched": len(report.dispatched),
                                        "failed": len(report.failed)})
+
+
+def _rule(error: Exception) -> str:
+    """msgspec's rule and path for a body that is not the model, without a value of it: an enum's or a literal's
+    message quotes the value it met, which is the producer's data."""
+    text = str(error)
+    if text.startswith("Invalid enum value"):
+        path = text.rsplit(" - at ", 1)
+        return "Invalid enum value" + (f" - at {path[1]}" if len(path) == 2 else "")
+    return text
+
+
+def _numbers_by_value(value: Any) -> Any:
+    """The body as its values: a number spelled ``1.0`` is the number ``1``, so that a producer's re-serialised
+    copy hashes as the first did."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _numbers_by_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers_by_value(v) for v in value]
+    return value

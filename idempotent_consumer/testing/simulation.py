@@ -16,8 +16,8 @@ At the end, after the queue and the outbox have drained, the generic invariants 
 
 - **nothing lost**: every message the queue took was completed or dead-lettered; every key was taken by one
   content, whose documents are stored as its plan declares them;
-- **one effect per key**: each effect of a key was made once, under the key the library derives, and no call
-  was made for a key whose message was refused;
+- **one effect per key**: each effect of a key was made under the key the library derives and no other (the
+  simulated services, like real ones, make a key's effect once), and none for a key whose message was refused;
 - **one message per name**: each message a plan declares (or its effects' announcements declare) was sent, under
   its derived MessageId, with the body declared, and no other message was sent;
 - **the right reasons**: a message is dead-lettered only for what was wrong with it: a body that is not the model
@@ -423,7 +423,9 @@ class Spec:
     bodies a run sends (from the seed's RNG); ``services``, how each effect's downstream answers a first request,
     by effect name; ``wire``, how your effects' clients reach the run's services (called at the start of each
     run); ``alter``, a copy of a body with other content under the same key; ``foreign``, a document another
-    writer has put where a message's plan writes (its key is then taken); your own ``invariants``."""
+    writer has put where a message's plan writes (its key is then taken, so it must be at an id every content of
+    the key writes); your own ``invariants``. A run gives the consumer back the runtime it had; what ``wire``
+    changed stays as the last run left it."""
 
     consumer: Consumer
     function: str
@@ -477,10 +479,12 @@ def run(spec: Spec, seed: int) -> tuple[World, list[str]]:
     records (a settlement lost, a takeover) are the faults the run injects: they are held back meanwhile."""
     library = logging.getLogger("idempotent_consumer")
     level, library.level = library.level, logging.CRITICAL + 1
+    runtime = spec.consumer._runtime  # the run's own, meanwhile: the consumer is given back the one it had
     try:
         return asyncio.run(_run(spec, seed))
     finally:
         library.setLevel(level)
+        spec.consumer._runtime = runtime
 
 
 async def _run(spec: Spec, seed: int) -> tuple[World, list[str]]:
@@ -494,7 +498,7 @@ async def _run(spec: Spec, seed: int) -> tuple[World, list[str]]:
     world = World(seed, scheduler, consumer, spec.function, entry.queue, store, broker, services, _workload(spec, rng))
     spec.wire(world)
     for sent in world.workload:  # another writer was first, where some messages' plans write
-        decoded = _decoded(world, sent.body)
+        decoded = _decoded(world, sent.body, sent.message_id)
         if sent.kind == "original" and decoded is not None and spec.foreign is not None and rng.random() < 0.05:
             document = dict(spec.foreign(sent.body))
             await store.create(document)
@@ -544,19 +548,24 @@ class _Actors:
             try:
                 await self.runtime.deliver(function, functools.partial(_same, message),
                                            functools.partial(consumer.handle, function),
-                                           _Settlement(world.broker, scheduler, queued), queue=world.queue)
+                                           _Settlement(world.broker, scheduler, queued), queue=world.queue,
+                                           check=functools.partial(consumer.check, function))
             except Crash:
                 await scheduler.sleep(scheduler.rng.uniform(1.0, 10.0))  # the host starts a new worker
             except LockLost:
                 pass  # run_delivery logged it; the lock runs out and the message comes back
 
     async def publish(self) -> None:
-        """The change feed, and the sweep behind it."""
-        scheduler = self.world.scheduler
+        """The change feed (the container's documents as stored, handed to the publisher as the trigger hands
+        them), and the sweep behind it, for what the feed missed."""
+        scheduler, world = self.world.scheduler, self.world
         while True:
             await scheduler.sleep(scheduler.rng.uniform(0.5, 3.0))
             with contextlib.suppress(Crash, StoreError, PublishError):
-                await self.runtime.publisher().sweep(stuck_after_seconds=0)
+                if scheduler.rng.random() < 0.5:
+                    await self.runtime.publish([d for d in world.store.documents() if d.get(TYPE_FIELD) == "outbox"])
+                else:
+                    await self.runtime.publisher().sweep(stuck_after_seconds=0)
 
     def drained(self) -> bool:
         return not self.producing and not self.world.broker.busy(self.world.queue) and not _pending(self.world)
@@ -595,11 +604,11 @@ def _inbound(queued: Queued, scheduler: Scheduler) -> InboundMessage:
         headers=Headers(subject=message.subject, content_type=message.content_type))
 
 
-def _decoded(world: World, body: bytes) -> tuple[str, str, str, Any] | None:
-    """A body's key, partition and request hash as the consumer reads them, and its model; None if it does not
-    decode."""
+def _decoded(world: World, body: bytes, message_id: str | None) -> tuple[str, str, str, Any] | None:
+    """A message's key, partition and request hash as the consumer reads them (its MessageId is the key of a
+    consumer keyed by it), and its model; None if it does not decode."""
     entry = world.consumer.queues[world.function]
-    found = world.consumer.decode(entry, InboundMessage("?", body))
+    found = world.consumer.decode(entry, InboundMessage(message_id, body))
     if isinstance(found, Result):
         return None
     model, key, partition, request_hash = found
@@ -644,7 +653,7 @@ async def _invariants(world: World) -> list[str]:
     found: list[str] = []
     contents: dict[str, tuple[str, dict[str, Any]]] = {}  # key -> partition, {request hash: model}
     for sent in world.workload:
-        if (decoded := _decoded(world, sent.body)) is not None:
+        if (decoded := _decoded(world, sent.body, sent.message_id)) is not None:
             key, partition, request_hash, model = decoded
             contents.setdefault(key, (partition, {}))[1].setdefault(request_hash, model)
     expected = _Expected()
@@ -749,7 +758,8 @@ def _settled_for_its_reason(world: World, queued: Queued, accepted: Mapping[str,
     label = f"message {queued.message.message_id}"
     if queued.state not in ("completed", "dead-lettered"):
         return [f"{label} is {queued.state} (nothing lost)"]
-    decoded = _decoded(world, queued.message.body)
+    original, _ = retries.unwrap(_inbound(queued, world.scheduler))  # a copy handed on is read as its original
+    decoded = _decoded(world, queued.message.body, original.message_id)
     if decoded is None:
         expected = "InvalidMessage"
     elif decoded[0] in world.taken or accepted.get(decoded[0]) != decoded[2]:

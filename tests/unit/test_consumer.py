@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import azure.functions as func
 import msgspec
@@ -22,7 +22,7 @@ from idempotent_consumer import Plan
 from idempotent_consumer.errors import ConfigurationError
 from idempotent_consumer.functions import Consumer, Context
 from idempotent_consumer.messages import InboundMessage
-from idempotent_consumer.outcomes import Outcome
+from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,28 +66,33 @@ def test_the_blueprint_owns_the_triggers_settings_and_brings_its_companions() ->
 
 def test_settings_are_read_under_the_prefix_and_every_bad_one_is_named() -> None:
     with pytest.raises(ConfigurationError) as caught:
-        Consumer("n", container="c", prefix="NOTES_", env={"NOTES_BREAKER_WINDOW": "1", "NOTES_DEDUP_TTL_SECONDS": "x",
-                                                           "BREAKER_WINDOW": "not read: unprefixed"})
+        Consumer("n", container="c", partition_key="/boardId", prefix="NOTES_",
+                 env={"NOTES_BREAKER_WINDOW": "1", "NOTES_DEDUP_TTL_SECONDS": "x",
+                      "BREAKER_WINDOW": "not read: unprefixed"})
     assert "NOTES_BREAKER_WINDOW" in str(caught.value) and "NOTES_DEDUP_TTL_SECONDS" in str(caught.value)
     assert "2 settings" in str(caught.value)
 
 
 def test_the_retention_rule_is_checked_for_each_queue_naming_it() -> None:
-    notes = Consumer("n", container="c", prefix="NOTES_", env={"NOTES_DEDUP_TTL_SECONDS": "60"})
+    notes = Consumer("n", container="c", partition_key="/boardId", prefix="NOTES_",
+                     env={"NOTES_DEDUP_TTL_SECONDS": "60"})
     with pytest.raises(ConfigurationError, match=r"NOTES_DEDUP_TTL_SECONDS.*for queue notes"):
         notes.queue("notes", model=Note)
 
 
 def test_the_first_invocation_names_every_missing_setting_at_once() -> None:
-    notes = Consumer("n", container="c", env={})
+    notes = Consumer("n", container="c", partition_key="/boardId", env={})
     with pytest.raises(ConfigurationError) as caught:
         notes.runtime().store()
     assert "COSMOS_ENDPOINT" in str(caught.value) and "ServiceBusConnection" in str(caught.value)
 
 
-def test_a_partition_key_path_the_library_cannot_take_is_refused() -> None:
-    with pytest.raises(ValueError, match="top-level path"):
-        Consumer("n", container="c", partition_key="/a/b", env={})
+@pytest.mark.parametrize(("path", "why"), [("/a/b", "top-level path"), ("/id", "field 'id' of their own"),
+                                           ("/key", "field 'key'"), ("/status", "field 'status'")])
+def test_a_partition_key_path_the_library_cannot_take_is_refused(path: str, why: str) -> None:
+    # A record's own field would be overwritten by its partition key at the store's edge.
+    with pytest.raises(ValueError, match=why):
+        Consumer("n", container="c", partition_key=path, env={})
 
 
 @pytest.fixture
@@ -166,6 +171,7 @@ def test_other_content_under_a_payments_id_is_dead_lettered_not_credited(
     (json.dumps({"paymentId": "p", "accountId": "", "amount": "1", "currency": "EUR"}).encode(), Outcome.INVALID,
      "names no accountId"),
     (_payment(note="x" * (256 * 1024)), Outcome.LIMIT_EXCEEDED, "at most 262144"),
+    (b"[" * 100_000 + b"]" * 100_000, Outcome.INVALID, "is not a PaymentReceived"),
 ])
 def test_a_message_the_handler_cannot_take_is_refused_before_it_is_called(
     payments: tuple[ModuleType, BankServer], body: bytes, outcome: Outcome, why: str,
@@ -182,7 +188,7 @@ def test_the_examples_local_files_are_what_its_local_run_needs() -> None:
     from devservers.servicebus.config import load_config  # noqa: PLC0415 - a dev server's, for this test alone
 
     values = json.loads((EXAMPLE / "local.settings.sample.json").read_text())["Values"]
-    settings = Consumer("ledger-writer", container="ledger", env=values).settings.complete()
+    settings = Consumer("ledger-writer", container="ledger", partition_key="/accountId", env=values).settings.complete()
     assert settings.cosmos_database == "payments" and values["BANK_URL"].startswith("http://")
     assert values["AzureWebJobsStorage"] == "UseDevelopmentStorage=true" and "CosmosDBConnection" in values
     queues = {q.name: q for q in load_config(EXAMPLE / "servicebus-config.json").queues}
@@ -191,3 +197,48 @@ def test_the_examples_local_files_are_what_its_local_run_needs() -> None:
     # The queues' message time to live is what the settings say it is, so that the retention rule holds for it.
     assert {q.settings.default_message_ttl for q in queues.values()} == {settings.servicebus_message_ttl_seconds}
     assert {q.settings.lock_duration for q in queues.values()} == {settings.servicebus_lock_duration_seconds}
+
+
+class Tier(msgspec.Struct):
+    tier: Literal["gold", "silver"]
+    board_id: str = msgspec.field(name="boardId")
+
+
+def test_a_value_of_the_message_never_reaches_the_dead_letters_description() -> None:
+    notes = Consumer("n", container="c", partition_key="/boardId", env={})
+
+    @notes.queue("tiers", model=Tier)
+    def tiers(t: Tier, ctx: Context) -> Plan:
+        return Plan()
+
+    result = notes.check("tiers", InboundMessage("m", json.dumps({"tier": "secret-4111", "boardId": "b"}).encode()))
+    assert result is not None and result.outcome is Outcome.INVALID
+    assert "secret" not in result.description and "$.tier" in result.description
+
+
+def test_a_handler_that_raises_is_dead_lettered_naming_only_the_exceptions_type() -> None:
+    notes = Consumer("n", container="c", partition_key="/boardId", env={})
+
+    @notes.queue("tiers", model=Tier)
+    def tiers(t: Tier, ctx: Context) -> Plan:
+        raise KeyError(f"no board {t.board_id}")
+
+    notes.runtime(store=InMemoryStore(partition_field="boardId"), sender=RecordingSender())
+    result = asyncio.run(notes.handle("tiers", InboundMessage("m", b'{"tier": "gold", "boardId": "b-7"}')))
+    assert result.outcome is Outcome.INVALID_PLAN and "KeyError" in result.description
+    assert "b-7" not in result.description.replace("key m", "")
+
+
+def test_the_same_content_spelt_otherwise_hashes_the_same() -> None:
+    notes = Consumer("n", container="c", partition_key="/boardId", env={})
+
+    @notes.queue("counts", model=dict)
+    def counts(c: dict[str, Any], ctx: Context) -> Plan:
+        return Plan()
+
+    entry = notes.queues["counts"]
+    first = notes.decode(entry, InboundMessage("m", b'{"boardId": "b", "n": 1, "items": [2]}'))
+    again = notes.decode(entry, InboundMessage("m", b'{ "items": [2.0], "n": 1.0, "boardId": "b" }'))
+    other = notes.decode(entry, InboundMessage("m", b'{"boardId": "b", "n": 1.5, "items": [2]}'))
+    assert not isinstance(first, Result) and not isinstance(again, Result) and not isinstance(other, Result)
+    assert first[3] == again[3] != other[3]

@@ -5,6 +5,7 @@ the key, or a document that is not the key's, is refused; each limit is reached 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,3 +211,70 @@ def test_several_named_effects_each_have_their_own_record_and_key() -> None:
     assert _run(intake, plan).outcome is Outcome.CREATED
     assert bank.calls != fees.calls and len(bank.calls) == len(fees.calls) == 1
     assert sorted(d["effect"] for d in store.documents() if d["type"] == "side-effect") == ["credit", "fee"]
+
+
+def test_an_announcement_past_a_limit_is_refused_before_the_call_when_the_plan_shows_it() -> None:
+    store, intake = _setup()
+    bank = Bank()
+    big = "x" * MAX_OUTGOING_BODY_BYTES
+    plan = Plan(effect=Effect("credit", bank.credit),
+                on_done=lambda reply: [Send("payment-booked", {"blob": big}, to="payment-booked")])
+    result = _run(intake, plan)
+    assert result.outcome is Outcome.LIMIT_EXCEEDED and bank.calls == [] and store.documents() == []
+
+
+def test_an_announcement_past_a_limit_that_only_the_answer_shows_is_refused_at_the_finish_and_never_spins() -> None:
+    store, intake = _setup()
+    bank = Bank(Reply(201, reference="x" * MAX_OUTGOING_BODY_BYTES))
+
+    def booked(reply: Any) -> list[Send]:
+        return [Send("payment-booked", {"reference": reply.reference.upper()}, to="payment-booked")]
+
+    result = _run(intake, Plan(effect=Effect("credit", bank.credit), on_done=booked))
+    assert result.outcome is Outcome.LIMIT_EXCEEDED and "stays in progress" in result.description
+    [record] = [d for d in store.documents() if d["type"] == "side-effect"]
+    assert record["status"] == "in_progress" and not [d for d in store.documents() if d["type"] == "outbox"]
+
+
+def test_two_effects_announcing_under_one_name_are_refused_before_anything_is_written() -> None:
+    store, intake = _setup()
+    bank = Bank()
+
+    def booked(reply: Any) -> list[Send]:
+        return [Send("booked", {"ok": True}, to="booked")]
+
+    plan = Plan(effects=[Effect("credit", bank.credit, on_done=booked), Effect("fee", bank.credit, on_done=booked)])
+    result = _run(intake, plan)
+    assert result.outcome is Outcome.INVALID_PLAN and "['booked']" in result.description
+    assert bank.calls == [] and store.documents() == []
+
+
+def test_a_redelivery_whose_plan_is_not_the_one_that_took_the_key_is_refused_not_half_carried_out() -> None:
+    _store, intake = _setup()
+    bank = Bank()
+    _run(intake, Plan(create=[{"id": "d1", FIELD: "acc-1"}]))
+    changed = Plan(create=[{"id": "d1", FIELD: "acc-1"}, {"id": "d2", FIELD: "acc-1"}],
+                   effect=Effect("credit", bank.credit))
+    result = _run(intake, changed)
+    assert result.outcome is Outcome.INVALID_PLAN and "['credit']" in result.description and bank.calls == []
+
+
+def test_a_call_that_raises_ends_its_claims_lease_and_is_tried_again_never_abandoned_at_once() -> None:
+    store, intake = _setup()
+    calls: list[str] = []
+
+    async def broken(key: str) -> Reply:
+        calls.append(key)
+        raise RuntimeError("BANK_URL=https://user:secret@bank is not reachable")
+
+    result = _run(intake, Plan(effect=Effect("credit", broken)))
+    assert result.outcome is Outcome.TRANSIENT and "RuntimeError" in result.description
+    assert "secret" not in result.description
+    [record] = [d for d in store.documents() if d["type"] == "side-effect"]
+    assert record["status"] == "in_progress" and record["leaseUntil"] <= time.time()
+
+
+def test_an_id_cosmos_db_refuses_is_refused_before_the_batch() -> None:
+    _store, intake = _setup()
+    result = _run(intake, Plan(create=[{"id": "entry/1", FIELD: "acc-1"}]))
+    assert result.outcome is Outcome.INVALID_PLAN and "Cosmos DB refuses" in result.description
