@@ -101,6 +101,12 @@ class SideEffect:
     name: str
     lease_seconds: int
     clock: Callable[[], float] = time.time
+    # An app's compatibility with its own history, not the library's: True where versions of the app before it
+    # announced an outcome at its intake and not at the finish (the order app). Its claims then say they announce
+    # at the finish (``announces``), its finishes that they did (``announced``), and a record finished without it
+    # is announced by the next delivery. None for a consumer that never announced otherwise: its finish writes its
+    # announcement in its own batch, always.
+    announces: bool | None = None
 
     def claim(self, partition: str, message: InboundMessage, request_hash: str | None = None, *,
               key: str | None = None) -> SideEffectRecord:
@@ -112,7 +118,7 @@ class SideEffect:
             consumer=self.consumer, effect=self.name, idempotency_key=identity.effect_key(self.consumer, self.name,
                                                                                          key),
             status=EffectStatus.IN_PROGRESS, attempt=1, lease_until=self.lease_until(message.lock_deadline),
-            message_sequence=message.sequence_number, request_hash=request_hash, announces=True,
+            message_sequence=message.sequence_number, request_hash=request_hash, announces=self.announces,
         )
 
     async def find(self, record: SideEffectRecord) -> SideEffectRecord | None:

@@ -31,7 +31,7 @@ from shared.adapters.memory import InMemoryFulfilment
 from shared.domain import documents
 from shared.domain.documents import OrderDocument
 from shared.domain.orders import parse_order
-from shared.handlers.place_order import RESERVE_STOCK
+from shared.handlers.place_order import ANNOUNCES_AT_FINISH, RESERVE_STOCK
 from shared.ports.fulfilment import reservation_request
 from shared.settings import Settings
 
@@ -66,7 +66,7 @@ def _plan(message: throughput.Message, settings: Settings, fulfilment: InMemoryF
 
 def _claims(settings: Settings) -> SideEffect:
     """The reservation's side effect, used only to build claims (``claim`` writes nothing to its store)."""
-    return SideEffect(InMemoryStore(), settings.consumer_name, RESERVE_STOCK, 60)
+    return SideEffect(InMemoryStore(), settings.consumer_name, RESERVE_STOCK, 60, announces=ANNOUNCES_AT_FINISH)
 
 
 def _sync(container: Any, work: list[throughput.Message], concurrency: int, settings: Settings) -> list[float]:
