@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.devservers.helptext import options_without_help, run_module
-from tests.host.conftest import NEEDS_313, ROOT, WHOLE_STACK
+from tests.host.conftest import LIGHT_STACK, NEEDS_313, ROOT
 
 
 @NEEDS_313
-@WHOLE_STACK
+@LIGHT_STACK
 @pytest.mark.timeout(600)
 def test_the_smoke_run_drains_the_burst_and_reports_the_steady_rate_and_the_sessions(tmp_path: Path) -> None:
     out = tmp_path / "events.json"

@@ -30,14 +30,14 @@ from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 # The worker runs azure-functions-runtime, which exists for Python 3.13 only; make test uses 3.13.
 NEEDS_313 = pytest.mark.skipif(sys.version_info < (3, 13),
                                reason="the local host's worker runs azure-functions-runtime, which needs Python 3.13")
-# The whole-stack runs (the demo's, the chaos suite's and the events benchmark's) take two pytest workers, each
-# running its group's in turn (make test runs pytest with --dist loadgroup), so that at most two stacks of hosts
-# compete for the 2 cores: the chaos smoke run and the events benchmark in one, the demo and the chaos suite's
-# planted bug in the other.
+# The whole-stack runs (the demo's and the chaos suite's) take two pytest workers, each running its group's in turn
+# (make test runs pytest with --dist loadgroup), so that at most two stacks of hosts compete for the 2 cores: the
+# chaos smoke run, the longest, alone in one, the demo and the chaos suite's planted bug in the other.
 WHOLE_STACK = pytest.mark.xdist_group("whole-stack")
 WHOLE_STACK_B = pytest.mark.xdist_group("whole-stack-b")
-# A whole-stack run that mostly waits (one host, a few dozen orders, an outage and a breaker to wait out: about
-# 15 s of CPU in 110 s) goes beside them, in a group of its own.
+# The shorter stack runs go beside them, in a group of their own, one after the other: the outage benchmark (one
+# host, a few dozen orders, an outage and a breaker to wait out: about 15 s of CPU in 110 s) and the events
+# benchmark (a burst, then a steady rate, about a minute).
 LIGHT_STACK = pytest.mark.xdist_group("light-stack")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -56,8 +56,11 @@ def peek_count(client: ServiceBusClient, queue: str, sub_queue: Any = None) -> l
 
 
 # How long a wait past its deadline goes on while nothing moves (no delivery, no order written): longer than the
-# longest a message waits between two deliveries in the chaos run (a 6 s lock, a 2 s wait, a host stopped 10 s).
-STALLED_SECONDS = 90.0
+# longest a message waits between two deliveries in the chaos run (a 6 s lock, a 2 s wait, a host stopped 10 s),
+# and longer than the outbox sweep can be away while an entry waits for it: a sweep held up by a lost answer until
+# the function's timeout (120 s), or a timers' lease left by a killed host (60 s, as on Azure) that another host
+# looks for again within 60 s; then the next sweep (every 10 s) publishes what is pending.
+STALLED_SECONDS = 180.0
 # A superset of what ``left_undone`` calls waiting, so that the drain reads only those documents.
 UNDONE_QUERY = ("SELECT * FROM c WHERE c.type = 'order-pending' OR (c.type IN ('outbox', 'side-effect', 'parked-event')"
                 " AND c.status IN ('pending', 'in_progress', 'parked'))")
