@@ -24,7 +24,7 @@
             └── NoLongerAllowed   a document an effect relies on is no longer in a state that allows it
                                   (``document``: as read), an order closed before its reservation, say
 
-The named writes (``shared.handlers.writes``) raise the conflicts, so that no handler reads a batch's
+The named writes (``idempotent_consumer.ordered.writes``) raise the conflicts, so that no handler reads a batch's
 positions. Adapters translate their SDK's errors into this family where they occur, chained with ``from``. The
 handlers decide on the error types alone; ``status`` is kept for logs and never compared by the core.
 """

@@ -33,6 +33,7 @@ from idempotent_consumer.delivery import (
     run_delivery,
 )
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered.writes import Releases
 from idempotent_consumer.outbox import OutboxPublisher
 from idempotent_consumer.outcomes import Result
 from idempotent_consumer.ports.sender import MessageSender
@@ -42,7 +43,6 @@ from idempotent_consumer.retries import Backoff
 from idempotent_consumer.telemetry import export_to_azure_monitor, record_delivery
 from shared.handlers.apply_event import apply_order_event, check_event
 from shared.handlers.place_order import OrderServices, check_order, place_order
-from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.watched import watched_fulfilment
 from shared.settings import Settings

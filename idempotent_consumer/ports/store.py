@@ -22,7 +22,7 @@ from idempotent_consumer.errors import BatchTooLarge, StoreError
 Document = dict[str, Any]
 
 # Cosmos DB's limits for one transactional batch. ``check_batch`` refuses a batch beyond them before anything
-# is sent; the named writes (shared/handlers/writes.py) plan their batches inside them, splitting what may be
+# is sent; the named writes (ordered/writes.py) plan their batches inside them, splitting what may be
 # split and refusing what cannot fit with LimitExceeded.
 MAX_BATCH_OPERATIONS = 100
 MAX_BATCH_BYTES = 2 * 1024 * 1024

@@ -3,7 +3,7 @@
 All live in the orders container, in the partition of their order, told apart by ``type``, beside the
 protocol's own records (``idempotent_consumer.records``: outbox entries, side-effect records, inbox markers, event
 identities, parked events), whose rules about fields this version does not model and schema versions hold
-for these too. The rules live elsewhere (the order's in ``aggregate.Order``); these only map JSON.
+for these too. The rules live elsewhere (the order's in ``aggregate.ORDERS``); these only map JSON.
 
     order          OrderDocument       the order; events patch its status and version
     order-pending  PendingOrder        stands in for an order whose events came first; becomes the order

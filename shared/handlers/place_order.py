@@ -1,6 +1,6 @@
 """The idempotent OrderPlaced handler: the create is the duplicate check, then stock is reserved once.
 
-One transactional batch (``OrderIntake``) creates the order and the claim of the stock reservation; the
+One transactional batch (the ordered mode's ``Intake``) creates the order and the claim of the stock reservation; the
 reservation call follows, and its record is finished before the message is completed, in one batch with
 the order's outcome in the outbox: OrderAccepted when the stock is reserved, OrderRejected (and the
 rejection on the order) when the service refused it for good. So what the app announces follows what
@@ -34,16 +34,17 @@ from idempotent_consumer.errors import (
     UnreadableDocument,
 )
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered.writes import Intake, Releases, read_known, waiting
 from idempotent_consumer.outcomes import Outcome, Result, parsed
 from idempotent_consumer.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, DocumentStore, Patch
 from idempotent_consumer.records import EffectStatus, SideEffectRecord
 from idempotent_consumer.side_effects import SideEffect
 from shared.domain import documents, identity
-from shared.domain.aggregate import Order
+from shared.domain.aggregate import ORDERS
+from shared.domain.aggregate import order as order_state
 from shared.domain.documents import OrderDocument, OrderRejected
 from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
 from shared.domain.orders import OrderPlaced, parse_order, utc_text
-from shared.handlers.writes import OrderIntake, Releases, read_known, waiting
 from shared.ports.fulfilment import FulfilmentService, reservation_request
 from shared.settings import Settings
 
@@ -75,10 +76,12 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
     hash_, settings = order.request_hash(), services.settings
     effect = SideEffect(services.store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds,
                         services.clock, announces=ANNOUNCES_AT_FINISH)
-    intake = OrderIntake(OrderDocument.placed(order, message, hash_), effect.claim(order.order_id, message, hash_))
-    releases = services.releases(services.store, settings.consumer_name, settings.parked_set_aside_ttl_seconds)
+    claim = effect.claim(order.order_id, message, hash_)
+    intake = Intake(order.order_id, OrderDocument.placed(order, message, hash_).to_document(),
+                    [("claim", Create(claim.to_document()))])
+    releases = services.releases(services.store, settings.consumer_name, settings.parked_set_aside_ttl_seconds, ORDERS)
     try:
-        written = await _write(intake, releases, effect)
+        written = await _write(intake, claim, hash_, releases, effect)
         if isinstance(written, Result):
             return written
         done, record, intake_adopts = written
@@ -93,7 +96,7 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
     except LimitExceeded as exc:
         return Result(Outcome.LIMIT_EXCEEDED, f"order {order.order_id}: {exc} ({exc.limit})", hash_)
     try:
-        return await _reserve(order, message, services, effect, unwritten=intake.claim, record=record, done=done,
+        return await _reserve(order, message, services, effect, unwritten=claim, record=record, done=done,
                               adopted=done is Outcome.CREATED and intake_adopts)
     except TransientStoreError as exc:
         return Result(Outcome.TRANSIENT, f"reservation record: {exc}", hash_)
@@ -120,7 +123,10 @@ async def _reserve(order: OrderPlaced, message: InboundMessage, services: OrderS
                                                             {"reservationAttempt": taken.attempt})])
     except NoLongerAllowed as exc:
         refused = exc.document  # the order as the guard's merge read it, or nothing read yet
-    status = refused.get("status") if refused else (await read_known(services.store, order.order_id)).order.status
+    if refused:
+        status = refused.get("status")
+    else:
+        status = (await read_known(services.store, ORDERS, order.order_id)).subject.status
     if status == CANCELLED:
         return await _close(effect, claim, order.order_id, str(status), hash_, called=True)
     if status in RESERVABLE_STATUSES:
@@ -136,7 +142,7 @@ def check_order(message: InboundMessage) -> Result | None:
 
 
 async def _write(
-    intake: OrderIntake, releases: Releases, effect: SideEffect
+    intake: Intake, claim: SideEffectRecord, hash_: str, releases: Releases, effect: SideEffect
 ) -> tuple[Outcome, SideEffectRecord | None, bool] | Result:
     """CREATED with the claim as written, DUPLICATE with the claim as read (or None), or a final Result; and
     whether the intake took a pending order's place (and released what waited on it).
@@ -147,14 +153,15 @@ async def _write(
     one more request on those paths. A pending order means events came first and are parked: the
     order takes its place, with the parked events it releases, in the same batch.
     """
-    order_id, hash_, store = intake.order.order_id, intake.order.request_hash, releases.store
+    order_id, store = intake.key, releases.store
     for _ in range(MAX_RACES):
         unread: UnreadableDocument | None = None  # the claim, not decoding and naming no hash: the order decides
         try:
-            return Outcome.CREATED, await intake.write(releases), intake.adopting is not None
+            written = await intake.write(releases)
+            return Outcome.CREATED, SideEffectRecord.from_document(written["claim"]), intake.adopting is not None
         except OrderIdTaken:
             try:
-                found = await effect.find(intake.claim)
+                found = await effect.find(claim)
             except UnreadableDocument as exc:
                 if exc.request_hash is not None:
                     return _unreadable(order_id, exc, hash_)
@@ -163,15 +170,15 @@ async def _write(
                 return _with_adoption(_seen(order_id, found.request_hash, hash_, found))
         except OrderChanged:
             pass  # the pending order, or an event parked against it, moved: read again
-        stored = await read_known(store, order_id)
-        if stored.order.status is not None:
+        stored = await read_known(store, ORDERS, order_id)
+        if stored.subject.status is not None:
             if unread is not None and stored.request_hash == hash_:
                 return _left_to_writer(order_id, unread, hash_)
             return _with_adoption(_seen(order_id, stored.request_hash, hash_, None))
         adopting = None
         if stored.document is not None:  # a pending order: the order takes its place and releases what waits
-            placed = Order(order_id, intake.order.status, intake.order.version, stored.order.parked,
-                           objects=stored.order.objects)
+            placed = order_state(order_id, intake.document["status"], intake.document["version"],
+                                 stored.subject.parked, objects=stored.subject.objects)
             adopting = stored, placed.release(await waiting(store, releases.consumer, order_id))
         intake = replace(intake, adopting=adopting)
     return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)
@@ -191,8 +198,8 @@ def _while(statuses: frozenset[str], order_id: str, fields: dict[str, Any],
 
 async def _closed(store: DocumentStore, order_id: str) -> str | None:
     """The order's status when it takes no reservation (cancelled); None otherwise."""
-    stored = await read_known(store, order_id)
-    return stored.order.status if stored.order.status == CANCELLED else None
+    stored = await read_known(store, ORDERS, order_id)
+    return stored.subject.status if stored.subject.status == CANCELLED else None
 
 
 async def _close(effect: SideEffect, claim: SideEffectRecord, order_id: str, status: str, hash_: str, *,

@@ -24,10 +24,11 @@ from bench import index_terms
 from devservers import cosmos_setup
 from idempotent_consumer import reports
 from idempotent_consumer.adapters.cosmos import CosmosStore, query_text
+from idempotent_consumer.ordered import operator as operator_commands
+from idempotent_consumer.ordered import writes
 from idempotent_consumer.outbox import OutboxPublisher
 from idempotent_consumer.ports.store import BatchOperation, Document, query_all
 from idempotent_consumer.testing.memory import RecordingSender
-from shared.handlers import operator_commands, writes
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
@@ -36,7 +37,7 @@ COSMOS_BICEP = ROOT / "infra" / "modules" / "cosmos.bicep"
 POLICY_FILE = ROOT / "infra" / "orders-indexing-policy.json"
 POLICY = json.loads(POLICY_FILE.read_text())
 # Handler modules and how many store queries each makes; a new one must be run in ``app_queries`` too.
-QUERY_SITES = {"writes.py": 1, "operator_commands.py": 1, "outbox.py": 1, "reports.py": 2}
+QUERY_SITES = {"writes.py": 1, "operator.py": 1, "outbox.py": 1, "reports.py": 2}
 PERFORMANCE = ROOT / "docs" / "performance.md"
 
 

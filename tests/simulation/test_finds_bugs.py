@@ -21,6 +21,7 @@ from idempotent_consumer import identity
 from idempotent_consumer.delivery import Handler
 from idempotent_consumer.errors import AlreadyExists, BatchFailed, NotFound, PublishError
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered.writes import Releases
 from idempotent_consumer.outcomes import Result
 from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
 from idempotent_consumer.ports.store import (
@@ -36,7 +37,6 @@ from idempotent_consumer.ports.store import (
 from idempotent_consumer.records import OutboxEntry, OutboxStatus
 from shared.domain import identity as order_ids
 from shared.domain.documents import OrderAccepted, OrderDocument
-from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService, Reply
 from simulation.run import simulate
 from simulation.scheduler import drive

@@ -11,11 +11,11 @@ from collections.abc import Awaitable, Callable
 from idempotent_consumer.errors import AlreadySeen, InvalidMessage, TransientStoreError
 from idempotent_consumer.identity import derive_id
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered.writes import write_once
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import Create, DocumentStore
 from idempotent_consumer.records import InboxMarker
 from shared.domain.lifecycle import parse_event
-from shared.handlers.writes import write_once
 
 AUDIT_CONSUMER = "audit-trail"
 
@@ -38,7 +38,7 @@ def audit_handler(store: DocumentStore, ttl_seconds: int) -> Callable[[InboundMe
         }
         try:
             marker = InboxMarker.of(event, AUDIT_CONSUMER, hash_, ttl_seconds)
-            await write_once(store, marker, [("audit", Create(record))])
+            await write_once(store, marker, [("audit", Create(record))], noun="order")
         except AlreadySeen as seen:
             outcome = Outcome.DUPLICATE if seen.stored_hash == hash_ else Outcome.PAYLOAD_MISMATCH
             return Result(outcome, request_hash=hash_)

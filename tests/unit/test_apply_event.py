@@ -9,25 +9,27 @@ import pytest
 from idempotent_consumer import identity
 from idempotent_consumer.errors import LimitExceeded
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered.operator import drop
+from idempotent_consumer.ordered.writes import write_once
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import MAX_BATCH_OPERATIONS, Create, Delete, Replace
 from idempotent_consumer.records import InboxMarker
 from idempotent_consumer.testing.memory import InMemoryStore
 from shared.adapters.memory import InMemoryFulfilment
+from shared.domain.aggregate import ORDERS
 from shared.domain.documents import OrderDocument
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
 from shared.domain.orders import parse_order
 from shared.handlers.apply_event import apply_order_event
-from shared.handlers.operator_commands import drop
 from shared.handlers.place_order import OrderServices
 from shared.handlers.place_order import place_order as place
-from shared.handlers.writes import write_once
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
 
 SETTINGS = Settings(servicebus_message_ttl_seconds=3600, dlq_resubmit_grace_seconds=0, dedup_ttl_seconds=7200,
                     fulfillment_url="http://fulfilment.invalid")
+SET_ASIDE = SETTINGS.parked_set_aside_ttl_seconds
 run = asyncio.run  # the in-memory fakes hold nothing across calls: a fresh loop per call will do
 
 
@@ -201,7 +203,7 @@ def test_a_write_behind_its_marker_is_refused_over_the_limit_before_sending(stor
     before = store.requests
     parts = [("audit", Create({"id": f"d-{n}", "orderId": "ord-1"})) for n in range(MAX_BATCH_OPERATIONS)]  # + 1
     with pytest.raises(LimitExceeded) as refused:
-        run(write_once(store, marker, list(parts)))
+        run(write_once(store, marker, list(parts), noun="order"))
     assert store.requests == before and "100 operations" in refused.value.limit
 
 
@@ -239,7 +241,7 @@ def test_an_operators_drop_leaves_a_document_of_another_kind_at_the_orders_id_al
     pending = run(store.read("ord-1", "ord-1"))
     run(store.execute_batch("ord-1", [Replace({"id": "ord-1", "orderId": "ord-1", "type": "someone-else", "x": 1},
                                               pending["_etag"])]))
-    run(drop(store, SETTINGS.consumer_name, "ord-1", "e-3"))
+    run(drop(store, ORDERS, SETTINGS.consumer_name, "ord-1", "e-3", set_aside_ttl=SET_ASIDE))
     foreign = run(store.read("ord-1", "ord-1"))
     assert {k: v for k, v in foreign.items() if not k.startswith("_")} == {
         "id": "ord-1", "orderId": "ord-1", "type": "someone-else", "x": 1}

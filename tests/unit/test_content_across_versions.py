@@ -17,7 +17,7 @@ from idempotent_consumer.records import ParkedEvent
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
-from shared.domain.aggregate import Order
+from shared.domain.aggregate import order as order_state
 from shared.domain.lifecycle import ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
@@ -158,8 +158,8 @@ def test_a_release_on_an_order_in_a_status_this_version_does_not_know_keeps_ever
     events = [ParkedEvent.of(parse_event(InboundMessage(body["id"], encode_event(body), session_id="ord-1")),
                              consumer="c", message_id=body["id"], request_hash="h", now=0.0)
               for body in (event_body("ord-1", 2), event_body("ord-1", 3, ORDER_SHIPPED))]
-    done = Order("ord-1", "on_hold", 1, parked=2).release(events)
-    assert done.steps == [] and done.order.parked == 2
+    done = order_state("ord-1", "on_hold", 1, parked=2).release(events)
+    assert done.steps == [] and done.subject.parked == 2
     assert "on_hold, a status this version does not know" in done.describe()
 
 

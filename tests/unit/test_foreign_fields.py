@@ -14,19 +14,21 @@ from typing import Any
 import pytest
 
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered.operator import drop, force_release
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import Replace
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
+from shared.domain.aggregate import ORDERS
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
-from shared.handlers.operator_commands import drop, force_release
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
 
 SETTINGS = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0)
+SET_ASIDE = SETTINGS.parked_set_aside_ttl_seconds
 FOREIGN = {"loyalty": {"tier": "gold", "history": [{"at": "2026-11-01", "points": 10}]}, "channel": "app"}
 run = asyncio.run  # the in-memory fakes hold nothing across calls: a fresh loop per call will do
 
@@ -140,7 +142,7 @@ def test_an_operators_release_keeps_the_orders_foreign_fields(app: bootstrap.App
     place(app)
     assert event(app, 3, ORDER_SHIPPED).outcome is Outcome.PARKED
     add_foreign(store, "order")
-    run(force_release(store, SETTINGS.consumer_name, "ord-1", "e-3"))
+    run(force_release(store, ORDERS, SETTINGS.consumer_name, "ord-1", "e-3", set_aside_ttl=SET_ASIDE))
     assert_kept(store, "order")
     assert run(store.read("ord-1", "ord-1"))["status"] == "shipped"
 
@@ -151,7 +153,7 @@ def test_an_operators_drop_keeps_the_foreign_fields_of_the_order_and_of_the_park
     place(app)
     assert event(app, 3, ORDER_SHIPPED).outcome is Outcome.PARKED
     add_foreign(store, "order", "parked-event")
-    run(drop(store, SETTINGS.consumer_name, "ord-1", "e-3"))
+    run(drop(store, ORDERS, SETTINGS.consumer_name, "ord-1", "e-3", set_aside_ttl=SET_ASIDE))
     assert_kept(store, "order", "parked-event")
     assert of_type(store, "parked-event")[0]["status"] == "dropped"
 

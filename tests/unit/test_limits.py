@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from idempotent_consumer.delivery import SETTLEMENTS, Action
 from idempotent_consumer.errors import TransientStoreError
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered.writes import Releases, read_known, waiting
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import (
     MAX_BATCH_OPERATIONS,
@@ -27,9 +28,9 @@ from idempotent_consumer.records import ParkedStatus
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
-from shared.domain.aggregate import MAX_PARKED_EVENTS, Order
+from shared.domain.aggregate import MAX_PARKED_EVENTS, ORDERS
+from shared.domain.aggregate import order as order_state
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
-from shared.handlers.writes import Releases, read_known, waiting
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
@@ -219,10 +220,10 @@ def test_a_release_is_split_by_its_bytes_when_they_bind_before_its_operations() 
     app = app_on(store)
     for _ in range(60):
         event(app, "ord-1", 2)  # parked before their order: the order applies one, and 59 are stale
-    stored = run(read_known(store, "ord-1"))
-    done = Order("ord-1", "placed", 1, stored.order.parked).release(run(waiting(store, SETTINGS.consumer_name,
+    stored = run(read_known(store, ORDERS, "ord-1"))
+    done = order_state("ord-1", "placed", 1, stored.subject.parked).release(run(waiting(store, SETTINGS.consumer_name,
                                                                                  "ord-1")))
-    releases = Releases(store, SETTINGS.consumer_name, 60, max_bytes=30_000)  # binds before 100 operations do
+    releases = Releases(store, SETTINGS.consumer_name, 60, ORDERS, max_bytes=30_000)  # binds before 100 operations do
     order = stored.document
     assert order is not None
     batches, start = [], 0

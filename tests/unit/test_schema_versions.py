@@ -15,20 +15,22 @@ import pytest
 
 from idempotent_consumer.delivery import Action, Settlement
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered.operator import drop
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import Replace
 from idempotent_consumer.records import SCHEMA_VERSION
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
+from shared.domain.aggregate import ORDERS
 from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPTURED
-from shared.handlers.operator_commands import drop
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
 
 SETTINGS = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0)
+SET_ASIDE = SETTINGS.parked_set_aside_ttl_seconds
 NEWER = {"schemaVersion": 2, "giftWrap": {"paper": "red", "tags": ["birthday"]}, "priority": 3}
 run = asyncio.run  # the in-memory fakes hold nothing across calls: a fresh loop per call will do
 
@@ -320,7 +322,7 @@ def test_an_operators_drop_of_an_event_parked_uncounted_leaves_the_orders_count_
     document = rewrite(store, "order", **BROKEN_ORDER)
     assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # parked uncounted
     run(store.execute_batch("ord-1", [Replace({**document, "schemaVersion": 2, "version": 1})]))  # readable again
-    run(drop(store, SETTINGS.consumer_name, "ord-1", "e-3"))
+    run(drop(store, ORDERS, SETTINGS.consumer_name, "ord-1", "e-3", set_aside_ttl=SET_ASIDE))
     assert run(store.read("ord-1", "ord-1"))["parked"] == 1  # still counts version 4, which still waits
 
 
@@ -330,7 +332,8 @@ def test_an_operator_drops_an_event_parked_uncounted_while_its_order_still_does_
     place(app)
     before = rewrite(store, "order", **BROKEN_ORDER)
     assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # parked uncounted: the order was not read
-    dropped = run(drop(store, SETTINGS.consumer_name, "ord-1", "e-3"))  # nor does the drop need it
+    # nor does the drop need it
+    dropped = run(drop(store, ORDERS, SETTINGS.consumer_name, "ord-1", "e-3", set_aside_ttl=SET_ASIDE))
     assert dropped.status == "dropped"
     assert [d["status"] for d in of_type(store, "parked-event")] == ["dropped"]
     assert run(store.read("ord-1", "ord-1"))["_etag"] == before["_etag"]
@@ -347,7 +350,7 @@ def test_a_release_that_leaves_an_event_parked_uncounted_does_not_count_it_so_it
     assert event(app, 2) == COMPLETE  # applied; versions 4 and 5 still wait for 3
     order = run(store.read("ord-1", "ord-1"))
     assert (order["version"], order["parked"]) == (2, 1)  # as many as still wait counted: version 4's
-    run(drop(store, SETTINGS.consumer_name, "ord-1", "e-5"))
+    run(drop(store, ORDERS, SETTINGS.consumer_name, "ord-1", "e-5", set_aside_ttl=SET_ASIDE))
     assert run(store.read("ord-1", "ord-1"))["parked"] == 1
 
 

@@ -26,9 +26,9 @@ def _fresh_reservation_key() -> None:
 
 def _typed_order_replace() -> None:
     from idempotent_consumer.errors import StoreError  # noqa: PLC0415
+    from idempotent_consumer.ordered import writes  # noqa: PLC0415
     from idempotent_consumer.ports.store import Replace  # noqa: PLC0415
     from shared.domain.documents import OrderDocument  # noqa: PLC0415 - patched only when planted
-    from shared.handlers import writes  # noqa: PLC0415
 
     applied = writes.EventWrites.apply
 
@@ -36,10 +36,10 @@ def _typed_order_replace() -> None:
         await applied(self)
         # ...then the order saved back from its typed model, as code that "normalises" it would: every
         # field this version does not model is dropped.
-        stored = await self.store.read(self.event.order_id, self.event.order_id)
+        stored = await self.store.read(self.event.subject, self.event.subject)
         typed = OrderDocument.from_document(stored).to_document()
         with contextlib.suppress(StoreError):  # changed meanwhile: this time nothing was dropped
-            await self.store.execute_batch(self.event.order_id, [Replace(typed, stored["_etag"])])
+            await self.store.execute_batch(self.event.subject, [Replace(typed, stored["_etag"])])
 
     writes.EventWrites.apply = apply  # type: ignore[method-assign]
 

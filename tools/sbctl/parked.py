@@ -16,12 +16,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from idempotent_consumer.errors import ConfigurationError, NotFound, StoreError, UnreadableDocument
+from idempotent_consumer.ordered import operator as operator_commands
 from idempotent_consumer.ports.store import DocumentStore
 from idempotent_consumer.records import ParkedEvent
 from sbctl.connection import ToolError
 from sbctl.failures import cosmos_failure
 from shared import bootstrap
-from shared.handlers import operator_commands
+from shared.domain.aggregate import ORDERS
 from shared.settings import Settings
 
 
@@ -84,11 +85,12 @@ async def _run(args: argparse.Namespace) -> int:
             return 0 if found else 3
         ttl = Settings.from_env().parked_set_aside_ttl_seconds
         if args.parked_command == "release":
-            done = await operator_commands.force_release(store, args.consumer, args.order, args.event,
+            done = await operator_commands.force_release(store, ORDERS, args.consumer, args.order, args.event,
                                                          set_aside_ttl=ttl)
             versions = [event.sequence for _, event in done.applied]
-            print(f"released versions {versions} onto order {args.order}; it is at version {done.order.version}")
+            print(f"released versions {versions} onto order {args.order}; it is at version {done.subject.version}")
             return 0
-        dropped = await operator_commands.drop(store, args.consumer, args.order, args.event, set_aside_ttl=ttl)
+        dropped = await operator_commands.drop(store, ORDERS, args.consumer, args.order, args.event,
+                                                set_aside_ttl=ttl)
         print(f"dropped version {dropped.sequence} ({dropped.event_id}) of order {args.order}; kept, marked dropped")
         return 0

@@ -13,6 +13,7 @@ import msgspec
 
 from idempotent_consumer.delivery import SETTLEMENTS, Handler
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered.writes import Releases
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.sender import MessageSender
 from idempotent_consumer.ports.store import DocumentStore, query_all
@@ -21,7 +22,6 @@ from idempotent_consumer.retries import RETRY_LIMIT_EXCEEDED
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
-from shared.handlers.writes import Releases
 from shared.ports.fulfilment import FulfilmentService
 from shared.settings import Settings
 from simulation.broker import Broker, BrokerMessage, Delivery, Namespace, Queue
