@@ -96,7 +96,7 @@ class Runtime:
         """Find, log and count the effects in progress for too long (and events parked too long)."""
         settings = self.settings
         return await reports.report_stuck(self.store(), consumer=self.name, now=self.clock(),
-                                          parked_after=settings.side_effect_stuck_after_seconds,
+                                          parked_after=settings.parked_alert_after_seconds,
                                           stuck_after=settings.side_effect_stuck_after_seconds)
 
     def store(self) -> DocumentStore:

@@ -126,6 +126,12 @@ class Retention:
         redeliveries = self.lock_duration_seconds * self.max_delivery_count
         return redeliveries + self.retry_total_seconds + self.message_ttl_seconds + self.resubmit_grace_seconds
 
+    @property
+    def identity_ttl_seconds(self) -> int:
+        """How long an ordered event's identity lives: past its marker by as much as a redelivery or a delayed retry
+        may come later, so that no key is ever checked against a marker alone."""
+        return self.dedup_ttl_seconds + self.lock_duration_seconds * self.max_delivery_count + self.retry_total_seconds
+
     def check(self, queue: str | None = None, prefix: str = "") -> Retention:
         """Return self if markers live long enough, else raise ConfigurationError showing the computation (for
         ``queue``, when named, whose consumer's settings are read under ``prefix``)."""
@@ -201,6 +207,11 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
                                                  "claim; also capped by the message lock.")
     side_effect_stuck_after_seconds: Seconds = setting("SIDE_EFFECT_STUCK_AFTER_SECONDS", 300, "Time past its lease "
                                                        "at which the stuck report names an effect still in progress.")
+    parked_set_aside_ttl_seconds: Seconds = setting(
+        "PARKED_SET_ASIDE_TTL_SECONDS", 604800, "Ordered queues: lifetime of a parked event set aside for good, "
+        "rejected on release or dropped by an operator (7 days).")
+    parked_alert_after_seconds: Seconds = setting("PARKED_ALERT_AFTER_SECONDS", 900, "Ordered queues: age at which the "
+                                                  "stuck report names an event still parked for its predecessor.")
     stuck_report_schedule: Name = setting("STUCK_REPORT_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of the "
                                           "stuck report.")
     outbox_dispatched_ttl_seconds: Seconds = setting("OUTBOX_DISPATCHED_TTL_SECONDS", 604800, "Lifetime of an "

@@ -14,7 +14,8 @@ The blueprint owns what a user could get wrong: each queue's trigger is PeekLock
 is settled explicitly, exactly once, through ``idempotent_consumer.delivery``. With it come the consumer's
 companions: the outbox publisher on its container's change feed, the sweep for what the feed missed, and the
 stuck report. The handler only decides: it gets the message decoded as ``model`` (msgspec: a Struct, a
-dataclass, a TypedDict) and returns a ``Plan``, which the library writes (``idempotent_consumer.plan``).
+dataclass, a TypedDict) and returns a ``Plan``, which the library writes (``idempotent_consumer.plan``). A queue
+of ordered events is registered with ``ordered`` and a state machine instead (``idempotent_consumer.ordered``).
 
 A message is decoded before the handler is called: a body that is not the model is dead-lettered
 InvalidMessage naming msgspec's rule and path (never a value); a body over 256 KB, LimitExceeded. The key
@@ -34,7 +35,7 @@ import inspect
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import azure.functions as func
@@ -46,8 +47,10 @@ from idempotent_consumer.functions import lock_renewal
 from idempotent_consumer.functions.binding import to_inbound
 from idempotent_consumer.functions.settlement import ActionsSettlement
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered import Machine, Ordered
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.plan import Plan, Scope
+from idempotent_consumer.ports.watched import watched_store
 from idempotent_consumer.records import PARTITION_FIELD, RECORD_FIELDS
 from idempotent_consumer.runtime import Runtime
 from idempotent_consumer.settings import ConsumerSettings
@@ -109,6 +112,7 @@ class Consumer(func.Blueprint):
         self.settings = msgspec.structs.replace(read, cosmos_container=container)
         self._service_bus_connection = service_bus_connection
         self.queues: dict[str, Queue] = {}
+        self.ordered_queues: dict[str, tuple[str, Ordered]] = {}  # by function: the queue and its ordered mode
         self._runtime: Runtime | None = None
         self._renewal = lock_renewal.renewal_seconds()
         self._companions(cosmos_connection)
@@ -148,6 +152,26 @@ class Consumer(func.Blueprint):
             self._trigger(entry)
             return handler
         return register
+
+    def ordered(self, queue: str, machine: Machine[Any], *, sessions: bool = False,
+                function_name: str | None = None) -> Ordered:
+        """Register ordered processing of ``queue``'s events by ``machine`` (``idempotent_consumer.ordered``): each
+        applied once and in sequence to its subject, in this consumer's container, an event before its turn parked
+        and released in the batch of the one that makes it next. PeekLock, settled by the library. ``sessions``
+        for a session-enabled queue (a session per subject), which delivers a subject's events one at a time."""
+        self.settings.retention.check(queue, self.prefix)
+        settings, name = self.settings, function_name or _stem(f"{self.name}_{queue}")
+        mode = Ordered(machine, self.name, settings.dedup_ttl_seconds, settings.retention.identity_ttl_seconds,
+                       settings.parked_set_aside_ttl_seconds)
+        self.ordered_queues[name] = queue, mode
+        self._bind(name, queue, sessions, functools.partial(self.apply, name), mode.check)
+        return mode
+
+    async def apply(self, function: str, message: InboundMessage) -> Result:
+        """One delivery of ``function``'s ordered queue, decided by its machine."""
+        runtime = self.runtime()
+        mode = replace(self.ordered_queues[function][1], clock=runtime.clock)
+        return await mode.apply(message, watched_store(runtime.store()))
 
     async def handle(self, function: str, message: InboundMessage) -> Result:
         """One delivery of ``function``'s queue, decided: decode, ask the handler for its plan, carry it out."""
@@ -211,22 +235,25 @@ class Consumer(func.Blueprint):
     # -- the functions -----------------------------------------------------------------------------------
 
     def _trigger(self, entry: Queue) -> None:
-        consumer, renewal = self, 0.0 if entry.sessions else self._renewal
+        self._bind(entry.function, entry.queue, entry.sessions, functools.partial(self.handle, entry.function),
+                   functools.partial(self.check, entry.function))
 
-        @self.function_name(entry.function)
-        @self.service_bus_queue_trigger(arg_name="msg", queue_name=entry.queue,
-                                        connection=self._service_bus_connection,
-                                        is_sessions_enabled=entry.sessions, auto_complete_messages=False)
+    def _bind(self, function: str, queue: str, sessions: bool, handler: Callable[[InboundMessage], Awaitable[Result]],
+              check: Callable[[InboundMessage], Result | None]) -> None:
+        """The PeekLock trigger of ``queue``, its every delivery run through ``handler`` and settled by the library."""
+        consumer, renewal = self, 0.0 if sessions else self._renewal
+
+        @self.function_name(function)
+        @self.service_bus_queue_trigger(arg_name="msg", queue_name=queue, connection=self._service_bus_connection,
+                                        is_sessions_enabled=sessions, auto_complete_messages=False)
         async def trigger(msg: servicebus.ServiceBusReceivedMessage,
                           message_actions: servicebus.ServiceBusMessageActions) -> None:
-            runtime = consumer.runtime()
-            await runtime.deliver(entry.function, functools.partial(to_inbound, msg, renewal=renewal),
-                                  functools.partial(consumer.handle, entry.function),
-                                  ActionsSettlement(msg, message_actions, sessions=entry.sessions),
-                                  queue=entry.queue, check=functools.partial(consumer.check, entry.function))
+            await consumer.runtime().deliver(function, functools.partial(to_inbound, msg, renewal=renewal), handler,
+                                             ActionsSettlement(msg, message_actions, sessions=sessions),
+                                             queue=queue, check=check)
 
     def _companions(self, cosmos_connection: str) -> None:
-        consumer, settings, stem = self, self.settings, re.sub(r"\W", "_", self.name)
+        consumer, settings, stem = self, self.settings, _stem(self.name)
 
         @self.function_name(f"{stem}_publish_outbox")
         @self.cosmos_db_trigger(arg_name="documents", connection=cosmos_connection,
@@ -247,8 +274,14 @@ class Consumer(func.Blueprint):
         @self.timer_trigger(arg_name="timer", schedule=settings.stuck_report_schedule, run_on_startup=False)
         async def report_stuck(timer: func.TimerRequest) -> None:
             found = await consumer.runtime().report_stuck()
-            logger.info("%s_report_stuck sideEffects=%d", stem, len(found.side_effects),
-                        extra={"function": f"{stem}_report_stuck", "stuck": len(found.side_effects)})
+            logger.info("%s_report_stuck parked=%d sideEffects=%d", stem, len(found.parked), len(found.side_effects),
+                        extra={"function": f"{stem}_report_stuck", "parked": len(found.parked),
+                               "stuck": len(found.side_effects)})
+
+
+def _stem(name: str) -> str:
+    """``name`` as a function's name: each character a name may not hold made ``_``."""
+    return re.sub(r"\W", "_", name)
 
 
 def _final(decoded: tuple[Any, str, str, str] | Result) -> Result | None:

@@ -58,7 +58,9 @@ class Machine(Protocol[E]):
 
     ``noun`` names a subject in descriptions ("order"). ``known`` is every status this version knows, and
     ``terminal`` those no event may follow. ``sub_objects`` are the subject's fields its events set, one per
-    event kind. ``max_parked`` is the most events one subject holds parked.
+    event kind. ``max_parked`` is the most events one subject holds parked. ``creates``: whether an event of
+    sequence 1 creates its subject (``create``); when false, the subject is created by another handler (the
+    order app's OrderPlaced, in its own intake) and its events start at 2.
     """
 
     noun: str
@@ -66,6 +68,7 @@ class Machine(Protocol[E]):
     terminal: frozenset[str]
     sub_objects: frozenset[str]
     max_parked: int
+    creates: bool
 
     def parse(self, message: InboundMessage) -> E:
         """The delivery's event; InvalidMessage naming the first rule it breaks."""
@@ -99,6 +102,12 @@ class Machine(Protocol[E]):
 
     def placeholder(self, key: str, parked: int) -> dict[str, Any]:
         """The document that stands in for a subject whose events came first, counting ``parked``."""
+        ...
+
+    def create(self, event: E, written: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The subject's document as its first event (sequence 1) creates it, its id the event's subject; the
+        library adds the transition's fields (status, version, the event's sub-object, updatedAt). Called only
+        when ``creates``."""
         ...
 
 
@@ -142,13 +151,18 @@ class Subject:
             return Outcome.INVALID_TRANSITION
         if in_turn is Outcome.PARKED:
             return in_turn
+        if self.status is None:  # the subject's first event, which creates it
+            return Outcome.APPLIED
         return Outcome.APPLIED if self.status in self.machine.allowed_from(event) else Outcome.INVALID_TRANSITION
 
     def _turn(self, sequence: int) -> Outcome:
-        """STALE at or below the version, PARKED before its turn (or before the subject), else APPLIED."""
+        """STALE at or below the version, PARKED before its turn (or before the subject, unless it is the first
+        event of a machine whose first event creates its subject), else APPLIED."""
         if self.version >= sequence:
             return Outcome.STALE
-        return Outcome.PARKED if self.status is None or self.version != sequence - 1 else Outcome.APPLIED
+        if self.status is None:
+            return Outcome.APPLIED if sequence == 1 and self.machine.creates else Outcome.PARKED
+        return Outcome.PARKED if self.version != sequence - 1 else Outcome.APPLIED
 
     @property
     def unknown_status(self) -> str | None:
@@ -174,6 +188,8 @@ class Subject:
         name, _value = self.machine.sub_object(event, written)
         if (stored := self.objects.get(name)) is not None:
             changes[name] = {**stored, **changes[name]}
+        if self.status is None:  # its first event creates it
+            changes = {**self.machine.create(event, written), **changes}
         return self._with(**changes)
 
     def skip_to(self, event: OrderedEvent) -> Subject:

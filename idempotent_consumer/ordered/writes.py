@@ -116,9 +116,15 @@ async def waiting(store: DocumentStore, consumer: str, key: str) -> list[ParkedE
 def subject_write(stored: Stored, subject: Subject) -> BatchOperation:
     """The subject's changes as a patch of its document, on its etag as read; a new placeholder if none
     stood. (A transition changes at most seven fields: status, version, parked, updatedAt and the sub-objects
-    it sets, inside the ten one patch takes.)"""
+    it sets, inside the ten one patch takes.) A subject its first event creates is created where nothing stood,
+    and takes its placeholder's place, merged into it on its etag, where one did."""
+    created = stored.subject.status is None and subject.status is not None
     if stored.document is None:
+        if created:
+            return Create(dict(subject.changes))
         return Create(subject.machine.placeholder(subject.key, subject.parked))
+    if created:
+        return merge_on_etag(stored, subject.changes)
     return Patch(subject.key, dict(subject.changes), if_match=_ours(stored)["_etag"])
 
 
@@ -311,10 +317,15 @@ class EventWrites:
         """The happy path, unread: the subject patched on its version and state, and the event's record. The
         event's sub-object is set whole, so only where none stands (another writer may have put one there, whose
         fields the read path keeps)."""
-        machine, part = self.releases.machine, self.releases.part
-        changes, condition = transition(machine, self.event, self.data)
-        condition[machine.sub_object(self.event, self.data)[0]] = ABSENT
-        await write_once(self.store, self.marker, [(part, Patch(self.event.subject, changes, condition)),
+        machine, part, key = self.releases.machine, self.releases.part, self.event.subject
+        write: BatchOperation
+        if machine.creates and self.event.sequence == 1:  # the create is the check: taken, it is read and decided
+            write = Create(dict(Subject(machine, key).apply(self.event, self.data).changes))
+        else:
+            changes, condition = transition(machine, self.event, self.data)
+            condition[machine.sub_object(self.event, self.data)[0]] = ABSENT
+            write = Patch(key, changes, condition)
+        await write_once(self.store, self.marker, [(part, write),
                                                    ("record", Create(machine.record(self.event, self.data)))],
                          noun=part)
 

@@ -36,6 +36,10 @@ class OrderMachine:
     # The order's fields the events' kinds set, one sub-object each.
     sub_objects = frozenset(kind.record_type for kind in KINDS.values())
     max_parked = MAX_PARKED_EVENTS
+    creates = False  # OrderPlaced creates the order, in its own intake with the reservation's claim
+
+    def create(self, event: CloudEvent, written: Mapping[str, Any] | None) -> dict[str, Any]:
+        raise NotImplementedError("an order is created by OrderPlaced, not by an event")
 
     def parse(self, message: InboundMessage) -> CloudEvent:
         return parse_event(message)

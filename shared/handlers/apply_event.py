@@ -18,13 +18,9 @@ from shared.settings import Settings
 
 def ordered(settings: Settings, clock: Callable[[], float] = time.time,
             releases: type[Releases] = Releases) -> Ordered:
-    """The ordered mode as ``settings`` configure it. An event's identity outlives its marker by as much as a
-    redelivery (lock duration x MaxDeliveryCount) or a delayed retry (RETRY_TOTAL_SECONDS) may come later."""
-    identity_ttl = (settings.dedup_ttl_seconds
-                    + settings.servicebus_lock_duration_seconds * settings.servicebus_max_delivery_count
-                    + (settings.retry_total_seconds if settings.delayed_retries else 0))
-    return Ordered(ORDERS, settings.consumer_name, settings.dedup_ttl_seconds, identity_ttl,
-                   settings.parked_set_aside_ttl_seconds, releases, clock)
+    """The ordered mode as ``settings`` configure it."""
+    return Ordered(ORDERS, settings.consumer_name, settings.dedup_ttl_seconds,
+                   settings.retention.identity_ttl_seconds, settings.parked_set_aside_ttl_seconds, releases, clock)
 
 
 async def apply_order_event(message: InboundMessage, store: DocumentStore, settings: Settings,
