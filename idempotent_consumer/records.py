@@ -188,9 +188,8 @@ class EffectStatus(StrEnum):
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"  # the downstream did it
     REJECTED = "rejected"  # the downstream refused it for good, and said why: the business outcome
-    # Written by versions before REJECTED: any answer that was neither 2xx nor transient. Read as a claim whose
-    # lease has ended, which the next delivery (an operator's resubmission) takes over and calls again.
-    FAILED = "failed"
+    # A status an app's earlier versions wrote is the app's to read (``SideEffect.upgrade``): the order app's
+    # ``failed`` reads as a claim whose lease has ended.
 
 
 class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):

@@ -107,6 +107,10 @@ class SideEffect:
     # is announced by the next delivery. None for a consumer that never announced otherwise: its finish writes its
     # announcement in its own batch, always.
     announces: bool | None = None
+    # An app's compatibility with the records its earlier versions wrote, not the library's: each stored record
+    # passes through it before it is read (the order app reads its old ``failed`` status as a claim whose lease
+    # has ended). None: records are read as stored.
+    upgrade: Callable[[Document], Document] | None = None
 
     def claim(self, partition: str, message: InboundMessage, request_hash: str | None = None, *,
               key: str | None = None) -> SideEffectRecord:
@@ -124,9 +128,10 @@ class SideEffect:
     async def find(self, record: SideEffectRecord) -> SideEffectRecord | None:
         """The stored record with ``record``'s id, as it is now (one point read); None if there is none."""
         try:
-            return SideEffectRecord.from_document(await self.store.read(record.id, record.partition))
+            stored = await self.store.read(record.id, record.partition)
         except NotFound:
             return None
+        return SideEffectRecord.from_document(stored if self.upgrade is None else self.upgrade(stored))
 
     async def run(
         self, claim: SideEffectRecord, message: InboundMessage, call: Callable[[str], Awaitable[Reply]], *,
@@ -352,8 +357,7 @@ class _Run:
 
     async def _settled(self, record: SideEffectRecord) -> SideEffectRecord | Result:
         """The verdict of a finished record, its outcome announced first if it ``announces`` it and the version that
-        finished it did not; the record itself while it is in progress (or ``failed``: read as a claim whose lease
-        has ended)."""
+        finished it did not; the record itself while it is in progress."""
         for _ in range(MAX_RACES):
             if record.status not in (EffectStatus.COMPLETED, EffectStatus.REJECTED) or not record.announces \
                     or record.announced:
@@ -393,16 +397,13 @@ class _Run:
 
 def _verdict(record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Result:
     """``done`` or REJECTED for a finished record, ORDER_CLOSED for one finished unannounced because what it belongs
-    to closed (``announces`` false); the record itself while it is in progress, or ``failed`` (an earlier version's:
-    read as a claim whose lease has ended, for this delivery to take over)."""
+    to closed (``announces`` false); the record itself while it is in progress."""
     if record.status in (EffectStatus.COMPLETED, EffectStatus.REJECTED) and record.announces is False:
         return Result(Outcome.ORDER_CLOSED, summary(record))
     if record.status is EffectStatus.COMPLETED:
         return Result(done, summary(record))
     if record.status is EffectStatus.REJECTED:
         return Result(Outcome.REJECTED, summary(record))
-    if record.status is EffectStatus.FAILED:
-        return msgspec.structs.replace(record, lease_until=min(record.lease_until, record.finished_at or 0.0))
     return record
 
 

@@ -36,7 +36,15 @@ from idempotent_consumer.errors import (
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ordered.writes import Intake, Releases, read_known, waiting
 from idempotent_consumer.outcomes import Outcome, Result, parsed
-from idempotent_consumer.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, DocumentStore, Patch
+from idempotent_consumer.ports.store import (
+    ABSENT,
+    MAX_RACES,
+    BatchOperation,
+    Create,
+    Document,
+    DocumentStore,
+    Patch,
+)
 from idempotent_consumer.records import EffectStatus, SideEffectRecord
 from idempotent_consumer.side_effects import SideEffect
 from shared.domain import documents, identity
@@ -53,6 +61,16 @@ RESERVE_STOCK = "reserve-stock"
 # the reservation's finish announced OrderAccepted at the intake, so this release's claims say that their finish
 # announces, and a record finished without it is announced by the next delivery.
 ANNOUNCES_AT_FINISH = True
+
+
+def failed_as_ended(document: Document) -> Document:
+    """The order app's compatibility with its own history (the library's ``SideEffect.upgrade``): releases before
+    REJECTED marked a reservation ``failed`` for any answer neither 2xx nor transient. Such a record reads as a claim
+    whose lease has ended, which the next delivery (an operator's resubmission) takes over and calls again."""
+    if document.get("status") != "failed":
+        return document
+    return {**document, "status": EffectStatus.IN_PROGRESS.value,
+            "leaseUntil": min(document["leaseUntil"], document.get("finishedAt") or 0.0)}
 
 
 @dataclass(frozen=True)
@@ -75,7 +93,7 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
         return order
     hash_, settings = order.request_hash(), services.settings
     effect = SideEffect(services.store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds,
-                        services.clock, announces=ANNOUNCES_AT_FINISH)
+                        services.clock, announces=ANNOUNCES_AT_FINISH, upgrade=failed_as_ended)
     claim = effect.claim(order.order_id, message, hash_)
     intake = Intake(order.order_id, OrderDocument.placed(order, message, hash_).to_document(),
                     [("claim", Create(claim.to_document()))])

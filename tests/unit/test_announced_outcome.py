@@ -10,14 +10,16 @@ from typing import Any
 
 import pytest
 
-from idempotent_consumer.errors import NotFound
+from idempotent_consumer.errors import NotFound, UnreadableDocument
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.store import BatchOperation, Create, Document, Patch, Replace
+from idempotent_consumer.records import EffectStatus, SideEffectRecord
+from idempotent_consumer.side_effects import SideEffect
 from idempotent_consumer.testing.memory import InMemoryStore
 from shared.adapters.memory import InMemoryFulfilment
 from shared.adapters.reservations import KEY_REUSED
 from shared.domain import identity
-from shared.handlers.place_order import OrderServices, place_order
+from shared.handlers.place_order import RESERVE_STOCK, OrderServices, failed_as_ended, place_order
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body
@@ -152,6 +154,20 @@ def test_a_record_an_earlier_version_marked_failed_is_taken_over_by_the_resubmis
     [record] = of_type(store, "side-effect")
     assert (record["status"], record["attempt"]) == ("completed", 2)
     assert len(of_type(store, "outbox")) == 1
+
+
+def test_failed_is_the_order_apps_history_not_a_status_the_library_reads() -> None:
+    store, fulfilment = InMemoryStore(), Scripted(Reply(503))
+    place(store, fulfilment, order_body("ord-1"))
+    [record] = of_type(store, "side-effect")
+    put(store, {**record, "status": "failed", "finishedAt": record["leaseUntil"] - 5})
+    claim = SideEffectRecord.from_document(record)
+    with pytest.raises(UnreadableDocument):  # a library consumer never wrote it, and has no hook
+        asyncio.run(SideEffect(store, SETTINGS.consumer_name, RESERVE_STOCK, 60).find(claim))
+    hooked = SideEffect(store, SETTINGS.consumer_name, RESERVE_STOCK, 60, upgrade=failed_as_ended)
+    found = asyncio.run(hooked.find(claim))
+    assert found is not None and found.status is EffectStatus.IN_PROGRESS
+    assert found.lease_until == record["leaseUntil"] - 5  # its lease ended when the old version finished it
 
 
 def as_the_version_before(store: InMemoryStore, order_id: str, *, entry: bool = True) -> None:
