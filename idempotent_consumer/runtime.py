@@ -13,7 +13,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from idempotent_consumer import reports
 from idempotent_consumer.breaker import Breaker
@@ -36,17 +36,53 @@ from idempotent_consumer.ports.sender import MessageSender
 from idempotent_consumer.ports.store import DocumentStore
 from idempotent_consumer.ports.watched import watched_store
 from idempotent_consumer.retries import Backoff
-from idempotent_consumer.settings import ConsumerSettings
 from idempotent_consumer.telemetry import record_delivery
 
 _Client = TypeVar("_Client")
+
+if TYPE_CHECKING:
+    from idempotent_consumer.adapters.cosmos import CosmosSettings
+    from idempotent_consumer.adapters.servicebus import ServiceBusSettings
+
+    class RuntimeSettings(CosmosSettings, ServiceBusSettings, Protocol):
+        """What a runtime reads of its consumer's settings: ``ConsumerSettings`` has these, and so has an app's own
+        settings class that declares them (the order app's ``Settings``)."""
+
+        @property
+        def side_effect_lease_seconds(self) -> int: ...
+        @property
+        def dedup_ttl_seconds(self) -> int: ...
+        @property
+        def breaker_window(self) -> int: ...
+        @property
+        def breaker_open_seconds(self) -> float: ...
+        @property
+        def retry_backoff_seconds(self) -> float: ...
+        @property
+        def retry_backoff_ceiling_seconds(self) -> float: ...
+        @property
+        def retry_total_seconds(self) -> int: ...
+        @property
+        def delayed_retries(self) -> bool: ...
+        @property
+        def abandon_delay_seconds(self) -> float: ...
+        @property
+        def retry_in_lock_attempts(self) -> int: ...
+        @property
+        def outbox_dispatched_ttl_seconds(self) -> int: ...
+        @property
+        def parked_alert_after_seconds(self) -> int: ...
+        @property
+        def side_effect_stuck_after_seconds(self) -> int: ...
+
+        def complete(self, prefix: str = "") -> Any: ...
 
 
 class Runtime:
     """One consumer's settings, ports, clock and breakers; ``store`` is its container as the plan sees it (the
     records' partition key under the container's own field)."""
 
-    def __init__(self, name: str, settings: ConsumerSettings, *, partition_field: str, scope: Scope,
+    def __init__(self, name: str, settings: RuntimeSettings, *, partition_field: str, scope: Scope,
                  store: DocumentStore | None = None, sender: MessageSender | None = None, clock: Clock = time.time,
                  sleep: Sleep = asyncio.sleep, record: Recorder = record_delivery, prefix: str = "",
                  complete: bool = False) -> None:
@@ -92,10 +128,18 @@ class Runtime:
         return OutboxPublisher(self.store(), self.sender(),
                                dispatched_ttl_seconds=self.settings.outbox_dispatched_ttl_seconds, clock=self.clock)
 
-    async def report_stuck(self) -> reports.StuckReport:
-        """Find, log and count the effects in progress for too long (and events parked too long)."""
+    @property
+    def breakers(self) -> list[Breaker]:
+        """The breakers this runtime made, one per function that delivered."""
+        with self._lock:
+            return list(self._breakers.values())
+
+    async def report_stuck(self, now: float | None = None) -> reports.StuckReport:
+        """Find, log and count the effects in progress for too long and the events parked too long, at ``now``
+        (the clock's time when None)."""
         settings = self.settings
-        return await reports.report_stuck(self.store(), consumer=self.name, now=self.clock(),
+        return await reports.report_stuck(self.store(), consumer=self.name,
+                                          now=self.clock() if now is None else now,
                                           parked_after=settings.parked_alert_after_seconds,
                                           stuck_after=settings.side_effect_stuck_after_seconds)
 

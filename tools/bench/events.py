@@ -99,7 +99,8 @@ def _moment(stamp: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def _send(sender: ServiceBusSender, messages: list[ServiceBusMessage]) -> None:
+def send_batched(sender: ServiceBusSender, messages: list[ServiceBusMessage]) -> None:
+    """Send ``messages`` in as few batches as the broker takes."""
     batch = sender.create_message_batch()
     for message in messages:
         try:
@@ -192,14 +193,14 @@ def _measure(stack: Stack, args: argparse.Namespace, mode: str, *, overrides: di
     burst = _traffic(rng, args.burst, sessions=mode == "sessions")
     with ServiceBusClient.from_connection_string(stack.broker.connection_string) as client, \
             client.get_queue_sender("orders") as orders, client.get_queue_sender(QUEUES[mode]) as events:
-        _send(orders, [order for order, _ in burst])
+        send_batched(orders, [order for order, _ in burst])
         order_times, capped = run.drain({str(o.message_id) for o, _ in burst}, args.drain_seconds)
         if capped:
             raise TimeoutError(f"the burst's {len(burst)} orders were not written in {args.drain_seconds:.0f} s")
         event_ids = {str(e.message_id) for _, es in burst for e in es}
         time.sleep(2)  # the outbox's marks of the orders' entries, which the count leaves out anyway
         counter.counting = True
-        _send(events, [e for _, es in burst for e in es])
+        send_batched(events, [e for _, es in burst for e in es])
         event_times, capped = run.drain(event_ids, args.drain_seconds)
         counter.counting = False
         figures = Figures(mode, overrides, args.hosts, len(burst), len(event_ids), _rate(order_times),
@@ -217,7 +218,7 @@ def _measure(stack: Stack, args: argparse.Namespace, mode: str, *, overrides: di
         for n, (order, order_events) in enumerate(steady):
             time.sleep(max(0.0, began + n / rate - time.time()))
             orders.send_messages(order)
-            _send(events, order_events)
+            send_batched(events, order_events)
             sent[str(order.message_id)] = time.time()
     ids = {str(m.message_id): str(o.message_id) for o, es in steady for m in (o, *es)}
     run.drain({i for i, _ in ids.items()}, args.drain_seconds)
