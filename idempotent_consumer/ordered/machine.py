@@ -188,8 +188,9 @@ class Subject:
         name, _value = self.machine.sub_object(event, written)
         if (stored := self.objects.get(name)) is not None:
             changes[name] = {**stored, **changes[name]}
-        if self.status is None:  # its first event creates it
-            changes = {**self.machine.create(event, written), **changes}
+        if self.status is None:  # its first event creates it, counting what waits (so that its next event's patch,
+            # on nothing parked, holds)
+            changes = {**self.machine.create(event, written), **changes, "parked": self.parked}
         return self._with(**changes)
 
     def skip_to(self, event: OrderedEvent) -> Subject:

@@ -144,6 +144,24 @@ def test_events_in_order_create_then_move_the_parcel_each_once() -> None:
     assert len(documents(store, "scan")) == 3
 
 
+class CountingStore(InMemoryStore):
+    """The in-memory store, counting point reads."""
+
+    reads = 0
+
+    async def read(self, doc_id: str, partition_key: str) -> dict[str, Any]:
+        self.reads += 1
+        return await super().read(doc_id, partition_key)
+
+
+def test_the_next_event_after_the_first_is_applied_unread() -> None:
+    store = CountingStore(partition_field=FIELD)
+    parcels, function = consumer_on(store)
+    assert deliver(parcels, function, tracked(1, "Accepted")) is Outcome.APPLIED
+    assert deliver(parcels, function, tracked(2, "Dispatched")) is Outcome.APPLIED
+    assert store.reads == 0  # the created parcel counts nothing parked, so the next one's patch holds
+
+
 def test_events_before_their_parcel_are_parked_and_released_by_the_first_in_its_batch() -> None:
     store = InMemoryStore(partition_field=FIELD)
     parcels, function = consumer_on(store)
