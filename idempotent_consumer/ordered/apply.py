@@ -20,6 +20,7 @@ event at all (InvalidTransition), which would otherwise wait parked for good.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import msgspec
 from idempotent_consumer.errors import (
     AlreadyExists,
     AlreadySeen,
+    InvalidMessage,
     LimitExceeded,
     NotFound,
     OrderChanged,
@@ -70,7 +72,7 @@ class Ordered:
 
     async def apply(self, message: InboundMessage, store: DocumentStore) -> Result:
         """Apply one event exactly once for this consumer, in order, or park it until it can be."""
-        event = parsed(message, self.machine.parse)
+        event = parsed(message, functools.partial(_read, self.machine))
         if isinstance(event, Result):
             return event
         hash_, consumer, noun = event.request_hash(), self.consumer, self.machine.noun
@@ -112,8 +114,19 @@ class Ordered:
 
 def check(machine: Machine[Any], message: InboundMessage) -> Result | None:
     """What needs no dependency to decide: the final result of a delivery that is no valid event, else None."""
-    verdict = parsed(message, machine.parse)
+    verdict = parsed(message, functools.partial(_read, machine))
     return verdict if isinstance(verdict, Result) else None
+
+
+def _read(machine: Machine[Any], message: InboundMessage) -> Any:
+    """The machine's event, or InvalidMessage: what the machine's ``parse`` raised besides InvalidMessage (a
+    decoder's error, say) is named by its type alone, never a value of the message."""
+    try:
+        return machine.parse(message)
+    except (InvalidMessage, LimitExceeded):
+        raise
+    except Exception as exc:
+        raise InvalidMessage(f"the {machine.noun}'s event could not be read: {type(exc).__name__}") from exc
 
 
 async def _take_identity(store: DocumentStore, record: EventIdentity,

@@ -24,6 +24,18 @@ At the end, after the queue and the outbox have drained, the generic invariants 
   (``InvalidMessage``), other content under a key that was taken (``PayloadMismatch``);
 - **nothing left waiting**: no effect in progress, no outbox entry pending.
 
+A ``function`` registered with ``Consumer.ordered`` is driven the same way, and its invariants are the ordered
+mode's, for a machine that ``creates`` its subjects:
+
+- **in order, once**: each subject stands where the accepted events (the content that took each event's identity)
+  take it when applied in sequence by the machine itself, from the first, up to the first gap or the first the
+  machine refuses;
+- **nothing left waiting**: no event stays parked once its subject stands at its predecessor, and each subject's
+  parked count is what still waits, counted;
+- **nothing lost**, with **the right reasons**: every message completed, or dead-lettered ``InvalidMessage``
+  (not an event), ``PayloadMismatch`` (other content under an event's identity), ``InvalidTransition`` or
+  ``LimitExceeded`` (the machine's refusals; an accepted event's only).
+
 A run replays step for step from its seed. Concurrency is cooperative: each actor is an asyncio task that gives up
 control only at a port call or a simulated sleep, and the seeded scheduler chooses which waiting actor goes next.
 So a violation names its seed, and the seed reproduces it.
@@ -54,7 +66,7 @@ from idempotent_consumer.delivery import Action, Settlement
 from idempotent_consumer.errors import DownstreamUnavailable, PublishError, StoreError, TransientStoreError
 from idempotent_consumer.http import JsonReply
 from idempotent_consumer.messages import Headers, InboundMessage
-from idempotent_consumer.outcomes import Result
+from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.plan import Answer, Plan
 from idempotent_consumer.ports.sender import OutgoingMessage
 from idempotent_consumer.ports.store import BatchOperation, Document
@@ -63,6 +75,7 @@ from idempotent_consumer.testing.memory import InMemoryStore
 
 if TYPE_CHECKING:
     from idempotent_consumer.functions.consumer import Consumer
+    from idempotent_consumer.ordered import Ordered
 
 T = TypeVar("T")
 #: 2026-12-01T00:00:00Z: every run starts here, so that a trace reads the same whatever day it is replayed.
@@ -437,6 +450,8 @@ class Spec:
     invariants: Sequence[Callable[[World], Iterable[str]]] = ()
     consumers: int = 3
     faults: Faults = Faults()
+    # The MessageId a producer gives a body (an event's id, say); a new random one for each body when None.
+    message_id: Callable[[bytes], str] | None = None
 
 
 @dataclass
@@ -490,14 +505,15 @@ def run(spec: Spec, seed: int) -> tuple[World, list[str]]:
 async def _run(spec: Spec, seed: int) -> tuple[World, list[str]]:
     rng = random.Random(seed)  # noqa: S311 - a simulation's seeded choices, not security
     scheduler = Scheduler(rng, spec.faults)
-    consumer, entry = spec.consumer, spec.consumer.queues[spec.function]
+    consumer, ordered = spec.consumer, spec.consumer.ordered_queues.get(spec.function)
+    queue = ordered[0] if ordered is not None else consumer.queues[spec.function].queue
     store = InMemoryStore(partition_field=consumer.partition_field, clock=scheduler.clock, default_ttl=-1)
     broker = Broker(scheduler, lock_seconds=consumer.settings.servicebus_lock_duration_seconds,
                     max_delivery_count=consumer.settings.servicebus_max_delivery_count)
     services = {name: Service(name, scheduler, decide) for name, decide in spec.services.items()}
-    world = World(seed, scheduler, consumer, spec.function, entry.queue, store, broker, services, _workload(spec, rng))
+    world = World(seed, scheduler, consumer, spec.function, queue, store, broker, services, _workload(spec, rng))
     spec.wire(world)
-    for sent in world.workload:  # another writer was first, where some messages' plans write
+    for sent in world.workload if ordered is None else ():  # another writer was first, where some plans write
         decoded = _decoded(world, sent.body, sent.message_id)
         if sent.kind == "original" and decoded is not None and spec.foreign is not None and rng.random() < 0.05:
             document = dict(spec.foreign(sent.body))
@@ -512,7 +528,7 @@ async def _run(spec: Spec, seed: int) -> tuple[World, list[str]]:
     scheduler.stop()
     await asyncio.gather(*scheduler.tasks, return_exceptions=True)
     violations = [] if finished else [f"not drained after 12 simulated hours: {_left(world)}"]
-    violations += await _invariants(world)
+    violations += await _invariants(world) if ordered is None else _ordered_invariants(world, ordered[1])
     for invariant in spec.invariants:
         violations += [f"{getattr(invariant, '__name__', 'invariant')}: {v}" for v in invariant(world)]
     return world, violations
@@ -545,11 +561,13 @@ class _Actors:
                 await scheduler.sleep(0.5)
                 continue
             message = _inbound(queued, scheduler)
+            ordered = consumer.ordered_queues.get(function)
+            handler = functools.partial(consumer.handle if ordered is None else consumer.apply, function)
+            check = functools.partial(consumer.check, function) if ordered is None else ordered[1].check
             try:
-                await self.runtime.deliver(function, functools.partial(_same, message),
-                                           functools.partial(consumer.handle, function),
+                await self.runtime.deliver(function, functools.partial(_same, message), handler,
                                            _Settlement(world.broker, scheduler, queued), queue=world.queue,
-                                           check=functools.partial(consumer.check, function))
+                                           check=check)
             except Crash:
                 await scheduler.sleep(scheduler.rng.uniform(1.0, 10.0))  # the host starts a new worker
             except LockLost:
@@ -580,7 +598,7 @@ def _workload(spec: Spec, rng: random.Random) -> list[Sent]:
     MessageId, a resend under the same one, a copy with other content), with some bodies that are not JSON."""
     sent: list[Sent] = []
     for body in spec.messages(rng):
-        message_id = f"m-{rng.getrandbits(48):012x}"
+        message_id = f"m-{rng.getrandbits(48):012x}" if spec.message_id is None else spec.message_id(body)
         sent.append(Sent(body, message_id, "original"))
         if rng.random() < 0.15:
             sent.append(Sent(body, f"m-{rng.getrandbits(48):012x}", "copy"))
@@ -771,6 +789,79 @@ def _settled_for_its_reason(world: World, queued: Queued, accepted: Mapping[str,
         return [f"{label} ended {queued.state}{f' {reason}' if reason else ''} ({queued.description or ''});"
                 f" expected {'completed' if expected is None else f'dead-lettered {expected}'}"]
     return []
+
+
+def _ordered_invariants(world: World, mode: Ordered) -> list[str]:
+    """The ordered mode's invariants over what a run left."""
+    from idempotent_consumer.ordered import Subject  # noqa: PLC0415 - the mode's, for a replay
+
+    machine, found = mode.machine, []
+    identities = {(d["eventSource"], d["eventId"]): d["requestHash"] for d in world.documents("event-identity")}
+    accepted: dict[str, dict[int, list[Any]]] = {}  # subject -> sequence -> the events that took their identity
+    for sent in world.workload:
+        if mode.check(InboundMessage(sent.message_id, sent.body)) is not None:
+            continue
+        event = machine.parse(InboundMessage(sent.message_id, sent.body))
+        if identities.get((event.source, event.id)) == event.request_hash():
+            events = accepted.setdefault(event.subject, {}).setdefault(event.sequence, [])
+            if all(e.request_hash() != event.request_hash() for e in events):
+                events.append(event)
+    stored = {d["id"]: d for d in world.documents() if d.get("id") in accepted and machine.read(d) is not None}
+    for key, by_sequence in sorted(accepted.items()):
+        subject = Subject(machine, key)
+        for sequence in range(1, max(by_sequence) + 1):
+            events = by_sequence.get(sequence, [])
+            if len(events) != 1 or subject.decide(events[0]) is not Outcome.APPLIED:
+                break
+            subject = subject.apply(events[0])
+        state = machine.read(stored[key]) if key in stored else None
+        where = (None, 0) if state is None else (state.status, state.version)
+        if where != (subject.status, subject.version) and all(len(e) == 1 for e in by_sequence.values()):
+            found.append(f"{machine.noun} {key} stands at {where[0]} v{where[1]}; its events, applied in sequence,"
+                         f" take it to {subject.status} v{subject.version} (in order, once)")
+    parked = [d for d in world.documents("parked-event") if d.get("status") == "parked"]
+    for document in parked:
+        key = document[world.consumer.partition_field]
+        state = machine.read(stored[key]) if key in stored else None
+        if state is not None and state.status is not None and state.version >= document["sequence"] - 1:
+            found.append(f"event {document['eventId']} v{document['sequence']} is still parked, and {machine.noun}"
+                         f" {key} stands at v{state.version} (nothing left waiting)")
+    for key, document in stored.items():
+        state = machine.read(document)
+        counted = sum(1 for d in parked if d[world.consumer.partition_field] == key and d.get("counted", True))
+        if state is not None and state.parked != counted:
+            found.append(f"{machine.noun} {key} counts {state.parked} parked, and {counted} wait (nothing left"
+                         " waiting)")
+    found += _ordered_queue(world, mode, identities)
+    return found
+
+
+def _ordered_queue(world: World, mode: Ordered, identities: Mapping[tuple[str, str], str]) -> list[str]:
+    """Every message of an ordered queue settled, for its reason; a chain handed on decided by its last copy."""
+    chains: dict[str | None, list[Queued]] = {}
+    for queued in world.broker.queues.get(world.queue, []):
+        original, _ = retries.unwrap(_inbound(queued, world.scheduler))
+        chains.setdefault(original.message_id, []).append(queued)
+    found: list[str] = []
+    for chain in chains.values():
+        last = chain[-1]
+        label = f"message {last.message.message_id}"
+        if last.state not in ("completed", "dead-lettered"):
+            found.append(f"{label} is {last.state} (nothing lost)")
+            continue
+        original, _ = retries.unwrap(_inbound(last, world.scheduler))
+        message = InboundMessage(original.message_id, last.message.body)
+        if mode.check(message) is not None:
+            allowed: tuple[str | None, ...] = ("InvalidMessage",)
+        else:
+            event = mode.machine.parse(message)
+            taken = identities.get((event.source, event.id)) == event.request_hash()
+            allowed = (None, "InvalidTransition", "LimitExceeded") if taken else ("PayloadMismatch",)
+        reason = last.reason if last.state == "dead-lettered" else None
+        if reason not in allowed:
+            found.append(f"{label} ended {last.state}{f' {reason}' if reason else ''} ({last.description or ''});"
+                         f" expected {' or '.join('completed' if a is None else a for a in allowed)}")
+    return found
 
 
 def _json(body: Any) -> bytes:

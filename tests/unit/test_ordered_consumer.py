@@ -212,9 +212,12 @@ def test_the_machines_rules_decide_stale_invalid_and_the_parked_limit() -> None:
 
 def test_a_message_that_is_no_event_is_refused_before_any_store_call() -> None:
     parcels, function = consumer_on(InMemoryStore(partition_field=FIELD))
-    bad = InboundMessage(message_id="m", body=b'{"id": "m"}')
-    result = parcels.ordered_queues[function][1].check(bad)
+    mode = parcels.ordered_queues[function][1]
+    result = mode.check(InboundMessage(message_id="m", body=b'{"id": "m"}'))
     assert result is not None and result.outcome is Outcome.INVALID
+    # The machine's parse raised its decoder's error, not InvalidMessage: still a clear outcome, naming no value.
+    garbage = mode.check(InboundMessage(message_id="m", body=b"{not json"))
+    assert garbage is not None and garbage.outcome is Outcome.INVALID and "DecodeError" in garbage.description
 
 
 @pytest.mark.parametrize("records", [("inbox", "event-identity", "parked-event")])
