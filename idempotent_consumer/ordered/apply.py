@@ -40,7 +40,7 @@ from idempotent_consumer.errors import (
     UnreadableDocument,
 )
 from idempotent_consumer.messages import InboundMessage
-from idempotent_consumer.ordered.machine import Machine
+from idempotent_consumer.ordered.machine import MAX_SUB_OBJECTS, Machine
 from idempotent_consumer.ordered.writes import EventWrites, Releases, Stored, read_known, waiting
 from idempotent_consumer.outcomes import Outcome, Result, parsed
 from idempotent_consumer.ports.store import MAX_RACES, Delete, Document, DocumentStore
@@ -66,6 +66,12 @@ class Ordered:
     releases: type[Releases] = Releases
     clock: Callable[[], float] = field(default=time.time)
 
+    def __post_init__(self) -> None:
+        if len(self.machine.sub_objects) > MAX_SUB_OBJECTS:
+            raise ValueError(f"machine {type(self.machine).__name__} has {len(self.machine.sub_objects)} sub-objects;"
+                             f" the ordered mode takes at most {MAX_SUB_OBJECTS}, so that one patch of a release"
+                             " stays inside Cosmos DB's 10 operations")
+
     def check(self, message: InboundMessage) -> Result | None:
         """What needs no dependency to decide: the final result of a delivery that is no valid event, else None."""
         return check(self.machine, message)
@@ -76,7 +82,13 @@ class Ordered:
         if isinstance(event, Result):
             return event
         hash_, consumer, noun = event.request_hash(), self.consumer, self.machine.noun
-        content = msgspec.json.decode(message.body or b"{}")  # an object: the machine's parse decoded it as one
+        try:
+            content = msgspec.json.decode(message.body or b"{}")
+        except msgspec.DecodeError:
+            content = None
+        if not isinstance(content, dict):  # its parked copy keeps it as its producer wrote it: a JSON object
+            return Result(Outcome.INVALID, "the ordered mode takes an event whose body is a JSON object (structured"
+                                           " mode)", hash_)
         writes = EventWrites(self.releases(store, consumer, self.set_aside_ttl, self.machine),
                              InboxMarker.of(event, consumer, hash_, self.dedup_ttl), event, content)
         identity_record = EventIdentity.of(event, consumer, hash_, self.identity_ttl)

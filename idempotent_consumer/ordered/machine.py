@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from idempotent_consumer.errors import UnreadableDocument
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome
+from idempotent_consumer.ports.store import MAX_PATCH_FIELDS
 from idempotent_consumer.records import Event, ParkedEvent, UnreadableParked
 
 
@@ -40,6 +41,10 @@ class OrderedEvent(Event, Protocol):
 
 
 E = TypeVar("E", bound=OrderedEvent)
+#: The fields besides its sub-objects that the ordered mode sets on a subject: status, version, parked, updatedAt.
+SUBJECT_FIELDS = ("status", "version", "parked", "updatedAt")
+#: The most sub-objects a machine may have: with ``SUBJECT_FIELDS``, one patch's 10 operations.
+MAX_SUB_OBJECTS = MAX_PATCH_FIELDS - len(SUBJECT_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -58,9 +63,11 @@ class Machine(Protocol[E]):
 
     ``noun`` names a subject in descriptions ("order"). ``known`` is every status this version knows, and
     ``terminal`` those no event may follow. ``sub_objects`` are the subject's fields its events set, one per
-    event kind. ``max_parked`` is the most events one subject holds parked. ``creates``: whether an event of
-    sequence 1 creates its subject (``create``); when false, the subject is created by another handler (the
-    order app's OrderPlaced, in its own intake) and its events start at 2.
+    event kind: at most ``MAX_SUB_OBJECTS``, so that one patch of a release (status, version, parked, updatedAt
+    and each kind's sub-object) stays inside Cosmos DB's 10 operations. ``max_parked`` is the most events one
+    subject holds parked. ``creates``: whether an event of sequence 1 creates its subject (``create``), when the
+    machine allows it from no status (``allowed_from`` empty); when false, the subject is created by another
+    handler (the order app's OrderPlaced, in its own intake) and its events start at 2.
     """
 
     noun: str
@@ -101,7 +108,8 @@ class Machine(Protocol[E]):
         ...
 
     def placeholder(self, key: str, parked: int) -> dict[str, Any]:
-        """The document that stands in for a subject whose events came first, counting ``parked``."""
+        """The document that stands in for a subject whose events came first, counting ``parked``. The subject takes
+        its place by a merge into it as read: what ``create`` does not set of the placeholder's fields stays."""
         ...
 
     def create(self, event: E, written: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -151,9 +159,10 @@ class Subject:
             return Outcome.INVALID_TRANSITION
         if in_turn is Outcome.PARKED:
             return in_turn
-        if self.status is None:  # the subject's first event, which creates it
-            return Outcome.APPLIED
-        return Outcome.APPLIED if self.status in self.machine.allowed_from(event) else Outcome.INVALID_TRANSITION
+        allowed = self.machine.allowed_from(event)
+        if self.status is None:  # the subject's first event creates it, if it is one the machine creates it by
+            return Outcome.INVALID_TRANSITION if allowed else Outcome.APPLIED
+        return Outcome.APPLIED if self.status in allowed else Outcome.INVALID_TRANSITION
 
     def _turn(self, sequence: int) -> Outcome:
         """STALE at or below the version, PARKED before its turn (or before the subject, unless it is the first
@@ -179,6 +188,8 @@ class Subject:
 
     def refusal(self, event: OrderedEvent) -> str:
         """Why the subject's state forbids the event: "is <status>; <type> may follow only <statuses>"."""
+        if self.status is None:
+            return f"does not exist yet; {event.type} does not create one"
         return f"is {self.status}; {event.type} may follow only {', '.join(self.machine.allowed_from(event))}"
 
     def apply(self, event: OrderedEvent, written: Mapping[str, Any] | None = None) -> Subject:

@@ -42,7 +42,15 @@ from idempotent_consumer.errors import (
     UnreadableDocument,
     WriteConflict,
 )
-from idempotent_consumer.ordered.machine import Machine, OrderedEvent, Release, Step, Subject, transition
+from idempotent_consumer.ordered.machine import (
+    SUBJECT_FIELDS,
+    Machine,
+    OrderedEvent,
+    Release,
+    Step,
+    Subject,
+    transition,
+)
 from idempotent_consumer.ports.store import (
     ABSENT,
     BATCH_LIMIT,
@@ -135,8 +143,12 @@ def merge_on_etag(stored: Stored, changes: Mapping[str, Any]) -> Replace:
 
 
 def _patch_on(key: str, etag: str) -> Callable[[Subject], BatchOperation]:
-    """The subject's changes as a patch on ``etag``, for the batches of a release after its first."""
-    return lambda subject: Patch(key, dict(subject.changes), if_match=etag)
+    """The subject's changes as a patch on ``etag``, for the batches of a release after its first: the fields the
+    ordered mode sets (a subject its first event created in the first batch is not created again)."""
+    def patch(subject: Subject) -> Patch:
+        fields = {k: v for k, v in subject.changes.items() if k in SUBJECT_FIELDS or k in subject.machine.sub_objects}
+        return Patch(key, fields, if_match=etag)
+    return patch
 
 
 def _ours(stored: Stored) -> Document:
@@ -319,7 +331,8 @@ class EventWrites:
         fields the read path keeps)."""
         machine, part, key = self.releases.machine, self.releases.part, self.event.subject
         write: BatchOperation
-        if machine.creates and self.event.sequence == 1:  # the create is the check: taken, it is read and decided
+        if machine.creates and self.event.sequence == 1 and not machine.allowed_from(self.event):
+            # The subject's first event: the create is the check; taken, it is read and decided
             write = Create(dict(Subject(machine, key).apply(self.event, self.data).changes))
         else:
             changes, condition = transition(machine, self.event, self.data)

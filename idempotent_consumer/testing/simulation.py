@@ -75,7 +75,7 @@ from idempotent_consumer.testing.memory import InMemoryStore
 
 if TYPE_CHECKING:
     from idempotent_consumer.functions.consumer import Consumer
-    from idempotent_consumer.ordered import Ordered
+    from idempotent_consumer.ordered import Machine, Ordered
 
 T = TypeVar("T")
 #: 2026-12-01T00:00:00Z: every run starts here, so that a trace reads the same whatever day it is replayed.
@@ -506,6 +506,9 @@ async def _run(spec: Spec, seed: int) -> tuple[World, list[str]]:
     rng = random.Random(seed)  # noqa: S311 - a simulation's seeded choices, not security
     scheduler = Scheduler(rng, spec.faults)
     consumer, ordered = spec.consumer, spec.consumer.ordered_queues.get(spec.function)
+    if ordered is not None and not ordered[1].machine.creates:
+        raise ValueError(f"{spec.function}: the kit's ordered invariants replay a machine that creates its subjects"
+                         " by their first event (creates true)")
     queue = ordered[0] if ordered is not None else consumer.queues[spec.function].queue
     store = InMemoryStore(partition_field=consumer.partition_field, clock=scheduler.clock, default_ttl=-1)
     broker = Broker(scheduler, lock_seconds=consumer.settings.servicebus_lock_duration_seconds,
@@ -797,66 +800,106 @@ def _ordered_invariants(world: World, mode: Ordered) -> list[str]:
 
     machine, found = mode.machine, []
     identities = {(d["eventSource"], d["eventId"]): d["requestHash"] for d in world.documents("event-identity")}
-    accepted: dict[str, dict[int, list[Any]]] = {}  # subject -> sequence -> the events that took their identity
+    chains = _chains(world)
+    completed = {_identity(mode, world, chain[-1]) for chain in chains.values() if chain[-1].state == "completed"}
+    # Each subject's accepted events (the content that took its identity, and was completed at least once: one
+    # dead-lettered for its subject's parked limit took its identity, and was never applied), by sequence.
+    accepted: dict[str, dict[int, list[Any]]] = {}
     for sent in world.workload:
         if mode.check(InboundMessage(sent.message_id, sent.body)) is not None:
             continue
         event = machine.parse(InboundMessage(sent.message_id, sent.body))
-        if identities.get((event.source, event.id)) == event.request_hash():
+        if identities.get((event.source, event.id)) == event.request_hash() and \
+                (event.source, event.id) in completed:
             events = accepted.setdefault(event.subject, {}).setdefault(event.sequence, [])
             if all(e.request_hash() != event.request_hash() for e in events):
                 events.append(event)
     stored = {d["id"]: d for d in world.documents() if d.get("id") in accepted and machine.read(d) is not None}
+    applied: set[tuple[str, str]] = set()
     for key, by_sequence in sorted(accepted.items()):
+        if any(len(events) > 1 for events in by_sequence.values()):
+            continue  # two events at one version: the first applied decides, which the replay cannot know
         subject = Subject(machine, key)
         for sequence in range(1, max(by_sequence) + 1):
-            events = by_sequence.get(sequence, [])
-            if len(events) != 1 or subject.decide(events[0]) is not Outcome.APPLIED:
+            [event] = by_sequence.get(sequence) or [None]
+            if event is None or subject.decide(event) is not Outcome.APPLIED:
                 break
-            subject = subject.apply(events[0])
+            subject = subject.apply(event)
+            applied.add((event.source, event.id))
         state = machine.read(stored[key]) if key in stored else None
         where = (None, 0) if state is None else (state.status, state.version)
-        if where != (subject.status, subject.version) and all(len(e) == 1 for e in by_sequence.values()):
+        if where != (subject.status, subject.version):
             found.append(f"{machine.noun} {key} stands at {where[0]} v{where[1]}; its events, applied in sequence,"
                          f" take it to {subject.status} v{subject.version} (in order, once)")
+    return found + _ordered_parked(world, machine, stored) + _ordered_queue(world, mode, chains, identities, applied)
+
+
+def _ordered_parked(world: World, machine: Machine[Any], stored: Mapping[str, Document]) -> list[str]:
+    """Nothing left waiting: no event parked once its subject stands at its predecessor (or in a terminal status),
+    and each subject's parked count what still waits, counted."""
+    found: list[str] = []
     parked = [d for d in world.documents("parked-event") if d.get("status") == "parked"]
+    field_ = world.consumer.partition_field
     for document in parked:
-        key = document[world.consumer.partition_field]
-        state = machine.read(stored[key]) if key in stored else None
-        if state is not None and state.status is not None and state.version >= document["sequence"] - 1:
+        state = machine.read(stored[document[field_]]) if document[field_] in stored else None
+        if state is not None and state.status is not None and (
+                state.version >= document["sequence"] - 1 or state.status in machine.terminal):
             found.append(f"event {document['eventId']} v{document['sequence']} is still parked, and {machine.noun}"
-                         f" {key} stands at v{state.version} (nothing left waiting)")
+                         f" {document[field_]} stands at {state.status} v{state.version} (nothing left waiting)")
     for key, document in stored.items():
         state = machine.read(document)
-        counted = sum(1 for d in parked if d[world.consumer.partition_field] == key and d.get("counted", True))
+        counted = sum(1 for d in parked if d[field_] == key and d.get("counted", True))
         if state is not None and state.parked != counted:
             found.append(f"{machine.noun} {key} counts {state.parked} parked, and {counted} wait (nothing left"
                          " waiting)")
-    found += _ordered_queue(world, mode, identities)
     return found
 
 
-def _ordered_queue(world: World, mode: Ordered, identities: Mapping[tuple[str, str], str]) -> list[str]:
-    """Every message of an ordered queue settled, for its reason; a chain handed on decided by its last copy."""
+def _chains(world: World) -> dict[str | None, list[Queued]]:
+    """The consumer's queue as chains: a message and the copies it was handed on to, in order."""
     chains: dict[str | None, list[Queued]] = {}
     for queued in world.broker.queues.get(world.queue, []):
         original, _ = retries.unwrap(_inbound(queued, world.scheduler))
         chains.setdefault(original.message_id, []).append(queued)
+    return chains
+
+
+def _identity(mode: Ordered, world: World, queued: Queued) -> tuple[str, str] | None:
+    """The event identity (source, id) of a queued message; None for one that is no event."""
+    original, _ = retries.unwrap(_inbound(queued, world.scheduler))
+    message = InboundMessage(original.message_id, queued.message.body)
+    if mode.check(message) is not None:
+        return None
+    event = mode.machine.parse(message)
+    return event.source, event.id
+
+
+def _ordered_queue(world: World, mode: Ordered, chains: Mapping[str | None, list[Queued]],
+                   identities: Mapping[tuple[str, str], str], applied: set[tuple[str, str]]) -> list[str]:
+    """Every message of an ordered queue settled, for its reason: an event the replay applied, completed (or
+    refused at its subject's parked limit, a copy of it applied later); one that took its identity and was not
+    applied, completed or refused by the machine (``InvalidTransition``, its subject's ``LimitExceeded``); other
+    content under a taken identity, ``PayloadMismatch``; no event, ``InvalidMessage``. A chain handed on is
+    decided by its last copy, and each before it was completed."""
     found: list[str] = []
     for chain in chains.values():
-        last = chain[-1]
+        *handed_on, last = chain
         label = f"message {last.message.message_id}"
+        found += [f"message {q.message.message_id} was handed on, yet ended {q.state} {q.reason}" for q in handed_on
+                  if q.state != "completed" and (q.reason != last.reason or last.state != "dead-lettered")]
         if last.state not in ("completed", "dead-lettered"):
             found.append(f"{label} is {last.state} (nothing lost)")
             continue
         original, _ = retries.unwrap(_inbound(last, world.scheduler))
         message = InboundMessage(original.message_id, last.message.body)
-        if mode.check(message) is not None:
+        if (key := _identity(mode, world, last)) is None:
             allowed: tuple[str | None, ...] = ("InvalidMessage",)
+        elif identities.get(key) != mode.machine.parse(message).request_hash():
+            allowed = ("PayloadMismatch",)
+        elif key in applied:  # or refused at its subject's parked limit, while a copy of it waited its turn
+            allowed = (None, "LimitExceeded")
         else:
-            event = mode.machine.parse(message)
-            taken = identities.get((event.source, event.id)) == event.request_hash()
-            allowed = (None, "InvalidTransition", "LimitExceeded") if taken else ("PayloadMismatch",)
+            allowed = (None, "InvalidTransition", "LimitExceeded")
         reason = last.reason if last.state == "dead-lettered" else None
         if reason not in allowed:
             found.append(f"{label} ended {last.state}{f' {reason}' if reason else ''} ({last.description or ''});"

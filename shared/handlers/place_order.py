@@ -67,10 +67,11 @@ def failed_as_ended(document: Document) -> Document:
     """The order app's compatibility with its own history (the library's ``SideEffect.upgrade``): releases before
     REJECTED marked a reservation ``failed`` for any answer neither 2xx nor transient. Such a record reads as a claim
     whose lease has ended, which the next delivery (an operator's resubmission) takes over and calls again."""
-    if document.get("status") != "failed":
-        return document
-    return {**document, "status": EffectStatus.IN_PROGRESS.value,
-            "leaseUntil": min(document["leaseUntil"], document.get("finishedAt") or 0.0)}
+    lease, finished = document.get("leaseUntil"), document.get("finishedAt") or 0.0
+    if document.get("status") != "failed" or not isinstance(lease, int | float) \
+            or not isinstance(finished, int | float):
+        return document  # what does not read so stays as stored: its decoding names what is wrong
+    return {**document, "status": EffectStatus.IN_PROGRESS.value, "leaseUntil": min(lease, finished)}
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ orders: a parcel's tracking events, whose first event creates the parcel, in a c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -18,6 +19,7 @@ from idempotent_consumer.functions import Consumer
 from idempotent_consumer.identity import request_hash
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ordered import StoredState
+from idempotent_consumer.ordered.writes import Releases
 from idempotent_consumer.outcomes import Outcome
 from idempotent_consumer.ports.store import Patch
 from idempotent_consumer.records import ParkedEvent
@@ -232,3 +234,60 @@ def test_the_librarys_records_carry_the_containers_partition_field(records: tupl
 
 def _patch(document: dict[str, Any], fields: dict[str, Any]) -> Patch:
     return Patch(document["id"], fields, if_match=document["_etag"])
+
+
+def test_a_first_event_the_machine_creates_no_parcel_by_is_an_invalid_transition() -> None:
+    store = InMemoryStore(partition_field=FIELD)
+    parcels, function = consumer_on(store)
+    assert deliver(parcels, function, tracked(1, "Delivered")) is Outcome.INVALID_TRANSITION
+    assert not documents(store, "parcel")
+    assert deliver(parcels, function, tracked(2, "Dispatched", parcel="p-2")) is Outcome.PARKED
+    assert deliver(parcels, function, tracked(1, "Lost", parcel="p-2")) is Outcome.INVALID_TRANSITION
+    assert documents(store, "parcel-pending")[0]["parked"] == 1  # it waits for the event that creates it
+
+
+def test_an_event_whose_body_is_not_a_json_object_is_invalid_and_writes_nothing() -> None:
+    class Binary(Parcels):  # reads its event from the properties, as CloudEvents' binary mode would
+        def parse(self, message: InboundMessage) -> Tracked:
+            return msgspec.convert(message.application_properties, Tracked)
+
+    store = InMemoryStore(partition_field=FIELD)
+    parcels = Consumer("parcel-tracker", container="parcels", partition_key=f"/{FIELD}", env={})
+    parcels.ordered("tracking", Binary())
+    parcels.runtime(store=store, clock=lambda: 1000.0)
+    event = json.loads(tracked(1, "Accepted").body or b"")
+    message = InboundMessage(message_id="m", body=b'["scan", 1]', application_properties=event)
+    result = asyncio.run(parcels.apply("parcel_tracker_tracking", message))
+    assert result.outcome is Outcome.INVALID and "JSON object" in result.description
+    assert not store.documents()
+
+
+def test_a_machine_with_more_sub_objects_than_one_patch_takes_is_refused_when_registered() -> None:
+    class Wide(Parcels):
+        sub_objects = frozenset(f"kind{n}" for n in range(7))
+
+    with pytest.raises(ValueError, match="at most 6"):
+        Consumer("w", container="c", partition_key=f"/{FIELD}", env={}).ordered("tracking", Wide())
+
+
+def test_a_release_past_one_batch_after_the_first_event_patches_only_the_modes_fields() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Small(Releases):
+        max_operations: int = 6  # the first event's batch takes one released event, the next batch the rest
+
+    class Rich(Parcels):  # its parcels are created with more fields than one patch could set again with the mode's
+        def create(self, event: Tracked, written: Mapping[str, Any] | None) -> dict[str, Any]:
+            return {**super().create(event, written), "carrier": "acme", "service": "express"}
+
+    store = InMemoryStore(partition_field=FIELD)
+    parcels = Consumer("parcel-tracker", container="parcels", partition_key=f"/{FIELD}", env={})
+    mode = parcels.ordered("tracking", Rich())
+    parcels.ordered_queues["parcel_tracker_tracking"] = "tracking", dataclasses.replace(mode, releases=Small)
+    parcels.runtime(store=store, clock=lambda: 1000.0)
+    function = "parcel_tracker_tracking"
+    for sequence, type_ in ((4, "Lost"), (3, "Delivered"), (2, "Dispatched")):
+        assert deliver(parcels, function, tracked(sequence, type_)) is Outcome.PARKED
+    assert deliver(parcels, function, tracked(1, "Accepted")) is Outcome.APPLIED
+    [parcel] = documents(store, "parcel")
+    assert (parcel["status"], parcel["version"], parcel["parked"], parcel["carrier"]) == ("delivered", 3, 0, "acme")
+    assert [d["status"] for d in documents(store, "parked-event")] == ["rejected"]  # lost after delivered

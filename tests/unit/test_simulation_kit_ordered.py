@@ -10,10 +10,15 @@ import json
 import random
 from collections.abc import Sequence
 
+import pytest
+
 from idempotent_consumer.functions import Consumer
+from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered import Ordered
 from idempotent_consumer.ordered.machine import Step
 from idempotent_consumer.ordered.writes import Parts, Releases
-from idempotent_consumer.ports.store import Patch
+from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.store import DocumentStore, Patch
 from idempotent_consumer.testing.simulation import Spec, World, simulate
 from tests.unit.test_ordered_consumer import FIELD, Parcels
 
@@ -40,11 +45,13 @@ def altered(body: bytes, rng: random.Random) -> bytes:
     return json.dumps({**event, "where": f"{event['where']}-{rng.randint(1, 9)}"}).encode()
 
 
-def spec(releases: type[Releases] = Releases) -> Spec:
+def spec(releases: type[Releases] = Releases, *, machine: Parcels | None = None,
+         mode_type: type[Ordered] = Ordered) -> Spec:
     parcels = Consumer("parcel-tracker", container="parcels", partition_key=f"/{FIELD}", env={})
-    mode = parcels.ordered("tracking", Parcels(), sessions=False)
+    mode = parcels.ordered("tracking", machine or Parcels(), sessions=False)
     name = "parcel_tracker_tracking"
-    parcels.ordered_queues[name] = "tracking", dataclasses.replace(mode, releases=releases)
+    fields = {f.name: getattr(mode, f.name) for f in dataclasses.fields(mode)}
+    parcels.ordered_queues[name] = "tracking", mode_type(**{**fields, "releases": releases})
     return Spec(consumer=parcels, function=name, messages=tracking, alter=altered,
                 message_id=lambda body: json.loads(body)["id"])
 
@@ -99,3 +106,35 @@ def test_a_subject_that_does_not_stand_where_its_events_take_it_is_found() -> No
     mode = ordered.consumer.ordered_queues[ordered.function][1]
     found = simulation._ordered_invariants(world, mode)
     assert any(f"parcel {parcel['id']} stands at" in v and "(in order, once)" in v for v in found), found
+
+
+class RefusesCopies(Ordered):
+    """A planted bug: a copy of an event already applied is dead-lettered InvalidTransition, not completed."""
+
+    async def apply(self, message: InboundMessage, store: DocumentStore) -> Result:
+        result = await super().apply(message, store)
+        if result.outcome is Outcome.DUPLICATE:
+            return Result(Outcome.INVALID_TRANSITION, "planted", result.request_hash)
+        return result
+
+
+def test_it_finds_an_event_dead_lettered_for_a_reason_it_does_not_have() -> None:
+    report = simulate(spec(mode_type=RefusesCopies), range(40), first_violation=True)
+    found = [v for vs in report.violations.values() for v in vs]
+    assert any("ended dead-lettered InvalidTransition" in v and "expected completed" in v for v in found), found
+
+
+def test_events_refused_at_the_parked_limit_are_not_expected_applied() -> None:
+    class Tight(Parcels):
+        max_parked = 1
+
+    report = simulate(spec(machine=Tight()), range(30))
+    assert report.outcomes["limit_exceeded"] > 0 and not report.violations, report.summary()
+
+
+def test_the_kit_refuses_a_machine_whose_subjects_it_cannot_replay() -> None:
+    class Elsewhere(Parcels):
+        creates = False
+
+    with pytest.raises(ValueError, match="creates its subjects"):
+        simulate(spec(machine=Elsewhere()), range(1))
