@@ -7,6 +7,7 @@ messages wait in an outbox, written in the same batch. The order app beside it (
 first user.
 
     plan         what a handler declares (Plan, Send, Effect), and the intake that writes it in one batch
+    ordered      ordered processing by a state machine the consumer supplies: parking, release, operator commands
     settings     settings as declarations, read under a consumer's prefix; the retention rule
     runtime      one consumer's settings, ports and breakers, and the delivery policy over them
     http         an effect's JSON POST under an idempotency key, answered as a Reply
@@ -31,7 +32,23 @@ first user.
 It never imports the app that uses it (``tests/unit/test_layering.py``).
 """
 
-from idempotent_consumer.plan import Answer, Effect, Plan, Scope, Send
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from idempotent_consumer.plan import Answer, Effect, Plan, Scope, Send
 
 __all__ = ["Answer", "Effect", "Plan", "Scope", "Send", "__version__"]
 __version__ = "0.1.0"
+_PLAN = frozenset({"Answer", "Effect", "Plan", "Scope", "Send"})
+
+
+def __getattr__(name: str) -> Any:
+    """The plan's names, imported on first use: a consumer that declares no plan (the order app) never pays for
+    the module."""
+    if name in _PLAN:
+        from idempotent_consumer import plan  # noqa: PLC0415
+
+        return getattr(plan, name)
+    raise AttributeError(f"module 'idempotent_consumer' has no attribute {name!r}")

@@ -30,7 +30,6 @@ from idempotent_consumer.delivery import (
 )
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outbox import OutboxPublisher, PublishReport
-from idempotent_consumer.plan import Intake, Scope
 from idempotent_consumer.ports.partition import as_record, repartitioned
 from idempotent_consumer.ports.sender import MessageSender
 from idempotent_consumer.ports.store import DocumentStore
@@ -43,6 +42,7 @@ _Client = TypeVar("_Client")
 if TYPE_CHECKING:
     from idempotent_consumer.adapters.cosmos import CosmosSettings
     from idempotent_consumer.adapters.servicebus import ServiceBusSettings
+    from idempotent_consumer.plan import Intake, Scope
 
     class RuntimeSettings(CosmosSettings, ServiceBusSettings, Protocol):
         """What a runtime reads of its consumer's settings: ``ConsumerSettings`` has these, and so has an app's own
@@ -82,7 +82,7 @@ class Runtime:
     """One consumer's settings, ports, clock and breakers; ``store`` is its container as the plan sees it (the
     records' partition key under the container's own field)."""
 
-    def __init__(self, name: str, settings: RuntimeSettings, *, partition_field: str, scope: Scope,
+    def __init__(self, name: str, settings: RuntimeSettings, *, partition_field: str, scope: Scope | None = None,
                  store: DocumentStore | None = None, sender: MessageSender | None = None, clock: Clock = time.time,
                  sleep: Sleep = asyncio.sleep, record: Recorder = record_delivery, prefix: str = "",
                  complete: bool = False) -> None:
@@ -96,11 +96,14 @@ class Runtime:
         self._breakers: dict[str, Breaker] = {}
 
     def intake(self) -> Intake:
-        """The plan's intake over this consumer's store."""
+        """The plan's intake over this consumer's store (its module imported here: a consumer without plans, the
+        order app, never pays for it)."""
+        from idempotent_consumer.plan import Intake, Scope  # noqa: PLC0415
+
         settings = self.settings
         return Intake(watched_store(self.store()), self.name, lease_seconds=settings.side_effect_lease_seconds,
-                      marker_ttl=settings.dedup_ttl_seconds, scope=self.scope, partition_field=self.partition_field,
-                      clock=self.clock)
+                      marker_ttl=settings.dedup_ttl_seconds, scope=self.scope or Scope.PARTITION,
+                      partition_field=self.partition_field, clock=self.clock)
 
     async def deliver(self, function: str, read: Callable[[], InboundMessage], handler: Handler,
                       port: SettlementPort, *, queue: str, check: Check | None = None) -> Settlement:

@@ -22,7 +22,6 @@ from idempotent_consumer.delivery import Check, Clock, Handler, Recorder, Settle
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ordered.writes import Releases
 from idempotent_consumer.outcomes import Result
-from idempotent_consumer.plan import Scope
 from idempotent_consumer.ports.sender import MessageSender
 from idempotent_consumer.ports.store import DocumentStore
 from idempotent_consumer.ports.watched import watched_store
@@ -45,7 +44,7 @@ class App(Runtime):
     def __init__(self, settings: Settings, *, store: DocumentStore | None, fulfilment: FulfilmentService | None,
                  sender: MessageSender | None, clock: Clock, sleep: Sleep, record: Recorder,
                  releases: type[Releases] = Releases, complete: bool = False) -> None:
-        super().__init__(settings.consumer_name, settings, partition_field=PARTITION_FIELD, scope=Scope.PARTITION,
+        super().__init__(settings.consumer_name, settings, partition_field=PARTITION_FIELD,
                          store=store, sender=sender, clock=clock, sleep=sleep, record=record, complete=complete)
         self._fulfilment = fulfilment
         self._releases = releases

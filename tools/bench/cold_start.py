@@ -8,7 +8,10 @@ as in Azure (Application Insights' connection string set). The app imports its c
 indexes it: ``first invocation`` adds those imports and the exporter's set-up, the part of the cold
 start that moved there.
 
-    python -m bench.cold_start [--runs 10]
+``--baseline DIR`` adds an earlier commit's app (its folder, from ``git archive``), imported in the same rounds: the
+cold start the library's refactors are held to.
+
+    python -m bench.cold_start [--runs 10] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -53,13 +56,15 @@ def _import_seconds(module: str, cwd: Path, env: dict[str, str] | None = None) -
     return time.perf_counter() - started
 
 
-def measure(runs: int) -> dict[str, float]:
-    """Median seconds to import the app and the minimal app, and their ratio."""
+def measure(runs: int, baseline: Path | None = None) -> dict[str, float]:
+    """Median seconds to import the app and the minimal app, and their ratio (and an earlier commit's app's)."""
     with tempfile.TemporaryDirectory() as scratch:
         (Path(scratch) / "minimal_app.py").write_text(MINIMAL_APP)
-        app, first, quiet, minimal, payments = [], [], [], [], []
+        app, first, quiet, minimal, payments, before = [], [], [], [], [], []
         for _ in range(runs):
             app.append(_import_seconds("function_app", ROOT, TELEMETRY))
+            if baseline is not None:
+                before.append(_import_seconds("function_app", baseline, TELEMETRY))
             payments.append(_import_seconds("function_app", PAYMENTS, {**TELEMETRY, "PYTHONPATH": str(ROOT)}))
             first.append(_import_seconds(FIRST_INVOCATION, ROOT, TELEMETRY))
             quiet.append(_import_seconds(FIRST_INVOCATION, ROOT))
@@ -71,6 +76,9 @@ def measure(runs: int) -> dict[str, float]:
     result["ratio"] = result["app_s"] / result["minimal_s"]
     result["first_invocation_ratio"] = result["first_invocation_s"] / result["minimal_s"]
     result["telemetry_s"] = result["first_invocation_s"] - result["first_invocation_no_telemetry_s"]
+    if before:
+        result["baseline_s"] = statistics.median(before)
+        result["against_baseline"] = result["app_s"] / result["baseline_s"]
     return result
 
 
@@ -78,13 +86,20 @@ def main() -> None:
     """Print the medians and the ratio."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10, help="fresh processes per module (default 10)")
-    figures = measure(parser.parse_args().runs)
+    parser.add_argument("--baseline", type=Path, help="an earlier commit's app folder, imported in the same rounds")
+    args = parser.parse_args()
+    if args.baseline is not None and not (args.baseline / "function_app.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no function_app.py there (make one with git archive)")
+    figures = measure(args.runs, args.baseline)
     print(f"python {sys.version.split()[0]}, telemetry on: import function_app {figures['app_s'] * 1000:.0f} ms,"
           f" minimal SDK-type app {figures['minimal_s'] * 1000:.0f} ms, ratio {figures['ratio']:.2f}; with the"
           f" first invocation's imports and the exporter {figures['first_invocation_s'] * 1000:.0f} ms,"
           f" ratio {figures['first_invocation_ratio']:.2f}, of which the exporter"
           f" {figures['telemetry_s'] * 1000:.0f} ms; the payments example (the library's blueprint)"
           f" {figures['payments_s'] * 1000:.0f} ms, ratio {figures['payments_ratio']:.2f}")
+    if "baseline_s" in figures:
+        print(f"the baseline ({args.baseline}): import function_app {figures['baseline_s'] * 1000:.0f} ms; this"
+              f" commit's against it {figures['against_baseline']:.2f}x")
 
 
 if __name__ == "__main__":

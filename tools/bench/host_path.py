@@ -11,13 +11,16 @@ run ``--rounds`` times, alternating which goes first:
   one batch, a reservation call to the stand-in, and its finish with the outcome's outbox entry, which the
   change feed's publisher then sends.
 
+``--baseline DIR`` adds a third app, measured in the same rounds: the order app as an earlier commit had it (a
+``git worktree`` of that commit), to compare the library's host path with the app's own before it.
+
 For each run, ``--messages`` valid OrderPlaced messages are sent while no host runs, then one host of the app is
 started, and its drain rate is settlements per second, first to last, from the host's own log lines
 (``process_order messageId=... outcome=Succeeded settlement=complete``, stamped by the host's clock right after
 the broker took the settlement). The host is stopped once every message is settled. The ratio is the order app's
-rate over the settle-only app's, per round, and their median.
+rate over the settle-only app's (and over the baseline's), per round, and their median.
 
-    python -m bench.host_path [--messages 400] [--rounds 3] [--seed 1] [--json PATH]
+    python -m bench.host_path [--messages 400] [--rounds 3] [--seed 1] [--baseline DIR] [--json PATH]
 
 Figures come from this machine's run and are compared only within it; no test times them.
 """
@@ -35,6 +38,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
@@ -100,38 +104,45 @@ def drain(stack: Stack, app_dir: Path, settings: Path, rng: random.Random, *, me
     return (messages - 1) / (last - first) if last > first else float(messages)
 
 
-def run(messages: int, rounds: int, seed: int, timeout: float) -> dict[str, object]:
-    """The whole run: each app's rate per round, the ratios and their median."""
+def run(messages: int, rounds: int, seed: int, timeout: float, baseline: Path | None = None) -> dict[str, object]:
+    """The whole run: each app's rate per round, the ratios and their medians."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible workload, not a secret
     stack = Stack.start()
     floor_dir = settle_only_app()
+    apps = [("settle-only", floor_dir), ("order app", ROOT)] + ([("baseline", baseline)] if baseline else [])
+    rates: dict[str, list[float]] = {name: [] for name, _ in apps}
     try:
         values = {**stack.values, "OUTBOX_SWEEP_SCHEDULE": NEVER, "STUCK_REPORT_SCHEDULE": NEVER}
         settings = settings_file(values)
-        rates: dict[str, list[float]] = {"settle-only": [], "order app": []}
         for n in range(rounds):
-            apps = [("settle-only", floor_dir), ("order app", ROOT)]
-            for name, app_dir in apps if n % 2 == 0 else reversed(apps):
+            for name, app_dir in apps[n % len(apps):] + apps[:n % len(apps)]:  # each app first in turn
                 rates[name].append(drain(stack, app_dir, settings, rng, messages=messages, timeout=timeout))
     finally:
         stack.stop()
         shutil.rmtree(floor_dir, ignore_errors=True)
-    ratios = [a / b for a, b in zip(rates["order app"], rates["settle-only"], strict=True)]
+    ratios = {"order app / settle-only": _ratios(rates["order app"], rates["settle-only"])}
+    if baseline:
+        ratios["baseline / settle-only"] = _ratios(rates["baseline"], rates["settle-only"])
+        ratios["order app / baseline"] = _ratios(rates["order app"], rates["baseline"])
     return {"messages": messages, "rounds": rounds, "rates": rates, "ratios": ratios,
-            "median_ratio": statistics.median(ratios)}
+            "medians": {name: statistics.median(values) for name, values in ratios.items()}}
 
 
-def table(figures: dict[str, object]) -> str:
-    """The run as a Markdown table and its median ratio."""
-    rates = figures["rates"]
-    assert isinstance(rates, dict)
-    ratios = figures["ratios"]
-    assert isinstance(ratios, list)
-    lines = ["| round | settle-only, messages/s | the order app, messages/s | ratio |", "| --- | --- | --- | --- |"]
-    for n, (floor, app, ratio) in enumerate(zip(rates["settle-only"], rates["order app"], ratios, strict=True), 1):
-        lines.append(f"| {n} | {floor:.1f} | {app:.1f} | {ratio:.2f}x |")
-    lines.append(f"\nThe order app's host path against a settle-only app, median of {len(ratios)}:"
-                 f" {figures['median_ratio']:.2f}x")
+def _ratios(top: list[float], bottom: list[float]) -> list[float]:
+    return [a / b for a, b in zip(top, bottom, strict=True)]
+
+
+def table(figures: dict[str, Any]) -> str:
+    """The run as a Markdown table and its median ratios."""
+    rates, ratios = figures["rates"], figures["ratios"]
+    names = list(rates)
+    lines = ["| round | " + " | ".join(f"{name}, messages/s" for name in names) + " | " + " | ".join(ratios) + " |",
+             "| --- |" + " --- |" * (len(names) + len(ratios))]
+    for n in range(figures["rounds"]):
+        lines.append(f"| {n + 1} | " + " | ".join(f"{rates[name][n]:.1f}" for name in names) + " | "
+                     + " | ".join(f"{values[n]:.2f}x" for values in ratios.values()) + " |")
+    lines.append("")
+    lines += [f"{name}, median of {figures['rounds']}: {median:.2f}x" for name, median in figures["medians"].items()]
     return "\n".join(lines)
 
 
@@ -141,12 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each app, alternating (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the generated orders (default 1)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take to settle every message")
+    parser.add_argument("--baseline", type=Path, help="an earlier commit's app folder (a git worktree), measured too")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.messages < 2 or args.rounds < 1:
         parser.error("--messages must be at least 2 and --rounds at least 1")
+    if args.baseline is not None and not (args.baseline / "function_app.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no function_app.py there (make one with git worktree add)")
     try:
-        figures = run(args.messages, args.rounds, args.seed, args.timeout)
+        figures = run(args.messages, args.rounds, args.seed, args.timeout, args.baseline)
     except RuntimeError as exc:
         print(f"bench.host_path: {exc}", file=sys.stderr)
         return 1
