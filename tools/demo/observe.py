@@ -13,7 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from azure.cosmos import CosmosClient
-from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import (
+    NEXT_AVAILABLE_SESSION,
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusSender,
+    ServiceBusSubQueue,
+)
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusConnectionError
 
 from demo import report
@@ -31,7 +37,7 @@ def send(client: ServiceBusClient, queue: str, messages: list[Planned], sent_at:
     ``sessions`` the messages go without their SessionId (a plain events queue)."""
     size = 50 if per_second is None else max(1, min(50, int(per_second)))
     began = time.time()
-    with client.get_queue_sender(queue) as sender:
+    with _opened(client, queue) as sender:
         for start in range(0, len(messages), size):
             if per_second is not None:
                 time.sleep(max(0.0, began + start / per_second - time.time()))
@@ -44,6 +50,27 @@ def send(client: ServiceBusClient, queue: str, messages: list[Planned], sent_at:
                                                     content_type="application/json") for p in chunk])
             if progress is not None and start >= len(messages) // 2:
                 progress.set()
+
+
+# How often a sender's link is opened again when the broker does not accept it in time: a local broker on a loaded
+# 2-core machine (the test command runs three stacks side by side) has taken longer than the SDK's own retries.
+OPEN_ATTEMPTS = 4
+
+
+def _opened(client: ServiceBusClient, queue: str) -> ServiceBusSender:
+    """A sender on ``queue``, opened before anything is sent: a link the broker did not accept in time is opened
+    again (nothing was sent on it, so nothing is sent twice), up to ``OPEN_ATTEMPTS`` times."""
+    attempt = 1
+    while True:
+        sender = client.get_queue_sender(queue)
+        try:
+            return sender.__enter__()
+        except ServiceBusConnectionError:
+            sender.close()
+            if attempt == OPEN_ATTEMPTS:
+                raise
+        attempt += 1
+        time.sleep(5)
 
 
 def peek_count(client: ServiceBusClient, queue: str, sub_queue: Any = None) -> list[Any]:
