@@ -134,7 +134,7 @@ def run(options: Options) -> int:
                             fulfilment=FULFILMENT_BEHAVIOURS[options.fulfilment])
         opened += [functools.partial(_keep_logs, stack, results), stack.stop]
         chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant), RETRY_SETTINGS)
-        opened.append(chaos.close)
+        opened += [chaos.close, chaos.halt]  # stopped first: no host is brought back once the stack stops them
         probe = LatencyProbe(stack.cosmos.endpoint, stack.cosmos.key)
         watch = observe.Watch(stack)
         opened += [watch.close, probe.stop]

@@ -105,6 +105,7 @@ class Chaos:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _slots: threading.RLock = field(default_factory=threading.RLock)  # who runs in a slot
     _stop: threading.Event = field(default_factory=threading.Event)
+    _halted: bool = False  # the run ended early: no host is started any more
     _thread: threading.Thread | None = None
     _slower: threading.Thread | None = None
     slowed: Counter[str] = field(default_factory=Counter)
@@ -137,6 +138,15 @@ class Chaos:
         self._thread.start()
         self._slower = threading.Thread(target=self._slow_loop, name="chaos-slower", daemon=True)
         self._slower.start()
+
+    def halt(self) -> None:
+        """Stop killing, slowing and replacing hosts for good, bringing none back: a run that ends early (its stack
+        could not be observed) stops its stack's hosts next, and none may be started after them."""
+        self._halted = True
+        self._stop.set()
+        for thread in (self._thread, self._slower):
+            if thread is not None:
+                thread.join()
 
     def stop(self) -> None:
         """Stop killing and slowing, and bring every slot's host back; the proxies keep failing requests at random."""
@@ -212,6 +222,8 @@ class Chaos:
                 self.stack.stop_host(host)
             else:
                 self._retire(host)
+        if self._halted:
+            return
         started = self.stack.start_host(slot.settings, app_dir)
         with self._slots:
             slot.host, slot.upgrading = started, False
@@ -305,7 +317,7 @@ class Chaos:
 
     def _replace_dead(self) -> None:
         with self._slots:
-            for slot in self.slots:
+            for slot in self.slots if not self._halted else ():
                 if slot.upgrading:
                     continue
                 if slot.host is not None and slot.host.process.poll() is not None:
