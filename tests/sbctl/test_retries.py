@@ -177,8 +177,10 @@ def test_a_dead_letter_whose_lock_ran_out_while_the_pass_went_on_is_left_where_i
     name = "retries-short-lock"
     send(conn, name, copy("ord-8", 1, due_in=0), ServiceBusMessage(b"{}", message_id="not-a-copy"))
     dead_letter_all(conn, name, "MessageId does not equal orderId")
+    sent: list[str | None] = []
     with ServiceBusClient.from_connection_string(conn) as client:
         done = dlq.resubmit(client, name, SlowOnOthers(reason="InvalidMessage", copies=True),
-                            Detection(timedelta(0), "test"), report=lambda _: None, report_held=lambda _: None)
-    assert [row.message_id for row in done.resubmitted] == ["ord-8"]
+                            Detection(timedelta(0), "test"), report=lambda _: None, report_held=lambda _: None,
+                            on_sent=lambda row: sent.append(row.message_id))
+    assert [row.message_id for row in done.resubmitted] == ["ord-8"] == sent  # each send is heard of
     assert [m.message_id for m in drain(conn, name, dead_letter=True)] == ["not-a-copy"]  # back, untouched

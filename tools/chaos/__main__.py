@@ -180,7 +180,8 @@ def run(options: Options) -> int:
                 fulfilment=_fulfilment_figures(stack, options.fulfilment),
                 outages=_outage_figures(chaos, stack),
                 rollback={"hosts rolled back to the release before": chaos.rolled_back,
-                          "copies it dead-lettered, mapped back by sbctl": dict(map_back.resubmitted)}
+                          "copies it dead-lettered, mapped back by sbctl": dict(map_back.resubmitted),
+                          "resubmissions sbctl sent": dict(map_back.sent)}
                 if _rolls_back(options) else None))
     except Exception as exc:  # the stack could not be observed, or the driver failed: no verdict on the invariants
         result = report.unobserved(so_far() if "so_far" in locals() else run_so_far, phase, exc)

@@ -74,9 +74,9 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
         result.figures["breakers opened"] = seen.logs.count("breaker open function=")
     if run.rollback is not None:
         result.figures["rollback"] = run.rollback
-        # The broker numbered sbctl's resubmissions too: they are sent, not duplicates it absorbed.
-        result.figures["duplicates absorbed by the broker"] += sum(
-            run.rollback["copies it dead-lettered, mapped back by sbctl"].values())
+        # The broker numbered sbctl's resubmissions too: they are sent, not duplicates it absorbed. Each one sent
+        # counts, those whose dead letter the pass then failed to remove (and sent again later) included.
+        result.figures["duplicates absorbed by the broker"] += sum(run.rollback["resubmissions sbctl sent"].values())
         if not run.rollback["hosts rolled back to the release before"]:
             result.violations.append("the rollback moved no host to the release before")
     if run.probe is not None:

@@ -9,6 +9,7 @@ that the drain, which waits for every order's reservation, sees those messages p
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import Counter
@@ -33,6 +34,9 @@ class MapBack:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.resubmitted: Counter[str] = Counter()  # by queue
+        # Every resubmission sent, by queue: one whose dead letter could not be removed after (its lock lost) is sent
+        # again by a later pass, and the broker numbers both.
+        self.sent: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._last_sent = 0.0  # when a pass last resubmitted (under the original MessageId)
         self._quiet_from: float | None = None  # passes begun from then on are watched for a quiet one
@@ -59,7 +63,7 @@ class MapBack:
         begun, done, held = time.time(), 0, 0
         for queue in self._queues:
             passed = dlq.resubmit(self._client, queue, SELECTION, self._detection, report=lambda _: None,
-                                  report_held=lambda _: None)
+                                  report_held=lambda _: None, on_sent=functools.partial(self._sent, queue))
             self.resubmitted[queue] += len(passed.resubmitted)
             done, held = done + len(passed.resubmitted), held + len(passed.held)
             self._found = self._found or bool(passed.resubmitted or passed.held)
@@ -69,6 +73,10 @@ class MapBack:
             if self._quiet_from is not None and begun >= self._quiet_from and not done and not held:
                 self._quiet = True
         return done
+
+    def _sent(self, queue: str, _: object) -> None:
+        with self._lock:
+            self.sent[queue] += 1
 
     def found(self) -> bool:
         """Whether a pass has found a copy to map back yet (resubmitted, or held for the detection window)."""

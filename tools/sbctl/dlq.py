@@ -169,8 +169,11 @@ class Resubmission:
 
 
 def resubmit(client: ServiceBusClient, queue: str, selection: Selection, detection: Detection, *,
-             report: Callable[[DeadLetter], None], report_held: Callable[[Held], None]) -> Resubmission:
+             report: Callable[[DeadLetter], None], report_held: Callable[[Held], None],
+             on_sent: Callable[[DeadLetter], None] = lambda _: None) -> Resubmission:
     """Send each matching dead letter back to its queue, then remove it from the dead-letter queue.
+    ``on_sent`` hears of each resubmission as soon as it is sent, before its dead letter is removed (which may
+    fail, its lock lost: the next pass sends it again).
 
     One whose resubmission the queue's duplicate detection would drop stays in the dead-letter queue
     (its lock is abandoned), so that no message ever ends up in neither queue.
@@ -189,6 +192,7 @@ def resubmit(client: ServiceBusClient, queue: str, selection: Selection, detecti
                 return False
             sender = sender or senders.enter_context(client.get_queue_sender(queue))
             sender.send_messages(resubmit_copy(message))
+            on_sent(row)
             receiver.complete_message(message)  # only after the resubmission was sent
             done.resubmitted.append(row)
             report(row)
