@@ -10,6 +10,7 @@ for it. The clients are async, bound to the worker's one event loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -42,7 +43,9 @@ _Client = TypeVar("_Client")
 if TYPE_CHECKING:
     from idempotent_consumer.adapters.cosmos import CosmosSettings
     from idempotent_consumer.adapters.servicebus import ServiceBusSettings
+    from idempotent_consumer.ordered import Ordered
     from idempotent_consumer.plan import Intake, Scope
+    from idempotent_consumer.settings import Retention
 
     class RuntimeSettings(CosmosSettings, ServiceBusSettings, Protocol):
         """What a runtime reads of its consumer's settings: ``ConsumerSettings`` has these, and so has an app's own
@@ -70,6 +73,12 @@ if TYPE_CHECKING:
         def retry_in_lock_attempts(self) -> int: ...
         @property
         def outbox_dispatched_ttl_seconds(self) -> int: ...
+        @property
+        def outbox_stuck_after_seconds(self) -> int: ...
+        @property
+        def parked_set_aside_ttl_seconds(self) -> int: ...
+        @property
+        def retention(self) -> Retention: ...
         @property
         def parked_alert_after_seconds(self) -> int: ...
         @property
@@ -104,6 +113,13 @@ class Runtime:
         return Intake(watched_store(self.store()), self.name, lease_seconds=settings.side_effect_lease_seconds,
                       marker_ttl=settings.dedup_ttl_seconds, scope=self.scope or Scope.PARTITION,
                       partition_field=self.partition_field, clock=self.clock)
+
+    def ordered(self, mode: Ordered) -> Ordered:
+        """An ordered queue's ``mode`` as this runtime runs it: on its clock, with its settings' lifetimes."""
+        settings = self.settings
+        return dataclasses.replace(mode, clock=self.clock, dedup_ttl=settings.dedup_ttl_seconds,
+                                   identity_ttl=settings.retention.identity_ttl_seconds,
+                                   set_aside_ttl=settings.parked_set_aside_ttl_seconds)
 
     async def deliver(self, function: str, read: Callable[[], InboundMessage], handler: Handler,
                       port: SettlementPort, *, queue: str, check: Check | None = None) -> Settlement:

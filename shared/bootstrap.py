@@ -14,12 +14,14 @@ is the worker's one loop for every invocation; ``aclose`` closes the ones the ap
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 
 from idempotent_consumer import reports
 from idempotent_consumer.delivery import Check, Clock, Handler, Recorder, Settlement, SettlementPort, Sleep
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.ordered import Ordered
 from idempotent_consumer.ordered.writes import Releases
 from idempotent_consumer.outcomes import Result
 from idempotent_consumer.ports.sender import MessageSender
@@ -62,6 +64,10 @@ class App(Runtime):
         """Apply one lifecycle event."""
         return await apply_order_event(message, watched_store(self.store()), self.settings, self.clock,
                                        self._releases)
+
+    def ordered(self, mode: Ordered) -> Ordered:
+        """The events' ordered ``mode`` as this app runs it: on its clock, its releases written by ``releases``."""
+        return dataclasses.replace(super().ordered(mode), releases=self._releases)
 
     @property
     def checks(self) -> dict[Handler, Check]:

@@ -26,6 +26,11 @@ key, the partition and the body as JSON, every field of it.
 Settings are read under the consumer's ``prefix`` (``ConsumerSettings``), as the host indexes the functions;
 the retention rule is checked per queue then, and a failure names the queue and the setting. The clients are
 made on the first invocation, with every missing required setting named at once.
+
+An app with a history of its own (the order app) adopts the blueprint on its own terms: settings it read
+(``settings``), a runtime it builds (``root``), the companions' names it already deployed (``Companions``), and
+a queue whose decisions a plan cannot state registered with a handler of its own (``handler``), which the
+library still triggers, runs through its delivery policy and settles.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ import inspect
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 import azure.functions as func
 import msgspec
@@ -49,11 +54,31 @@ from idempotent_consumer.functions.settlement import ActionsSettlement
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ordered import Machine, Ordered
 from idempotent_consumer.outcomes import Outcome, Result
-from idempotent_consumer.plan import Plan, Scope
 from idempotent_consumer.ports.watched import watched_store
 from idempotent_consumer.records import PARTITION_FIELD, RECORD_FIELDS
 from idempotent_consumer.runtime import Runtime
 from idempotent_consumer.settings import ConsumerSettings
+
+if TYPE_CHECKING:
+    from idempotent_consumer.plan import Plan, Scope
+    from idempotent_consumer.runtime import RuntimeSettings
+
+    class BlueprintSettings(RuntimeSettings, Protocol):
+        """What the blueprint reads of its consumer's settings besides the runtime's: ``ConsumerSettings`` has
+        these, and so has an app's own settings class that declares them (the order app's ``Settings``)."""
+
+        @property
+        def cosmos_container(self) -> str: ...
+        @property
+        def cosmos_leases_container(self) -> str: ...
+        @property
+        def outbox_sweep_schedule(self) -> str: ...
+        @property
+        def stuck_report_schedule(self) -> str: ...
+        @property
+        def servicebus_lock_duration_seconds(self) -> int: ...
+        @property
+        def servicebus_max_delivery_count(self) -> int: ...
 
 logger = logging.getLogger("idempotent_consumer.functions")
 
@@ -75,7 +100,22 @@ class Context:
     now: float
 
 
-Handler = Callable[[Any, Context], Awaitable[Plan] | Plan]
+Handler: TypeAlias = "Callable[[Any, Context], Awaitable[Plan] | Plan]"
+#: A handler of the app's own (``Consumer.handler``): the runtime and one delivery's message, decided.
+OwnHandler = Callable[[Any, InboundMessage], Awaitable[Result]]
+
+
+@dataclass(frozen=True)
+class Companions:
+    """The companion functions' names, and the prefix of the publisher's leases in the lease container. None: the
+    consumer's own (``{name}_publish_outbox``..., leases under ``{name}.``). An app that deployed them under other
+    names passes those, so that its function names and its publisher's leases (where the change feed resumes)
+    stay as they were."""
+
+    publish_outbox: str | None = None
+    sweep_outbox: str | None = None
+    report_stuck: str | None = None
+    lease_prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,12 +134,19 @@ class Queue:
 class Consumer(func.Blueprint):
     """A consumer's functions: one trigger per queue (``queue``), the outbox publisher, its sweep and the stuck
     report. ``container`` is partitioned by ``partition_key`` (a top-level path); ``scope`` says where a key is
-    unique (``idempotent_consumer.plan.Scope``); ``prefix`` is what its settings are read under."""
+    unique (``idempotent_consumer.plan.Scope``; None: within its partition); ``prefix`` is what its settings are
+    read under.
 
-    def __init__(self, name: str, *, container: str, partition_key: str, scope: Scope = Scope.PARTITION,
+    ``settings``: settings the app read itself, in place of ``ConsumerSettings`` (they name ``container``).
+    ``root``: the runtime each invocation runs on, in place of the one the consumer builds from its settings;
+    called on every invocation, so it builds once and keeps what it built (``functools.cache``).
+    ``companions``: the companion functions' names (``Companions``)."""
+
+    def __init__(self, name: str, *, container: str, partition_key: str, scope: Scope | None = None,
                  prefix: str = "", env: Mapping[str, str] | None = None,
                  service_bus_connection: str = "ServiceBusConnection",
-                 cosmos_connection: str = "CosmosDBConnection") -> None:
+                 cosmos_connection: str = "CosmosDBConnection", settings: BlueprintSettings | None = None,
+                 root: Callable[[], Runtime] | None = None, companions: Companions | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if (path := _PATH.match(partition_key)) is None:
             raise ValueError(f"partition_key {partition_key!r}: the library takes a top-level path, as /accountId")
@@ -108,14 +155,19 @@ class Consumer(func.Blueprint):
                              " own; partition the container by another path")
         self.name, self.container, self.scope, self.prefix = name, container, scope, prefix
         self.partition_field = path[1]
-        read = ConsumerSettings.from_env(env, prefix=prefix)
-        self.settings = msgspec.structs.replace(read, cosmos_container=container)
+        if settings is None:
+            read = ConsumerSettings.from_env(env, prefix=prefix)
+            settings = msgspec.structs.replace(read, cosmos_container=container)
+        elif settings.cosmos_container != container:
+            raise ValueError(f"container {container!r}: the settings handed in name {settings.cosmos_container!r}")
+        self.settings: BlueprintSettings = settings
         self._service_bus_connection = service_bus_connection
         self.queues: dict[str, Queue] = {}
         self.ordered_queues: dict[str, tuple[str, Ordered]] = {}  # by function: the queue and its ordered mode
         self._runtime: Runtime | None = None
+        self._root = root
         self._renewal = lock_renewal.renewal_seconds()
-        self._companions(cosmos_connection)
+        self._companions(cosmos_connection, companions or Companions())
 
     # -- what a test or the simulation kit sets up -----------------------------------------------------------
 
@@ -130,6 +182,8 @@ class Consumer(func.Blueprint):
         if ports:
             return self.use(Runtime(self.name, self.settings, partition_field=self.partition_field, scope=self.scope,
                                     prefix=self.prefix, **ports))
+        if self._runtime is None and self._root is not None:
+            return self._root()
         if self._runtime is None:
             self._runtime = Runtime(self.name, self.settings, partition_field=self.partition_field, scope=self.scope,
                                     prefix=self.prefix, complete=True)
@@ -167,10 +221,22 @@ class Consumer(func.Blueprint):
         self._bind(name, queue, sessions, functools.partial(self.apply, name), mode.check)
         return mode
 
+    def handler(self, queue: str, handle: OwnHandler, *, function_name: str, check: Callable[[InboundMessage],
+                Result | None] | None = None, sessions: bool = False) -> None:
+        """Register a handler of the app's own on ``queue``, for decisions a plan cannot state: ``handle(runtime,
+        message)`` returns the delivery's result; ``check(message)``, what needs no dependency to decide (the final
+        result of a message it cannot take, else None). The library still owns the trigger (PeekLock), runs each
+        delivery through its policy (retries, breaker) and settles it; the writes' atomicity is the handler's."""
+        self.settings.retention.check(queue, self.prefix)
+
+        async def run(message: InboundMessage) -> Result:
+            return await handle(self.runtime(), message)
+        self._bind(function_name, queue, sessions, run, check or _none)
+
     async def apply(self, function: str, message: InboundMessage) -> Result:
         """One delivery of ``function``'s ordered queue, decided by its machine."""
         runtime = self.runtime()
-        mode = replace(self.ordered_queues[function][1], clock=runtime.clock)
+        mode = runtime.ordered(self.ordered_queues[function][1])
         return await mode.apply(message, watched_store(runtime.store()))
 
     async def handle(self, function: str, message: InboundMessage) -> Result:
@@ -188,6 +254,8 @@ class Consumer(func.Blueprint):
                 plan = await plan
         except Exception as exc:  # the same for every delivery of the message: settled once, with a reason
             return Result(Outcome.INVALID_PLAN, f"key {key}: the handler raised {type(exc).__name__}", request_hash)
+        from idempotent_consumer.plan import Plan  # noqa: PLC0415 - loaded on first use: an app of no plan never pays
+
         if not isinstance(plan, Plan):
             return Result(Outcome.INVALID_PLAN, f"key {key}: the handler returned {type(plan).__name__}, not a Plan",
                           request_hash)
@@ -245,43 +313,56 @@ class Consumer(func.Blueprint):
 
         @self.function_name(function)
         @self.service_bus_queue_trigger(arg_name="msg", queue_name=queue, connection=self._service_bus_connection,
-                                        is_sessions_enabled=sessions, auto_complete_messages=False)
+                                        is_sessions_enabled=sessions or None, auto_complete_messages=False)
         async def trigger(msg: servicebus.ServiceBusReceivedMessage,
                           message_actions: servicebus.ServiceBusMessageActions) -> None:
             await consumer.runtime().deliver(function, functools.partial(to_inbound, msg, renewal=renewal), handler,
                                              ActionsSettlement(msg, message_actions, sessions=sessions),
                                              queue=queue, check=check)
 
-    def _companions(self, cosmos_connection: str) -> None:
+    def _companions(self, cosmos_connection: str, names: Companions) -> None:
         consumer, settings, stem = self, self.settings, _stem(self.name)
+        publish = names.publish_outbox or f"{stem}_publish_outbox"
+        sweep = names.sweep_outbox or f"{stem}_sweep_outbox"
+        report = names.report_stuck or f"{stem}_report_stuck"
+        lease_prefix = f"{self.name}." if names.lease_prefix is None else names.lease_prefix
 
-        @self.function_name(f"{stem}_publish_outbox")
+        @self.function_name(publish)
         @self.cosmos_db_trigger(arg_name="documents", connection=cosmos_connection,
                                 database_name=settings.cosmos_database, container_name=self.container,
                                 lease_container_name=settings.cosmos_leases_container,
-                                lease_container_prefix=f"{self.name}.", create_lease_container_if_not_exists=False)
+                                lease_container_prefix=lease_prefix or None,
+                                create_lease_container_if_not_exists=False)
         async def publish_outbox(documents: func.DocumentList) -> None:
-            _log(f"{stem}_publish_outbox",
-                 await consumer.runtime().publish(document.to_dict() for document in documents))
+            """Change feed of the container: send each pending outbox entry, then mark it dispatched. An entry
+            that cannot be sent stays pending for the sweep; the change feed does not retry."""
+            _log(publish, await consumer.runtime().publish(document.to_dict() for document in documents))
 
-        @self.function_name(f"{stem}_sweep_outbox")
+        @self.function_name(sweep)
         @self.timer_trigger(arg_name="timer", schedule=settings.outbox_sweep_schedule, run_on_startup=False)
         async def sweep_outbox(timer: func.TimerRequest) -> None:
-            _log(f"{stem}_sweep_outbox", await consumer.runtime().publisher().sweep(
-                stuck_after_seconds=settings.outbox_stuck_after_seconds))
+            """Publish outbox entries still pending after OUTBOX_STUCK_AFTER_SECONDS: a missed feed batch is not
+            lost."""
+            runtime = consumer.runtime()
+            stuck_after = runtime.settings.outbox_stuck_after_seconds  # the runtime's: a test may run on its own
+            _log(sweep, await runtime.publisher().sweep(stuck_after_seconds=stuck_after))
 
-        @self.function_name(f"{stem}_report_stuck")
+        @self.function_name(report)
         @self.timer_trigger(arg_name="timer", schedule=settings.stuck_report_schedule, run_on_startup=False)
         async def report_stuck(timer: func.TimerRequest) -> None:
+            """Log and count events parked past PARKED_ALERT_AFTER_SECONDS and effects stuck in progress."""
             found = await consumer.runtime().report_stuck()
-            logger.info("%s_report_stuck parked=%d sideEffects=%d", stem, len(found.parked), len(found.side_effects),
-                        extra={"function": f"{stem}_report_stuck", "parked": len(found.parked),
-                               "stuck": len(found.side_effects)})
+            logger.info("%s parked=%d sideEffects=%d", report, len(found.parked), len(found.side_effects),
+                        extra={"function": report, "parked": len(found.parked), "stuck": len(found.side_effects)})
 
 
 def _stem(name: str) -> str:
     """``name`` as a function's name: each character a name may not hold made ``_``."""
     return re.sub(r"\W", "_", name)
+
+
+def _none(message: InboundMessage) -> None:
+    """No check: every message is fit to try."""
 
 
 def _final(decoded: tuple[Any, str, str, str] | Result) -> Result | None:

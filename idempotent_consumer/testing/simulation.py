@@ -761,12 +761,8 @@ def _sends(world: World, expected: Mapping[str, tuple[str, bytes]]) -> list[str]
 def _queue(world: World, accepted: Mapping[str, str]) -> list[str]:
     """Every message of the consumer's queue settled, for its reason. A message handed on was completed, or, its
     completion lost, delivered again and decided as the last copy of its chain was: the last decides."""
-    chains: dict[str | None, list[Queued]] = {}  # a message and the copies it was handed on to, in order
-    for queued in world.broker.queues.get(world.queue, []):
-        original, _ = retries.unwrap(_inbound(queued, world.scheduler))
-        chains.setdefault(original.message_id, []).append(queued)
     found: list[str] = []
-    for chain in chains.values():
+    for chain in _chains(world).values():
         *handed_on, last = chain
         found += _settled_for_its_reason(world, last, accepted)
         found += [f"message {q.message.message_id} was handed on, yet ended {q.state} {q.reason}" for q in handed_on

@@ -242,3 +242,39 @@ def test_the_same_content_spelt_otherwise_hashes_the_same() -> None:
     other = notes.decode(entry, InboundMessage("m", b'{"boardId": "b", "n": 1.5, "items": [2]}'))
     assert not isinstance(first, Result) and not isinstance(again, Result) and not isinstance(other, Result)
     assert first[3] == again[3] != other[3]
+
+
+def test_an_app_with_a_history_keeps_its_names_settings_runtime_and_a_handler_of_its_own() -> None:
+    from idempotent_consumer.functions.consumer import Companions  # noqa: PLC0415 - what this test is about
+    from idempotent_consumer.runtime import Runtime  # noqa: PLC0415
+    from idempotent_consumer.settings import ConsumerSettings  # noqa: PLC0415
+
+    settings = ConsumerSettings(cosmos_container="notes", stuck_report_schedule="0 */7 * * * *")
+    runtimes = [Runtime("old-notes", settings, partition_field="boardId")]
+
+    async def handle(runtime: Runtime, message: InboundMessage) -> Result:  # its deliveries: tests/functions
+        return Result(Outcome.CREATED)
+
+    def refuse(message: InboundMessage) -> Result | None:
+        return Result(Outcome.INVALID, "no body") if not message.body else None
+
+    notes = Consumer("old-notes", container="notes", partition_key="/boardId", settings=settings,
+                     root=lambda: runtimes[-1], companions=Companions(publish_outbox="publish", sweep_outbox="sweep",
+                                                                     report_stuck="report", lease_prefix=""))
+    notes.handler("notes", handle, check=refuse, function_name="process_note")
+    app = func.FunctionApp()
+    app.register_functions(notes)
+    found = bindings(app.get_functions())
+    assert set(found) == {"process_note", "publish", "sweep", "report"}
+    [trigger] = found["process_note"]
+    assert (trigger["queueName"], trigger["autoCompleteMessages"]) == ("notes", False)
+    assert "isSessionsEnabled" not in trigger  # false is the host's default: the binding says only what it changes
+    [feed] = found["publish"]
+    assert "leaseContainerPrefix" not in feed  # the leases the publisher was deployed with: the feed resumes there
+    assert found["report"][0]["schedule"] == "0 */7 * * * *"  # the app's settings, not ConsumerSettings read again
+    # The runtime is the root's, asked for on each invocation: a test (or the app) may hand in another.
+    assert notes.runtime() is runtimes[0]
+    runtimes.append(Runtime("old-notes", settings, partition_field="boardId"))
+    assert notes.runtime() is runtimes[1]
+    with pytest.raises(ValueError, match="name 'notes'"):
+        Consumer("old-notes", container="other", partition_key="/boardId", settings=settings)

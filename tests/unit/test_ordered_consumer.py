@@ -21,7 +21,7 @@ from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ordered import StoredState
 from idempotent_consumer.ordered.writes import Releases
 from idempotent_consumer.outcomes import Outcome
-from idempotent_consumer.ports.store import Patch
+from idempotent_consumer.ports.store import MAX_ITEM_BYTES, Patch
 from idempotent_consumer.records import ParkedEvent
 from idempotent_consumer.testing.memory import InMemoryStore
 
@@ -291,3 +291,36 @@ def test_a_release_past_one_batch_after_the_first_event_patches_only_the_modes_f
     [parcel] = documents(store, "parcel")
     assert (parcel["status"], parcel["version"], parcel["parked"], parcel["carrier"]) == ("delivered", 3, 0, "acme")
     assert [d["status"] for d in documents(store, "parked-event")] == ["rejected"]  # lost after delivered
+
+
+@pytest.mark.parametrize("parked_first", [False, True], ids=["a new parcel", "a parcel taking its placeholder's place"])
+def test_a_parcel_near_cosmos_dbs_item_limit_is_created_and_one_past_it_is_limit_exceeded(parked_first: bool) -> None:
+    class Heavy(Parcels):  # its create writes a manifest as large as the event's "where" says
+        def create(self, event: Tracked, written: Mapping[str, Any] | None) -> dict[str, Any]:
+            return {**super().create(event, written), "manifest": "m" * int(event.where)}
+
+    near, past = MAX_ITEM_BYTES - 8 * 1024, MAX_ITEM_BYTES + 1  # near: its batch (marker, parcel, scan) fits 2 MB
+    for parcel, size in (("p-near", near), ("p-past", past)):
+        store = InMemoryStore(partition_field=FIELD)
+        parcels = Consumer("parcel-tracker", container="parcels", partition_key=f"/{FIELD}", env={})
+        parcels.ordered("tracking", Heavy(), sessions=True)
+        parcels.runtime(store=store, clock=lambda: 1000.0)
+        function = "parcel_tracker_tracking"
+        if parked_first:
+            assert deliver(parcels, function, tracked(2, "Dispatched", parcel=parcel)) is Outcome.PARKED
+        first = tracked(1, "Accepted", parcel=parcel, where=str(size))
+        if size == near:
+            assert deliver(parcels, function, first) is Outcome.APPLIED
+            [stored] = documents(store, "parcel")
+            assert len(stored["manifest"]) == near
+            assert stored["status"] == ("in_transit" if parked_first else "accepted")
+            assert deliver(parcels, function, tracked(3 if parked_first else 2, "Delivered" if parked_first else
+                                                      "Dispatched", parcel=parcel)) is Outcome.APPLIED
+            continue
+        for _ in range(2):  # a redelivery (an operator's resubmission) meets the same limit: final, never a spin
+            result = asyncio.run(parcels.apply(function, first))
+            assert result.outcome is Outcome.LIMIT_EXCEEDED, result
+            assert "2097152" in result.description and "m" * 20 not in result.description
+        assert not documents(store, "parcel") and not documents(store, "scan")
+        # Only what the parked event wrote: its marker, and its placeholder, where it still waits for an operator.
+        assert len(documents(store, "inbox")) == len(documents(store, "parcel-pending")) == parked_first
