@@ -20,12 +20,16 @@ it was.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from idempotent_consumer.functions.consumer import Companions, Consumer
-from shared.bootstrap import App
 from shared.domain.aggregate import ORDERS
-from shared.handlers.place_order import check_order
 from shared.settings import Settings
+
+if TYPE_CHECKING:
+    from idempotent_consumer.messages import InboundMessage
+    from idempotent_consumer.outcomes import Result
+    from shared.bootstrap import App
 
 NAMES = Companions(publish_outbox="publish_outbox", sweep_outbox="sweep_outbox", report_stuck="report_stuck",
                    lease_prefix="")
@@ -39,7 +43,27 @@ def make_blueprint(settings: Settings, root: Callable[[], App]) -> Consumer:
     """
     orders = Consumer(settings.consumer_name, container=settings.cosmos_container, partition_key="/orderId",
                       settings=settings, root=root, companions=NAMES)
-    orders.handler(settings.orders_queue, App.handle_order, check=check_order, function_name="process_order")
+    orders.handler(settings.orders_queue, handle_order, check=check_order, function_name="process_order")
     orders.ordered(settings.order_events_queue, ORDERS, sessions=settings.order_events_sessions,
                    function_name="process_order_event")
     return orders
+
+
+# The handlers' modules load on the first invocation (with the app, ``root()``), not while the host indexes.
+def from_environment() -> App:
+    """The app, built from the environment (``shared.bootstrap.from_environment``)."""
+    from shared import bootstrap  # noqa: PLC0415
+
+    return bootstrap.from_environment()
+
+
+async def handle_order(app: App, message: InboundMessage) -> Result:
+    """One OrderPlaced delivery, decided by the app."""
+    return await app.handle_order(message)
+
+
+def check_order(message: InboundMessage) -> Result | None:
+    """What needs no dependency to decide of an OrderPlaced delivery (``shared.handlers.place_order.check_order``)."""
+    from shared.handlers.place_order import check_order as check  # noqa: PLC0415
+
+    return check(message)

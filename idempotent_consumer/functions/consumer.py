@@ -25,7 +25,9 @@ key, the partition and the body as JSON, every field of it.
 
 Settings are read under the consumer's ``prefix`` (``ConsumerSettings``), as the host indexes the functions;
 the retention rule is checked per queue then, and a failure names the queue and the setting. The clients are
-made on the first invocation, with every missing required setting named at once.
+made on the first invocation, with every missing required setting named at once. The runtime's modules (the
+delivery policy, the ports, the binding, the settlement, the telemetry) load then too: indexing loads only what
+registering the functions needs.
 
 An app with a history of its own (the order app) adopts the blueprint on its own terms: settings it read
 (``settings``), a runtime it builds (``root``), the companions' names it already deployed (``Companions``), and
@@ -49,19 +51,15 @@ from azurefunctions.extensions.bindings import servicebus
 
 from idempotent_consumer import identity
 from idempotent_consumer.functions import lock_renewal
-from idempotent_consumer.functions.binding import to_inbound
-from idempotent_consumer.functions.settlement import ActionsSettlement
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ordered import Machine, Ordered
 from idempotent_consumer.outcomes import Outcome, Result
-from idempotent_consumer.ports.watched import watched_store
 from idempotent_consumer.records import PARTITION_FIELD, RECORD_FIELDS
-from idempotent_consumer.runtime import Runtime
 from idempotent_consumer.settings import ConsumerSettings
 
 if TYPE_CHECKING:
     from idempotent_consumer.plan import Plan, Scope
-    from idempotent_consumer.runtime import RuntimeSettings
+    from idempotent_consumer.runtime import Runtime, RuntimeSettings
 
     class BlueprintSettings(RuntimeSettings, Protocol):
         """What the blueprint reads of its consumer's settings besides the runtime's: ``ConsumerSettings`` has
@@ -179,6 +177,8 @@ class Consumer(func.Blueprint):
     def runtime(self, **ports: Any) -> Runtime:
         """The consumer's runtime: made on first use from the settings (the function app's), or with ``ports``
         (``store``, ``sender``, ``clock``, ``sleep``, ``record``) for a test, which then keeps it."""
+        from idempotent_consumer.runtime import Runtime  # noqa: PLC0415 - with the first invocation, not the indexing
+
         if ports:
             return self.use(Runtime(self.name, self.settings, partition_field=self.partition_field, scope=self.scope,
                                     prefix=self.prefix, **ports))
@@ -237,6 +237,8 @@ class Consumer(func.Blueprint):
         """One delivery of ``function``'s ordered queue, decided by its machine."""
         runtime = self.runtime()
         mode = runtime.ordered(self.ordered_queues[function][1])
+        from idempotent_consumer.ports.watched import watched_store  # noqa: PLC0415
+
         return await mode.apply(message, watched_store(runtime.store()))
 
     async def handle(self, function: str, message: InboundMessage) -> Result:
@@ -316,6 +318,9 @@ class Consumer(func.Blueprint):
                                         is_sessions_enabled=sessions or None, auto_complete_messages=False)
         async def trigger(msg: servicebus.ServiceBusReceivedMessage,
                           message_actions: servicebus.ServiceBusMessageActions) -> None:
+            from idempotent_consumer.functions.binding import to_inbound  # noqa: PLC0415 - see the module's docstring
+            from idempotent_consumer.functions.settlement import ActionsSettlement  # noqa: PLC0415
+
             await consumer.runtime().deliver(function, functools.partial(to_inbound, msg, renewal=renewal), handler,
                                              ActionsSettlement(msg, message_actions, sessions=sessions),
                                              queue=queue, check=check)
