@@ -208,7 +208,8 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
     outages = chaos.outage_phase(
         [(name, seconds) for name, seconds in (("fulfilment", options.fulfilment_outage),
                                                ("cosmos", options.cosmos_outage)) if seconds > 0],
-        first_after=first_after, gap=OUTAGE_GAP_SHARE * sending)
+        first_after=first_after, gap=OUTAGE_GAP_SHARE * sending,
+        after_rollback=chaos.rolled_forward if _rolls_back(options) else None)
     rollback = None
     if _rolls_back(options):
         rollback = threading.Timer(first_after + options.fulfilment_outage, chaos.rollback,

@@ -43,6 +43,9 @@ KILL_EVERY_SECONDS = 4.0  # mean pause between two kills
 # on average every 15 s, for 2 to 10 s, so that it holds locks past their 6 s about half the time.
 SLOW_EVERY_SECONDS = 15.0
 SLOW_FOR_SECONDS = (2.0, 10.0)
+# How long an outage after the first waits for the rolled-back host to be forward again, at most (a rollback stays
+# back three times its 45 s at most, and a host takes seconds to start under load).
+ROLLBACK_WAIT_LIMIT_SECONDS = 600.0
 ARMED_FOR_SECONDS = 15.0  # a chosen moment not reached by then is given up (counted as missed)
 _BATCH = "x-ms-cosmos-is-batch-request"
 # The outbox publisher's mark: its status set to dispatched, by a patch operation or a whole document.
@@ -99,6 +102,7 @@ class Chaos:
     slots: list[Slot] = field(default_factory=list)
     upgraded: int = 0  # slots whose host was replaced by one on the next version
     rolled_back: int = 0  # slots whose host ran for a while on the release before (versions.PREVIOUS)
+    rolled_forward: threading.Event = field(default_factory=threading.Event)  # the rolled-back slot is forward again
     kills: Counter[str] = field(default_factory=Counter)
     failure: str | None = None  # why the killer stopped early, if it did: the run then fails
     _armed: Armed | None = None
@@ -158,14 +162,20 @@ class Chaos:
             self._give_up_armed()
         self._replace_dead()
 
-    def outage_phase(self, plan: list[tuple[str, float]], *, first_after: float, gap: float) -> threading.Thread:
+    def outage_phase(self, plan: list[tuple[str, float]], *, first_after: float, gap: float,
+                     after_rollback: threading.Event | None = None) -> threading.Thread:
         """In the background: ``first_after`` seconds from now, take each dependency of ``plan`` down for its
         seconds, one after the other, ``gap`` seconds apart: the fulfilment stand-in refuses every reservation, or
-        every slot's Cosmos proxy every request (503)."""
+        every slot's Cosmos proxy every request (503). With ``after_rollback``, an outage after the first begins
+        only once that is set (the rolled-back host is forward again): the release before has no delayed retries,
+        so an outage while it runs would spin its deliveries into MaxDeliveryCountExceeded, which is that
+        release's known weakness (docs/proof.md), not what the rollback is there to prove."""
         def run() -> None:  # on whether the killing has stopped or not: the drain waits for the phase's end
             time.sleep(first_after)
             for index, (dependency, seconds) in enumerate(plan):
                 time.sleep(gap if index else 0.0)
+                if index and after_rollback is not None:
+                    after_rollback.wait(ROLLBACK_WAIT_LIMIT_SECONDS)
                 start = time.time()
                 if dependency == "fulfilment":
                     self.stack.fulfilment.outage(seconds)
@@ -201,15 +211,18 @@ class Chaos:
         slot = self.slots[-1]
         with self._slots:
             was = slot.app_dir
-        self._replace(slot, app_dir)
-        self.rolled_back += 1
-        print(f"chaos: slot {slot.index} rolled back to the release before for {seconds:.0f} s", flush=True)
-        back = time.time()
-        time.sleep(seconds)
-        while met is not None and not met() and time.time() < back + longest:
-            time.sleep(1)
-        self._replace(slot, was)
-        print(f"chaos: slot {slot.index} rolled forward again", flush=True)
+        try:
+            self._replace(slot, app_dir)
+            self.rolled_back += 1
+            print(f"chaos: slot {slot.index} rolled back to the release before for {seconds:.0f} s", flush=True)
+            back = time.time()
+            time.sleep(seconds)
+            while met is not None and not met() and time.time() < back + longest:
+                time.sleep(1)
+            self._replace(slot, was)
+            print(f"chaos: slot {slot.index} rolled forward again", flush=True)
+        finally:
+            self.rolled_forward.set()
 
     def _replace(self, slot: Slot, app_dir: Path) -> None:
         """Stop the slot's host as the platform does (it finishes what it has in hand) and start one on ``app_dir``
