@@ -24,10 +24,11 @@ from bench import index_terms
 from devservers import cosmos_setup
 from idempotent_consumer import reports
 from idempotent_consumer.adapters.cosmos import CosmosStore, query_text
+from idempotent_consumer.errors import BatchFailed
 from idempotent_consumer.ordered import operator as operator_commands
 from idempotent_consumer.ordered import writes
 from idempotent_consumer.outbox import OutboxPublisher
-from idempotent_consumer.ports.store import BatchOperation, Document, query_all
+from idempotent_consumer.ports.store import BatchOperation, Delete, Document, query_all
 from idempotent_consumer.testing.memory import RecordingSender
 from shared.settings import Settings
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
@@ -223,6 +224,21 @@ def test_the_term_counter_counts_leaves_array_items_and_undefined_included_paths
     assert not default.indexes('/"_etag"/?') and orders.indexes("/id/?")
     patched = {**document, "status": "paid", "_ts": 6}
     assert index_terms.changed_terms(document, patched, orders) == 2  # status (was undefined) and _ts
+
+
+def test_a_delete_is_priced_by_the_terms_it_removes_and_a_missing_one_by_nothing() -> None:
+    store = index_terms.RecordingStore()
+    document = {"id": "o", "orderId": "o", "type": "order", "status": "placed", "items": [{"sku": "x"}]}
+    written = asyncio.run(store.create(document))
+    asyncio.run(store.execute_batch("o", [Delete("o", if_match=written["_etag"])]))
+    with pytest.raises(BatchFailed):  # refused (404), nothing written: nothing to price
+        asyncio.run(store.execute_batch("o", [Delete("o")]))
+    create, delete = store.writes
+    assert (delete.operation, delete.kind, delete.after) == ("delete", "order", None)
+    default = index_terms.Policy.of(index_terms.DEFAULT_POLICY)
+    # id, orderId, type, status, items/0/sku and _ts: 5 RU and 0.2 for each term removed, as a create wrote them
+    assert delete.terms(default) == create.terms(default) == 6
+    assert delete.ru(default) == pytest.approx(5.0 + 0.2 * 6)
 
 
 def test_the_performance_docs_quote_the_estimator() -> None:

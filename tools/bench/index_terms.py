@@ -6,9 +6,10 @@ implements neither RU nor custom indexing policies. So this runs the app (``shar
 over the in-memory store, records every write with the document before and after it, and counts
 index terms: one per leaf value (each array item's leaves too), plus ``id`` and ``_ts``, which Cosmos
 always indexes; under an opt-in policy, each explicitly included path a document lacks adds one
-"undefined" term. The model (Microsoft's, as the team's platform notes record it): a 1 KB create
-costs about 5 RU + 0.2 per indexed term; a replace about 10 RU + 0.4 per changed indexed term; a patch
-is charged like a replace (plus a small base charge, not counted here). The figures are estimates.
+"undefined" term. The model (Microsoft's, "Understand request units consumption"): a 1 KB create
+costs about 5 RU + 0.2 per indexed term; a replace about 10 RU + 0.4 per changed indexed term (each
+removed and inserted); a patch is charged like a replace (plus a base charge, not counted here); a delete
+5 RU + 0.2 per indexed term it removes. The figures are estimates.
 
 The happy paths: a new order with two items (its batch of order and reservation claim; the claim completed
 after the fulfilment call, with its outbox entry and the reservation on the order; the outbox entry marked
@@ -59,6 +60,7 @@ UNDEFINED = object()  # what an explicitly included path that a document lacks i
 _ABSENT = object()
 CREATE_BASE, CREATE_PER_TERM = 5.0, 0.2
 REPLACE_BASE, REPLACE_PER_TERM = 10.0, 0.4
+DELETE_BASE, DELETE_PER_TERM = 5.0, 0.2
 NOW = datetime(2026, 11, 30, 9, 15, 1, tzinfo=UTC)
 ORDER_ID = "ord-3f2a9c1e-7b4d-4e61-9a0f-2d8c5b7e1a44"
 ORDER: dict[str, Any] = {
@@ -153,24 +155,29 @@ def changed_terms(before: Mapping[str, Any], after: Mapping[str, Any], policy: P
 
 @dataclass(frozen=True)
 class Write:
-    """One document written: its kind, the operation, and the document before (None for a create) and after."""
+    """One document written: its kind, the operation, and the document before (None for a create) and after
+    (None for a delete)."""
 
     step: str
     operation: str
     kind: str
     before: Document | None
-    after: Document
+    after: Document | None
 
     def terms(self, policy: Policy) -> int:
-        """Indexed terms written (a create) or changed (a replace or patch)."""
+        """Indexed terms written (a create), changed (a replace or patch) or removed (a delete)."""
         if self.before is None:
-            return len(terms(self.after, policy))
+            return len(terms(self.after or {}, policy))
+        if self.after is None:
+            return len(terms(self.before, policy))
         return changed_terms(self.before, self.after, policy)
 
     def ru(self, policy: Policy) -> float:
         """The published model's estimate for this write."""
         if self.before is None:
             return CREATE_BASE + CREATE_PER_TERM * self.terms(policy)
+        if self.after is None:
+            return DELETE_BASE + DELETE_PER_TERM * self.terms(policy)
         return REPLACE_BASE + REPLACE_PER_TERM * self.terms(policy)
 
 
@@ -201,7 +208,9 @@ class RecordingStore:
         written = await self._store.execute_batch(partition_key, operations)
         for op, old, answer in zip(operations, before, written, strict=True):
             if isinstance(op, Delete):
-                raise NotImplementedError("a delete is off the happy path; the model here has no figure for it")
+                if old is not None:
+                    self.writes.append(Write(self.step, "delete", str(old.get("type")), old, None))
+                continue
             operation = "create" if isinstance(op, Create) else "patch" if isinstance(op, Patch) else "replace"
             # An etag_only patch answers with its id and etag alone: the document written is the one stored.
             new = await self._store.read(op.doc_id, partition_key) if isinstance(op, Patch) else answer
@@ -211,7 +220,7 @@ class RecordingStore:
     async def _current(self, partition_key: str, op: BatchOperation) -> Document | None:
         if isinstance(op, Create):
             return None
-        doc_id = op.document["id"] if isinstance(op, Replace) else op.doc_id
+        doc_id = op.document["id"] if isinstance(op, Replace) else op.doc_id  # a Patch's or a Delete's
         try:
             return await self._store.read(doc_id, partition_key)
         except NotFound:
