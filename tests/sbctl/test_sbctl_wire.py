@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage
 
-from devservers.servicebus import Broker, start_broker
+from devservers.servicebus import Broker, connection_string, start_broker
 from sbctl.cli import main
 from tests.sbctl.queues import config, dead_letter, drain, queue
 
@@ -161,12 +162,16 @@ def test_missing_entity_is_a_clear_error(conn: str, capsys: pytest.CaptureFixtur
 
 
 def test_unreachable_broker_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with start_broker(CONFIG) as gone:
-        dead = gone.connection_string
-    assert main(["send", "--queue", "plain", "--generate", "1", "--connection-string", dead]) == 1
+    # A port held bound but not listening refuses every connection, and no parallel test's broker can take it
+    # (a broker's port freed after it stops can be reused at once).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        dead = connection_string("127.0.0.1", port)
+        assert main(["send", "--queue", "plain", "--generate", "1", "--connection-string", dead]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert f"cannot reach Service Bus at 127.0.0.1:{gone.port} (plain AMQP)" in err and "connection refused" in err
+    assert f"cannot reach Service Bus at 127.0.0.1:{port} (plain AMQP)" in err and "connection refused" in err
 
 
 def test_connection_string_from_the_environment_and_module_entry_point(conn: str) -> None:
