@@ -5,9 +5,11 @@ The outbox entry (``OutboxEntry``: OrderAccepted, or OrderRejected) is created i
 batch as the finish of the order's reservation record, in its partition, so the outcome never exists without
 what it announces, nor a finished reservation without its outcome. The publisher sends pending entries (from
 the change feed, and from the sweep for anything the feed missed), one send per hundred entries of a
-destination, and then marks them dispatched with a ttl: a patch of those three fields on the entry's etag as
-read, so the fields this version does not model are kept. A crash between send and mark resends the same
-MessageId, which the destination's duplicate detection and its consumers' idempotency absorb.
+destination, and then deletes each on the etag it was read with (one delete costs half a patch, and leaves no
+document for a TTL to remove). With ``dispatched_ttl_seconds`` above 0 it marks them dispatched instead and keeps
+them that long: a patch of ``status``, ``dispatchedAt`` and ``ttl`` on the etag as read, so the fields this version
+does not model are kept. A crash between send and delete (or mark) resends the same MessageId, which the
+destination's duplicate detection and its consumers' idempotency absorb.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from idempotent_consumer.errors import (
     UnreadableDocument,
 )
 from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
-from idempotent_consumer.ports.store import DocumentStore, Patch
+from idempotent_consumer.ports.store import BatchOperation, Delete, DocumentStore, Patch
 from idempotent_consumer.records import OutboxEntry, OutboxStatus
 
 logger = logging.getLogger("idempotent_consumer.outbox")
@@ -53,7 +55,8 @@ class PublishReport:
 
 
 class OutboxPublisher:
-    """Sends pending outbox entries and marks them dispatched."""
+    """Sends pending outbox entries, then deletes them (``dispatched_ttl_seconds`` 0) or marks them dispatched and
+    keeps them that long."""
 
     def __init__(
         self,
@@ -91,9 +94,9 @@ class OutboxPublisher:
                 continue
             if entry.status is not OutboxStatus.PENDING:
                 skipped += 1
-            elif entry.etag is None:  # a mark without one would be unconditional; the sweep reads it with its etag
-                _not_published(entry, StoreError(f"outbox {entry.id} was not read from the store; no etag to mark"
-                                                 " it dispatched on"))
+            elif entry.etag is None:  # a delete or mark without one would be unconditional; the sweep reads it with one
+                _not_published(entry, StoreError(f"outbox {entry.id} was not read from the store; no etag to delete"
+                                                 " or mark it on"))
                 failed.append(entry.id)
             else:
                 pending.append(entry)
@@ -145,16 +148,21 @@ class OutboxPublisher:
                              tuple(i for r in reports for i in r.failed), sum(r.skipped for r in reports))
 
     async def _mark(self, entry: OutboxEntry) -> None:
-        """Mark a sent entry dispatched, on the etag it was read with."""
-        _, mark = entry.with_changes(status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(), ttl=self._ttl)
+        """Delete a sent entry, or mark it dispatched where it is kept, on the etag it was read with."""
+        done: BatchOperation
+        if self._ttl:
+            _, mark = entry.with_changes(status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(), ttl=self._ttl)
+            done = Patch(entry.id, mark, if_match=entry.etag, etag_only=True)
+        else:
+            done = Delete(entry.id, entry.etag)
         try:
-            await self._store.execute_batch(entry.partition,
-                                            [Patch(entry.id, mark, if_match=entry.etag, etag_only=True)])
+            await self._store.execute_batch(entry.partition, [done])
         except BatchFailed as exc:
             if not isinstance(exc.error, PreconditionFailed | NotFound):
                 raise
-            # Changed or gone since this copy was read: another publisher dispatched it (and its ttl may
-            # have run out since). Resending was harmless.
+            # Changed or gone since this copy was read: another publisher sent it and deleted or marked it (and a
+            # mark's ttl may have run out since), or a writer changed it and the sweep sends it again. Resending
+            # is harmless.
         logger.info("outbox %s dispatched messageId=%s", entry.id, entry.message_id,
                     extra={"outboxId": entry.id, "messageId": entry.message_id})
 

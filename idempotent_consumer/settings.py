@@ -214,8 +214,9 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
                                                   "stuck report names an event still parked for its predecessor.")
     stuck_report_schedule: Name = setting("STUCK_REPORT_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of the "
                                           "stuck report.")
-    outbox_dispatched_ttl_seconds: Seconds = setting("OUTBOX_DISPATCHED_TTL_SECONDS", 604800, "Lifetime of an "
-                                                     "outbox entry after it was dispatched.")
+    outbox_dispatched_ttl_seconds: Annotated[int, msgspec.Meta(ge=0)] = setting(
+        "OUTBOX_DISPATCHED_TTL_SECONDS", 0, "0: an outbox entry is deleted once sent. Above 0: it is kept, "
+        "marked dispatched, for that many seconds.")
     outbox_stuck_after_seconds: Seconds = setting("OUTBOX_STUCK_AFTER_SECONDS", 120, "Age at which the sweep "
                                                   "publishes a still-pending outbox entry.")
     outbox_sweep_schedule: Name = setting("OUTBOX_SWEEP_SCHEDULE", "0 */2 * * * *", "NCRONTAB schedule of the "

@@ -128,12 +128,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         "to: an order whose reservation the fulfilment service refused for good.", in_azure=True)
     outbox_requires_session: bool = setting("OUTBOX_REQUIRES_SESSION", False, "Set SessionId = orderId on outgoing "
                                             "messages (session-enabled destination).")
-    outbox_dispatched_ttl_seconds: Seconds = setting("OUTBOX_DISPATCHED_TTL_SECONDS", 604800, "Lifetime of an "
-                                                     "outbox document after it was dispatched.")
+    outbox_dispatched_ttl_seconds: Annotated[int, msgspec.Meta(ge=0)] = setting(
+        "OUTBOX_DISPATCHED_TTL_SECONDS", 0, "0: an outbox document is deleted once sent. Above 0: it is kept, "
+        "marked dispatched, for that many seconds.")
     outbox_stuck_after_seconds: Seconds = setting("OUTBOX_STUCK_AFTER_SECONDS", 120, "Age at which `sweep_outbox` "
                                                   "publishes a still-pending outbox document. With the sweep's "
-                                                  "period it bounds how late a resend follows a lost dispatched "
-                                                  "mark: keep the two well inside the destination's "
+                                                  "period it bounds how late a resend follows a lost delete "
+                                                  "(or mark): keep the two well inside the destination's "
                                                   "duplicate-detection window (PT10M in Bicep).")
     outbox_sweep_schedule: Name = setting("OUTBOX_SWEEP_SCHEDULE", "0 */2 * * * *", "NCRONTAB schedule of "
                                           "`sweep_outbox`.")

@@ -339,7 +339,7 @@ class Consumer(func.Blueprint):
                                 lease_container_prefix=lease_prefix or None,
                                 create_lease_container_if_not_exists=False)
         async def publish_outbox(documents: func.DocumentList) -> None:
-            """Change feed of the container: send each pending outbox entry, then mark it dispatched. An entry
+            """Change feed of the container: send each pending outbox entry, then delete it (or mark it). An entry
             that cannot be sent stays pending for the sweep; the change feed does not retry."""
             _log(publish, await consumer.runtime().publish(document.to_dict() for document in documents))
 

@@ -144,7 +144,7 @@ def test_failed_batch_writes_neither_order_nor_outbox(
     assert partition(app_on_cosmos, order_id, "outbox") == []
 
 
-def test_publisher_sends_pending_outbox_from_a_change_feed_batch_and_marks_it_dispatched(
+def test_publisher_sends_pending_outbox_from_a_change_feed_batch_and_deletes_it(
     app_on_cosmos: Harness, deliver_order: Deliverer, sender: RecordingSender,
     registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
@@ -155,14 +155,14 @@ def test_publisher_sends_pending_outbox_from_a_change_feed_batch_and_marks_it_di
     assert message.message_id == identity.outbox_message_id("order-projection", order_id)
     assert (message.correlation_id, message.session_id, message.subject) == ("corr-8", None, "OrderAccepted")
     assert json.loads(message.body)["orderId"] == order_id
-    [outbox] = partition(app_on_cosmos, order_id, "outbox")
-    assert outbox["status"] == "dispatched" and outbox["ttl"] == 604800
+    assert partition(app_on_cosmos, order_id, "outbox") == []  # sent, then deleted: OUTBOX_DISPATCHED_TTL_SECONDS 0
 
 
 def test_dispatched_and_other_documents_in_the_feed_are_skipped(
     app_on_cosmos: Harness, deliver_order: Deliverer, sender: RecordingSender,
     registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
+    app_on_cosmos.reconfigure(outbox_dispatched_ttl_seconds=604800)  # sent entries kept, as a release before did
     order_id = place(deliver_order)
     publish = registered_functions["publish_outbox"]
     app_on_cosmos.run(publish(change_feed(app_on_cosmos, order_id)))
@@ -183,7 +183,7 @@ def test_session_destination_gets_the_order_as_session_id(
     assert (destination, message.session_id) == ("order-accepted-sessions", order_id)
 
 
-def test_crash_before_the_mark_republishes_the_same_message_id(
+def test_crash_before_the_delete_republishes_the_same_message_id(
     app_on_cosmos: Harness, deliver_order: Deliverer,
     sender: RecordingSender | BrokerTap, registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
@@ -191,7 +191,7 @@ def test_crash_before_the_mark_republishes_the_same_message_id(
     feed = change_feed(app_on_cosmos, order_id)
     with fault_proxy(app_on_cosmos.endpoint.url) as proxy:
         app_on_cosmos.reconfigure(cosmos_endpoint=proxy.url)
-        proxy.fail("PATCH", r"/docs/[^/]+/?$", 503, count=None)  # the mark (a point patch) fails after the send
+        proxy.fail("POST", r"/docs/?$", 503, count=None)  # the delete (a batch of one) fails after the send
         app_on_cosmos.run(registered_functions["publish_outbox"](feed))
     assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "pending"
     app_on_cosmos.reconfigure(cosmos_endpoint=app_on_cosmos.endpoint.url, outbox_stuck_after_seconds=1)
@@ -201,7 +201,7 @@ def test_crash_before_the_mark_republishes_the_same_message_id(
     assert [m.message_id for _, m in sender.sent].count(expected) == 2  # sent twice under the same MessageId...
     # ...and the destination's duplicate detection lets exactly one through
     assert [m.message_id for _, m in sender.delivered].count(expected) == 1
-    assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "dispatched"
+    assert partition(app_on_cosmos, order_id, "outbox") == []
 
 
 def test_republishing_one_outbox_document_twice_delivers_one_message(
@@ -227,13 +227,14 @@ def test_sweep_publishes_only_documents_pending_past_the_threshold(
     app_on_cosmos.container.replace_item(outbox["id"], {**outbox, "createdAt": outbox["createdAt"] - 301})
     app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))
     assert outbox["messageId"] in [m.message_id for _, m in sender.sent]
-    assert partition(app_on_cosmos, order_id, "outbox")[0]["status"] == "dispatched"
+    assert partition(app_on_cosmos, order_id, "outbox") == []
 
 
 def test_the_mark_on_cosmos_keeps_the_fields_this_version_does_not_model(
     app_on_cosmos: Harness, deliver_order: Deliverer, sender: RecordingSender,
     registered_functions: dict[str, Callable[..., Any]],
 ) -> None:
+    app_on_cosmos.reconfigure(outbox_dispatched_ttl_seconds=604800)  # sent entries kept, marked dispatched
     order_id = place(deliver_order)
     [outbox] = partition(app_on_cosmos, order_id, "outbox")
     foreign = {"schemaVersion": 2, "routing": {"region": "eu", "copies": [1, 2]}}

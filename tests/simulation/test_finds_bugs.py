@@ -29,6 +29,7 @@ from idempotent_consumer.ports.store import (
     MAX_PAGE_ITEMS,
     BatchOperation,
     Create,
+    Delete,
     Document,
     DocumentStore,
     Patch,
@@ -270,17 +271,20 @@ def test_a_record_written_from_its_model_is_found_as_a_newer_producers_field_dro
 
 class SuspendsOnOutboxMark(_Delegating):
     """Not an idempotency bug: a port that suspends its coroutine, here only where the outbox publisher
-    marks an entry dispatched. The simulator has no event loop, so it must fail the run, not lose it."""
+    deletes (or marks) an entry it sent. The simulator has no event loop, so it must fail the run, not lose it."""
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         [first, *_] = operations
-        if _marks_dispatched(first):
+        if _finishes_sent(first):
             await asyncio.sleep(0)
         return await self.store.execute_batch(partition_key, operations)
 
 
-def _marks_dispatched(operation: BatchOperation) -> bool:
-    """Whether an operation is the publisher's mark: a patch setting dispatched, or a replace of the entry."""
+def _finishes_sent(operation: BatchOperation) -> bool:
+    """Whether an operation is the publisher's finish of a sent entry: the delete of an outbox entry, a patch setting
+    dispatched, or a replace of the entry."""
+    if isinstance(operation, Delete):
+        return operation.doc_id.startswith("outbox.")
     if isinstance(operation, Patch):
         return operation.set_fields.get("status") == OutboxStatus.DISPATCHED.value
     return isinstance(operation, Replace) and OutboxEntry.is_kind(operation.document)

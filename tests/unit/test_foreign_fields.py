@@ -198,12 +198,26 @@ def test_a_finish_after_a_write_under_the_call_keeps_what_that_write_added(
     assert_kept(store, "side-effect")
 
 
-def test_marking_an_outbox_entry_dispatched_keeps_its_foreign_fields(app: bootstrap.App,
-                                                                     store: InMemoryStore) -> None:
+def test_marking_an_outbox_entry_dispatched_where_sent_entries_are_kept_keeps_its_foreign_fields(
+        store: InMemoryStore, fulfilment: Fulfilment) -> None:
+    kept = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0,
+                    outbox_dispatched_ttl_seconds=604800)
+    app = bootstrap.build(kept, store=store, fulfilment=fulfilment, sender=RecordingSender())
     place(app)
     add_foreign(store, "outbox")
     report = run(app.publisher().publish(of_type(store, "outbox")))
     assert len(report.dispatched) == 1
     [entry] = of_type(store, "outbox")
-    assert (entry["status"], entry["ttl"]) == ("dispatched", SETTINGS.outbox_dispatched_ttl_seconds)
+    assert (entry["status"], entry["ttl"]) == ("dispatched", 604800)
     assert_kept(store, "outbox")
+
+
+def test_a_sent_outbox_entry_is_deleted_only_as_it_was_read(app: bootstrap.App, store: InMemoryStore) -> None:
+    place(app)
+    [read] = of_type(store, "outbox")
+    add_foreign(store, "outbox")  # another writer changes it after the publisher read it
+    assert len(run(app.publisher().publish([read])).dispatched) == 1  # sent; its delete refused (412)
+    assert_kept(store, "outbox")  # so nothing the other writer put there is lost, and it is still pending
+    assert of_type(store, "outbox")[0]["status"] == "pending"
+    assert len(run(app.publisher().publish(of_type(store, "outbox"))).dispatched) == 1  # sent again, as changed
+    assert of_type(store, "outbox") == []

@@ -12,8 +12,8 @@ removed and inserted); a patch is charged like a replace (plus a base charge, no
 5 RU + 0.2 per indexed term it removes. The figures are estimates.
 
 The happy paths: a new order with two items (its batch of order and reservation claim; the claim completed
-after the fulfilment call, with its outbox entry and the reservation on the order; the outbox entry marked
-dispatched after the send), and an event applied in turn (its identity's create, then its batch of inbox
+after the fulfilment call, with its outbox entry and the reservation on the order; the outbox entry deleted
+after the send), and an event applied in turn (its identity's create, then its batch of inbox
 marker, the order's conditional patch and the event's record), once for a captured payment and once for a
 shipment.
 

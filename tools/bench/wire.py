@@ -1,16 +1,28 @@
-"""Requests counted on the wire: an azure-core async transport that counts what the Cosmos SDK sends.
+"""Requests counted on the wire: an azure-core async transport that counts what the Cosmos SDK sends, and what a
+proxy reads of a request's body.
 
-It sits below the SDK's retry policy, so a retried request counts each time it is sent, and it adds
+The transport sits below the SDK's retry policy, so a retried request counts each time it is sent, and it adds
 up the request charge (``x-ms-request-charge``) where the server reports one (Azure does; the local
 server does not).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
 from azure.core.pipeline.transport import AioHttpTransport
+
+# The outbox publisher's finish of a sent entry, in a transactional batch's body: its delete (an operation with no body
+# whose id is an outbox entry's), or, where sent entries are kept, its mark (status set to dispatched, by a patch or a
+# whole document).
+_OUTBOX_FINISH = re.compile(rb'"/?status"[^}]*?"dispatched"|\{[^{}]*"Delete"[^{}]*"outbox\.[^{}]*\}')
+
+
+def finishes_sent_outbox(body: bytes) -> bool:
+    """Whether a batch request's body is (or holds) the outbox publisher's delete or mark of an entry it sent."""
+    return _OUTBOX_FINISH.search(body) is not None
 
 
 class CountingTransport(AioHttpTransport):  # type: ignore[misc]  # azure-core is untyped here

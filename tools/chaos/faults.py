@@ -12,7 +12,6 @@ kills that slot's process, and its connection is reset there, so the process nev
 from __future__ import annotations
 
 import random
-import re
 import threading
 import time
 from collections import Counter
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from bench.wire import finishes_sent_outbox
 from demo.stack import HostProcess, Stack, pause, settings_file, sigkill
 from devservers.faultproxy import FaultProxy, Kind, RandomFaults, Tap
 from devservers.host.servicebus import RELEASE_RATE_SETTING, RELEASED_MID_INVOCATION
@@ -48,8 +48,6 @@ SLOW_FOR_SECONDS = (2.0, 10.0)
 ROLLBACK_WAIT_LIMIT_SECONDS = 600.0
 ARMED_FOR_SECONDS = 15.0  # a chosen moment not reached by then is given up (counted as missed)
 _BATCH = "x-ms-cosmos-is-batch-request"
-# The outbox publisher's mark: its status set to dispatched, by a patch operation or a whole document.
-_OUTBOX_MARK = re.compile(rb'"/?status"[^}]*?"dispatched"')
 
 
 class Moment(StrEnum):
@@ -59,7 +57,7 @@ class Moment(StrEnum):
     BEFORE_WRITE = "before a write"
     AFTER_WRITE = "between a write and the settlement"
     FULFILMENT = "during the fulfilment call"
-    OUTBOX = "in the outbox publisher, between send and mark"
+    OUTBOX = "in the outbox publisher, between send and delete"
 
 
 @dataclass
@@ -348,7 +346,7 @@ class Chaos:
         def tap(method: str, path: str, headers: Mapping[str, str], body: bytes, status: int | None) -> bool:
             if method != "POST" or str(headers.get(_BATCH, "")).lower() != "true":
                 return False
-            if _OUTBOX_MARK.search(body):
+            if finishes_sent_outbox(body):
                 return status is None and self._take(index, Moment.OUTBOX)
             return self._take(index, Moment.BEFORE_WRITE if status is None else Moment.AFTER_WRITE)
         return tap
