@@ -228,6 +228,7 @@ def test_the_term_counter_counts_leaves_array_items_and_undefined_included_paths
 
 def test_a_delete_is_priced_by_the_terms_it_removes_and_a_missing_one_by_nothing() -> None:
     store = index_terms.RecordingStore()
+    store.step = "a delete"
     document = {"id": "o", "orderId": "o", "type": "order", "status": "placed", "items": [{"sku": "x"}]}
     written = asyncio.run(store.create(document))
     asyncio.run(store.execute_batch("o", [Delete("o", if_match=written["_etag"])]))
@@ -239,6 +240,29 @@ def test_a_delete_is_priced_by_the_terms_it_removes_and_a_missing_one_by_nothing
     # id, orderId, type, status, items/0/sku and _ts: 5 RU and 0.2 for each term removed, as a create wrote them
     assert delete.terms(default) == create.terms(default) == 6
     assert delete.ru(default) == pytest.approx(5.0 + 0.2 * 6)
+
+
+def test_every_path_is_priced_with_its_reads_refusals_feed_and_expiries() -> None:
+    figures = index_terms.estimate()
+    paths = figures["per path"]
+    assert set(paths) == {"new order", "captured payment", "shipment", "copy of a finished order", "duplicate event",
+                          "new order, refused", "early event, parked", "event in turn, releasing the parked one",
+                          "event before its order, parked", "order after its event, releasing it",
+                          "outbox sweep, per run", "stuck report, per run"}
+    new, event, copy = paths["new order"], paths["captured payment"], paths["copy of a finished order"]
+    # Two patches: the claim's finish (7 properties) and the order's reservation (1), 0.4 RU each.
+    assert new["patch base"] == pytest.approx(0.4 * 8)
+    # The feed reads what the five writes left (the outbox entry's delete shows no change); nothing expires.
+    assert (new["feed reads"], new["ttl deletes"]) == (5.0, 0.0)
+    # The identity and the inbox marker expire: a delete of each on serverless.
+    assert event["ttl deletes"] == pytest.approx(2 * 6.8) and event["serverless"] > event["provisioned"]
+    # A copy writes nothing: its batch refused whole (409), the claim read.
+    assert (copy["orders"], copy["reads"]) == (0.0, 1.0) and "(409)" in copy["refused"]
+    assert paths["early event, parked"]["refused"].endswith("(412)")
+    assert paths["outbox sweep, per run"]["query pages"] == 1
+    per_order = figures["per order"]
+    assert per_order["orders"] == pytest.approx(new["orders"] + index_terms.EVENTS_PER_ORDER
+                                                * (event["orders"] + paths["shipment"]["orders"]) / 2, abs=0.1)
 
 
 def test_the_performance_docs_quote_the_estimator() -> None:
