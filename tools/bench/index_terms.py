@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ from idempotent_consumer.ports.store import (
     Create,
     Delete,
     Document,
+    DocumentStore,
     Patch,
     Replace,
     query_all,
@@ -337,67 +339,76 @@ def _event(number: int) -> InboundMessage:
     return _message(str(event["id"]), event, number)
 
 
-class _Run:
-    """One app over a recording store, and the steps of one walk through it."""
+class Run:
+    """One app over a store of its own, and the steps of one walk through it: ``steps`` names the step the store's
+    requests belong to ("" for those not counted)."""
 
-    def __init__(self, fulfilment: Any = None) -> None:
-        self.store = RecordingStore()
-        self.app = bootstrap.build(Settings(fulfillment_url="http://fulfilment.invalid"), store=self.store,
+    def __init__(self, store: DocumentStore, steps: Callable[[str], None], fulfilment: Any = None) -> None:
+        self.store, self._steps = store, steps
+        self.app = bootstrap.build(Settings(fulfillment_url="http://fulfilment.invalid"), store=store,
                                    fulfilment=fulfilment or InMemoryFulfilment(), sender=RecordingSender(),
                                    clock=NOW.timestamp)
 
     async def order(self, step: str = "") -> None:
         """OrderPlaced, then the change feed's batch of what it wrote (the publisher sends and deletes the entry)."""
-        self.store.step = step
+        self._steps(step)
         await self.app.handle_order(_message(ORDER_ID, ORDER, 1))
-        await self.feed()
-        self.store.step = ""
-
-    async def feed(self) -> None:
-        documents = await query_all(self.store._store, {}, partition_key=ORDER_ID)
+        self._steps("")
+        documents = await query_all(self.store, {}, partition_key=ORDER_ID)  # what the feed hands over: not counted
+        self._steps(step)
         await self.app.publisher().publish(documents)
+        self._steps("")
 
     async def event(self, number: int, step: str = "") -> None:
-        self.store.step = step
+        self._steps(step)
         await self.app.handle_event(_event(number))
-        self.store.step = ""
+        self._steps("")
+
+    async def timers(self) -> None:
+        self._steps("outbox sweep, per run")
+        await self.app.publisher().sweep(stuck_after_seconds=120)
+        self._steps("stuck report, per run")
+        await self.app.report_stuck(NOW.timestamp())
+        self._steps("")
 
 
-async def _record() -> tuple[list[Write], list[Other]]:
-    """Every path a message can take, each on its own store: the steps before a path are not recorded."""
-    writes: list[Write] = []
-    others: list[Other] = []
-
-    def keep(run: _Run) -> None:
-        writes.extend(run.store.writes)
-        others.extend(run.store.others)
-
-    run = _Run()
+async def walk(new_run: Callable[[Any], Awaitable[Run]]) -> None:
+    """Every path a message can take, each on a store of its own (``new_run(fulfilment)``): the steps before a path
+    are not counted."""
+    run = await new_run(None)
     await run.order("new order")
     for number, (step, *_) in enumerate(EVENTS, start=2):
         await run.event(number, step)
     await run.order("copy of a finished order")
     await run.event(2, "duplicate event")
-    keep(run)
-    refused = _Run(Refusing())
-    await refused.order("new order, refused")
-    keep(refused)
-    early = _Run()
+    await (await new_run(Refusing())).order("new order, refused")
+    early = await new_run(None)
     await early.order()
     await early.event(3, "early event, parked")
     await early.event(2, "event in turn, releasing the parked one")
-    keep(early)
-    first = _Run()
+    first = await new_run(None)
     await first.event(2, "event before its order, parked")
     await first.order("order after its event, releasing it")
-    keep(first)
-    timers = _Run()
+    timers = await new_run(None)
     await timers.order()
-    timers.store.step = "outbox sweep, per run"
-    await timers.app.publisher().sweep(stuck_after_seconds=120)
-    timers.store.step = "stuck report, per run"
-    await timers.app.report_stuck(NOW.timestamp())
-    keep(timers)
+    await timers.timers()
+
+
+async def _record() -> tuple[list[Write], list[Other]]:
+    """Every path, on recording in-memory stores."""
+    writes: list[Write] = []
+    others: list[Other] = []
+    stores: list[RecordingStore] = []
+
+    async def new_run(fulfilment: Any) -> Run:
+        store = RecordingStore()
+        stores.append(store)
+        return Run(store, functools.partial(setattr, store, "step"), fulfilment)
+
+    await walk(new_run)
+    for store in stores:
+        writes.extend(store.writes)
+        others.extend(store.others)
     return writes, others
 
 
