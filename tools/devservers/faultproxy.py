@@ -25,7 +25,8 @@ The kinds (``Kind``) are what Cosmos and the network do to a client:
 A ``tap`` sees every exchange twice: before it is forwarded (``status`` None) and once the upstream
 answered (``status`` set). When it returns True the client's connection is reset there: before, the
 request never reaches the upstream; after, it took effect and its answer is lost. The chaos suite
-taps to kill the host behind a proxy at a chosen moment (before a write, after it, mid-call).
+taps to kill the host behind a proxy at a chosen moment (before a write, after it, mid-call). An ``observe``
+callable sees each answer relayed whole, its body included (``bench.feed`` counts the change feed's items so).
 
 As a process: ``python -m devservers.faultproxy --upstream http://127.0.0.1:8081 --rate throttle=0.05
 --rate lose_response=0.01 --seed 7 [--writes-only] [--port 0]`` prints ``listening on <url>``, serves
@@ -55,11 +56,14 @@ from urllib.parse import urlsplit
 
 from devservers._child import port_number
 
-__all__ = ["Fault", "FaultProxy", "Kind", "RandomFaults", "Tap", "fault_proxy"]
+__all__ = ["Fault", "FaultProxy", "Kind", "Observer", "RandomFaults", "Tap", "fault_proxy"]
 
 # (method, path, request headers by lower-case name, request body, upstream status or None before
 # forwarding) -> reset the connection here?
 Tap = Callable[[str, str, Mapping[str, str], bytes, int | None], bool]
+# (method, path, request headers by lower-case name, upstream status, answer body): each answer relayed whole, for a
+# benchmark that counts what the upstream sent (the change feed's items, say).
+Observer = Callable[[str, str, Mapping[str, str], int, bytes], None]
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -137,7 +141,8 @@ class FaultProxy:
     """A reverse proxy to ``upstream`` with injectable faults. Use as a context manager."""
 
     def __init__(self, upstream: str, *, random_faults: RandomFaults | None = None, delay_seconds: float = 0.2,
-                 retry_after_ms: int = 10, port: int = 0, tap: Tap | None = None) -> None:
+                 retry_after_ms: int = 10, port: int = 0, tap: Tap | None = None,
+                 observe: Observer | None = None) -> None:
         parts = urlsplit(upstream)
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self._faults: list[Fault] = []
@@ -145,6 +150,7 @@ class FaultProxy:
         self.delay_seconds = delay_seconds
         self.retry_after_ms = retry_after_ms
         self.tap = tap
+        self.observe = observe
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request seen, faulted or not
         self.counts: Counter[str] = Counter()  # faults injected, by kind
         self._down_until = 0.0  # an outage: every request answered 503 until then
@@ -239,6 +245,9 @@ class FaultProxy:
                     if kind is Kind.LOSE_RESPONSE or self._tapped(body, status):
                         self._reset()
                         return
+                    if proxy.observe is not None:
+                        proxy.observe(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
+                                      status, data)
                     self.send_response(status)
                     for key, value in headers:
                         self.send_header(key, value)
