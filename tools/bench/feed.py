@@ -17,6 +17,7 @@ Figures come from this machine's run; the local host polls the feed as the Funct
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import re
@@ -121,13 +122,18 @@ def measure(stack: Stack, rates: list[float], seconds: float, seed: int) -> list
                 if capped:
                     raise TimeoutError(f"the {len(traffic)} orders at {rate:g}/s were not settled in 600 s")
                 drained = time.monotonic()
-                _wait(lambda drained=drained: counter.last_empty > drained, "the change feed did not catch up")
+                _wait(functools.partial(_caught_up, counter, drained), "the change feed did not catch up")
                 with counter._lock:
                     counter.rate = None
                 results.append(counted)
                 print(f"bench.feed: {line(counted)}", flush=True)
         stack.stop_hosts()
     return results
+
+
+def _caught_up(counter: FeedCounter, since: float) -> bool:
+    """Whether a poll found the feed empty after ``since``: it had read every change written before."""
+    return counter.last_empty > since
 
 
 def _wait(done: Callable[[], bool], what: str, seconds: float = WAIT_SECONDS) -> None:
