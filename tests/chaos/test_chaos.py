@@ -101,7 +101,11 @@ def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_comman
                  "--events-queue", "plain", "--storm-orders", "0", "--fulfilment-outage", "0", "--cosmos-outage", "0")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
-    planted = re.compile(r"order \S+: ([2-9]|\d\d+) reservations, 1 OrderAccepted and 0 OrderRejected messages")
+    # The bug's mark: an order reserved twice or more, announced once; or, cancelled while its reservation ran, closed
+    # unannounced with its stock reserved twice or more.
+    planted = re.compile(r"order \S+: ([2-9]|\d\d+) reservations, 1 OrderAccepted and 0 OrderRejected messages"
+                         r"|order \S+ \(cancelled\), its reservation closed unannounced: ([2-9]|\d\d+) reservations,"
+                         r" 0 OrderAccepted and 0 OrderRejected")
     found = [v for v in figures["violations"] if planted.match(v)]
     # A run this short may end before its first kill (a chosen moment is waited for up to 15 s), and says so.
     others = set(figures["violations"]) - set(found) - {report.NO_KILL}
