@@ -106,7 +106,7 @@ class OutboxPublisher:
         return PublishReport(tuple(dispatched), tuple(failed), skipped)
 
     async def _publish_chunk(self, chunk: list[OutboxEntry], dispatched: list[str], failed: list[str]) -> None:
-        """One send for the chunk, then each entry's mark; the ids go to ``dispatched`` or ``failed``."""
+        """One send for the chunk, then each entry's delete (or mark); the ids go to ``dispatched`` or ``failed``."""
         try:
             await self._sender.send(chunk[0].destination, [outgoing_message(entry) for entry in chunk])
         except ConsumerError as exc:
@@ -123,7 +123,7 @@ class OutboxPublisher:
             return
         for entry in chunk:
             try:
-                await self._mark(entry)
+                await self._finish(entry)
                 dispatched.append(entry.id)
             except ConsumerError as exc:
                 _not_published(entry, exc)
@@ -147,7 +147,7 @@ class OutboxPublisher:
         return PublishReport(tuple(i for r in reports for i in r.dispatched),
                              tuple(i for r in reports for i in r.failed), sum(r.skipped for r in reports))
 
-    async def _mark(self, entry: OutboxEntry) -> None:
+    async def _finish(self, entry: OutboxEntry) -> None:
         """Delete a sent entry, or mark it dispatched where it is kept, on the etag it was read with."""
         done: BatchOperation
         if self._ttl:
