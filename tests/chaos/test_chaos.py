@@ -71,9 +71,8 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
     # As the fulfilment service came back, one host ran the release before delayed retries for a while: the copies
     # it dead-lettered were mapped back by sbctl (the dead letters below are the planned ones, and nothing is left).
     # At this size it may meet none: the copies are few, four hosts compete for them, and under load the one rolled
-    # back can start after the last is taken (here it stays back 45 s, as long as the sending takes at most: 135 s
-    # would only delay the Cosmos DB outage, which waits for it). make chaos, at 3,500 orders, is where it always
-    # meets some (docs/proof.md: 535 and 508 in the runs there); tests/sbctl covers the mapping back.
+    # back can start after the last is taken (it waits up to 135 s for one). make chaos, at 3,500 orders, is where
+    # it always meets some (docs/proof.md: 535 and 508 in the runs there); tests/sbctl covers the mapping back.
     rollback = figures["rollback"]
     assert rollback["hosts rolled back to the release before"] == 1
     assert set(rollback["copies it dead-lettered, mapped back by sbctl"]) == {"orders", "order-events"}

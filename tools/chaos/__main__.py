@@ -198,8 +198,7 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
     """Send the scenario while the killer and the slower run, the hosts are upgraded half-way through, and the
     outage phase takes the fulfilment service and then Cosmos DB down, one host rolled back to the release before
     as the fulfilment service comes back (its backlog's copies coming due), and kept back until ``met_a_copy``
-    says it dead-lettered one (up to three times as long, and no longer than the sending); return once all of it is
-    over."""
+    says it dead-lettered one (up to three times as long); return once all of it is over."""
     chaos.start()
     halfway = threading.Event()
     senders = observe.start_senders(client, scenario, sent_at, halfway, options.rate, stack=chaos.stack)
@@ -215,7 +214,7 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
     if _rolls_back(options):
         rollback = threading.Timer(first_after + options.fulfilment_outage, chaos.rollback,
                                    args=(previous, ROLLBACK_SECONDS),
-                                   kwargs={"met": met_a_copy, "longest": _longest_back(sending)})
+                                   kwargs={"met": met_a_copy, "longest": 3 * ROLLBACK_SECONDS})
         rollback.daemon = True
         rollback.start()
     for thread in senders:
@@ -225,13 +224,6 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
     outages.join()
     if rollback is not None:
         rollback.join()
-
-
-def _longest_back(sending_seconds: float) -> float:
-    """How long the rolled-back host stays back at most while it has met no copy: three times ROLLBACK_SECONDS, and
-    no longer than the scenario takes to send. A short run (the test command's smoke run) has few copies, four hosts
-    compete for them, and staying back longer only delays the Cosmos DB outage, which waits for the host."""
-    return max(ROLLBACK_SECONDS, min(3 * ROLLBACK_SECONDS, sending_seconds))
 
 
 def _rolls_back(options: Options) -> bool:
