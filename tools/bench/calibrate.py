@@ -18,7 +18,8 @@ charged.
     python -m bench.calibrate --endpoint http://127.0.0.1:8081 --key KEY     # a temporary container
 
 Without ``--container`` it creates a temporary container with Cosmos DB's default indexing policy and deletes
-it after, which needs a key (Microsoft Entra ID tokens cannot create containers on the data plane). The local
+it after, which needs a key (Microsoft Entra ID tokens cannot create containers on the data plane); with a key,
+``--database`` is created if it is missing, and kept (an account's databases are its owner's to remove). The local
 Cosmos server charges a flat 1 RU a request: run against it, the measured column says nothing about Azure.
 """
 
