@@ -4,7 +4,8 @@ An event's identity (``source`` + ``id``) is first taken for its content, subjec
 of an ``EventIdentity`` in a partition of its own: the check holds across subjects, so the same key with
 other content under another subject is dead-lettered PayloadMismatch, and that subject is never touched.
 The happy path is then one batch, unread (``EventWrites.apply``): the inbox marker, the subject patched on
-its version and state (and on nothing parked against it), and the event's record. When the patch does
+its version and state (and on nothing parked against it), and the event's record if the machine keeps one
+apart from the event's sub-object (the order app keeps none). When the patch does
 not hold, the subject is read and the machine decides (``Subject.decide``): stale, an invalid
 transition, applied with the parked events it releases, or parked until its predecessor comes. When
 the subject (or its placeholder) does not decode here (a newer version broke the additive rule;

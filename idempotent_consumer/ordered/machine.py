@@ -94,8 +94,9 @@ class Machine(Protocol[E]):
         producer wrote it (whose fields this version does not model are kept)."""
         ...
 
-    def record(self, event: E, written: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The document an event writes when it applies, in its subject's partition."""
+    def record(self, event: E, written: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """The document an event writes when it applies, in its subject's partition, in the same batch as its
+        subject's patch; None for none (the event's sub-object on its subject is its record: one create fewer)."""
         ...
 
     def decode(self, parked: ParkedEvent) -> E:

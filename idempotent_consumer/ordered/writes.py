@@ -184,15 +184,20 @@ class Releases:
         return {self.part: OrderChanged, "released": OrderChanged}
 
     def step_parts(self, step: Step) -> Parts:
-        """One step's writes: an applied event's record and its parked copy removed; a stale copy removed; a
-        rejected one kept, marked, with the reason and its ttl."""
+        """One step's writes: an applied event's record (if the machine keeps one) and its parked copy removed; a
+        stale copy removed; a rejected one kept, marked, with the reason and its ttl."""
         parked = step.parked
         if step.event is not None:
-            return [("record", Create(self.machine.record(step.event, parked.data))),
-                    ("released", Delete(parked.id, parked.etag))]
+            return [*self.record(step.event, parked.data), ("released", Delete(parked.id, parked.etag))]
         if step.rejection is None:
             return [("released", Delete(parked.id, parked.etag))]
         return [("released", self.set_aside(parked, ParkedStatus.REJECTED, step.rejection))]
+
+    def record(self, event: OrderedEvent, data: Mapping[str, Any] | None) -> Parts:
+        """The applied event's record, as a part of its batch: none when the machine keeps none apart from the
+        event's sub-object."""
+        record = self.machine.record(event, data)
+        return [] if record is None else [("record", Create(record))]
 
     def set_aside(self, parked: ParkedEvent, status: ParkedStatus, reason: str) -> Patch:
         """The patch that sets a parked event aside (rejected or dropped), kept until its ttl ends."""
@@ -326,7 +331,8 @@ class EventWrites:
         return self.releases.store
 
     async def apply(self) -> None:
-        """The happy path, unread: the subject patched on its version and state, and the event's record. The
+        """The happy path, unread: the subject patched on its version and state, and the event's record (if the
+        machine keeps one). The
         event's sub-object is set whole, so only where none stands (another writer may have put one there, whose
         fields the read path keeps)."""
         machine, part, key = self.releases.machine, self.releases.part, self.event.subject
@@ -338,15 +344,14 @@ class EventWrites:
             changes, condition = transition(machine, self.event, self.data)
             condition[machine.sub_object(self.event, self.data)[0]] = ABSENT
             write = Patch(key, changes, condition)
-        await write_once(self.store, self.marker, [(part, write),
-                                                   ("record", Create(machine.record(self.event, self.data)))],
+        await write_once(self.store, self.marker, [(part, write), *self.releases.record(self.event, self.data)],
                          noun=part)
 
     async def apply_and_release(self, stored: Stored, done: Release) -> None:
         """The event onto the subject as read, then the parked events it releases: as many as fit beside it in
         its marker's batch, the rest in batches after it. The marker of a release that takes more than one
         batch says so (``releasing``), so that a redelivery after a failure between them finishes it."""
-        record: Parts = [("record", Create(self.releases.machine.record(self.event, self.data)))]
+        record = self.releases.record(self.event, self.data)
         releasing = msgspec.structs.replace(self.marker, releasing=True)
         parts, taken = self.releases.plan(lambda subject: subject_write(stored, subject), done, 0,
                                           head=[("marker", Create(releasing.to_document()))], tail=record)

@@ -5,7 +5,8 @@ the version the order has after it; the library applies it in turn, parks it bef
 what waits in the batch of the event that makes it next (``idempotent_consumer.ordered``). An order not
 placed yet (events came first) is held by a pending order, which counts what waits for it and which the
 order takes the place of. An event's data is stored as its producer wrote it, the fields this version does
-not model included (``EventData.kept``), on the order in the event's sub-object and in its record.
+not model included (``EventData.kept``), on the order in the event's sub-object, with the event's identity
+(id, source, time, sequence): the sub-object is the event's record, and no other document is written for it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ordered import StoredState, Subject
 from idempotent_consumer.records import ParkedEvent
 from shared.domain import documents
-from shared.domain.documents import EventRecord, OrderDocument, OrderState, PendingOrder
+from shared.domain.documents import OrderDocument, OrderState, PendingOrder
 from shared.domain.lifecycle import KINDS, KNOWN_STATUSES, TERMINAL_STATUSES, CloudEvent, parse_event
 
 # The most events one order holds parked and counted. A storm past it (a producer that rebuilds its events'
@@ -51,10 +52,10 @@ class OrderMachine:
         return event.kind.status_after
 
     def sub_object(self, event: CloudEvent, written: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
-        return event.kind.record_type, event.data.kept(written)
+        return event.kind.record_type, documents.sub_object(event, written)
 
-    def record(self, event: CloudEvent, written: Mapping[str, Any] | None) -> dict[str, Any]:
-        return EventRecord.document(event, written)
+    def record(self, event: CloudEvent, written: Mapping[str, Any] | None) -> None:
+        return None  # the event's sub-object on its order is its record
 
     def decode(self, parked: ParkedEvent) -> CloudEvent:
         return documents.cloud_event(parked)

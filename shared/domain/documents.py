@@ -7,14 +7,15 @@ for these too. The rules live elsewhere (the order's in ``aggregate.ORDERS``); t
 
     order          OrderDocument       the order; events patch its status and version
     order-pending  PendingOrder        stands in for an order whose events came first; becomes the order
-    payment, shipment, cancellation    EventRecord   what an applied event recorded
+    payment, shipment, cancellation    EventRecord   what an applied event recorded, in releases before its
+                                                     order's sub-object held its identity; read, never written
 
 and the order's outcomes, ``OrderAccepted`` and ``OrderRejected``, which its outbox entry carries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -154,8 +155,50 @@ def cloud_event(parked: ParkedEvent) -> CloudEvent:
         raise unreadable(msgspec.to_builtins(parked), f"its event: {exc}") from exc
 
 
+def sub_object(event: CloudEvent, written: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What an applied event sets on its order, under its kind's field (``payment``, ``shipment``,
+    ``cancellation``): the type's own fields and the fields of ``data`` as its producer wrote it (``written``) that
+    this version does not model, as written; and the event's identity (``eventId``, ``eventSource``, ``eventTime``,
+    ``sequence``), which makes the sub-object the event's record. A producer's field whose name the identity takes
+    goes inside a ``data`` object, so that none changes the identity."""
+    return _with_identity(_IDENTITY_FIELDS, event.data.kept(written), _identity(event), underscored=False)
+
+
+def _identity(event: CloudEvent) -> dict[str, Any]:
+    return {"eventId": event.id, "eventSource": event.source, "eventTime": event.time_text,
+            "sequence": event.sequence}
+
+
+def _with_identity(reserved: frozenset[str], kept: Mapping[str, Any], known: Mapping[str, Any], *,
+                   underscored: bool = True) -> dict[str, Any]:
+    """``known`` with the fields of ``kept`` beside it, except those whose names ``known`` or ``reserved`` give a
+    meaning to (or, ``underscored``, that start with ``_``, as the store's own do at a document's top): those go
+    inside a ``data`` object, so that none changes ``known``."""
+    extra = {k: v for k, v in kept.items() if k not in known or known[k] != v}
+    clashing = {k: v for k, v in extra.items()
+                if k in known or k in reserved or (underscored and k.startswith("_"))}
+    kept_beside = {k: v for k, v in extra.items() if k not in clashing}
+    return {**kept_beside, **known, **({"data": clashing} if clashing else {})}
+
+
+def event_records(documents: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every applied event's record among ``documents``, by kind (``payment``, ``shipment``, ``cancellation``): an
+    order's sub-object that carries an event's identity, or a record document an earlier release wrote."""
+    kinds = {kind.record_type for kind in KINDS.values()}
+    for document in documents:
+        kind = document.get("type")
+        if kind == "order":
+            for name in sorted(kinds):
+                if isinstance(sub := document.get(name), Mapping) and "eventId" in sub:
+                    yield name, sub
+        elif kind in kinds:
+            yield str(kind), document
+
+
 class EventRecord(StoredDocument, kw_only=True):
-    """What an applied event recorded: its identity, sequence and the type's own fields. It never expires."""
+    """What an applied event recorded as a document of its own, in releases before its order's sub-object held
+    its identity (``sub_object``). This version writes none; the records written before stay (they never
+    expire), and this model reads them."""
 
     event_id: str
     event_source: str
@@ -164,26 +207,21 @@ class EventRecord(StoredDocument, kw_only=True):
 
     @staticmethod
     def document(event: CloudEvent, written: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The record an event writes when it applies, as JSON: its own fields, and the fields of ``data`` as its
-        producer wrote it (``written``) that this version does not model, as written. Beside the record's own,
-        except those whose names the record or the store already give a meaning to (``id``, ``ttl``, ``_ts``, a
-        field of the record...): those go inside a ``data`` object, so that none changes the record."""
-        record = EventRecord.of(event).to_document()
-        extra = {k: v for k, v in event.data.kept(written).items() if k not in record or record[k] != v}
-        clashing = {k: v for k, v in extra.items() if k in record or k in _RESERVED or k.startswith("_")}
-        kept = {k: v for k, v in extra.items() if k not in clashing}
-        return {**kept, **record, **({"data": clashing} if clashing else {})}
+        """The record an earlier release wrote when the event applied, as JSON: its own fields, and the fields of
+        ``data`` as its producer wrote it (``written``) that this version does not model, as written. Beside the
+        record's own, except those whose names the record or the store already give a meaning to (``id``, ``ttl``,
+        ``_ts``, a field of the record...): those go inside a ``data`` object, so that none changes the record."""
+        return _with_identity(_RESERVED, event.data.kept(written), EventRecord.of(event).to_document())
 
     @staticmethod
     def of(event: CloudEvent) -> EventRecord:
-        """The record an event writes when it applies."""
+        """The record an earlier release wrote when the event applied."""
         records = {c.__struct_config__.tag: c for c in EventRecord.__subclasses__()}
         record_type: type[EventRecord] = records[event.kind.record_type]
         data = event.data.canonical()
         label = str(data.get("paymentId") or data.get("shipmentId") or event.order_id)
         known = {"id": identity.event_record_id(event.kind.record_type, event.source, event.id, label),
-                 PARTITION_FIELD: event.order_id, "eventId": event.id, "eventSource": event.source,
-                 "eventTime": event.time_text, "sequence": event.sequence}
+                 PARTITION_FIELD: event.order_id, **_identity(event)}
         return msgspec.convert({**data, **known}, record_type)
 
 
@@ -211,5 +249,5 @@ class CancellationRecord(EventRecord, kw_only=True, tag="cancellation"):
 
 
 # Names the store or the record's kind give a meaning to, which a producer's field must not take on a record.
-_RESERVED = frozenset({"id", "type", "orderId", "schemaVersion", "ttl", "data", "eventId", "eventSource", "eventTime",
-                       "sequence"})
+_IDENTITY_FIELDS = frozenset({"eventId", "eventSource", "eventTime", "sequence", "data"})
+_RESERVED = frozenset({"id", "type", "orderId", "schemaVersion", "ttl", *_IDENTITY_FIELDS})

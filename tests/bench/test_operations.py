@@ -27,8 +27,8 @@ def test_each_path_sends_what_the_design_promises(paths: dict[str, operations.Pa
     assert new.bytes_out > 0 and new.bytes_in > 0
     # Refused operations by status: a copy's batch (409), an early event's (412), an event before its order (404).
     assert paths["copy of a finished order"].refused == {409: 2}
-    assert paths["early event, parked"].refused == {412: 3}
-    assert paths["event before its order, parked"].refused == {404: 4}
+    assert paths["early event, parked"].refused == {412: 2}
+    assert paths["event before its order, parked"].refused == {404: 3}
     assert paths["outbox sweep, per run"].requests == ["query page"]
 
 

@@ -148,21 +148,25 @@ def test_the_upgrade_check_finds_a_lost_field_journalled_or_not(tmp_path: Path) 
 def test_the_upgrade_check_finds_a_next_versions_field_lost_inside_a_payload_or_an_events_data(tmp_path: Path) -> None:
     journal = tmp_path / "writes.log"
     journal.write_text("outbox 10.0 ord-a\noutbox 11.0 ord-b\nparked 12.0 ord-a e-1\nparked 13.0 ord-b e-2\n"
-                       "parked 14.0 ord-b e-3\n")
-    lane1, lane2 = versions.handling("e-1"), versions.handling("e-2")
+                       "parked 14.0 ord-b e-3\nparked 15.0 ord-c e-4\nparked 16.0 ord-d e-5\n")
+    lane1, lane2, lane4 = versions.handling("e-1"), versions.handling("e-2"), versions.handling("e-4")
     documents: list[dict[str, Any]] = [
         {"id": "ord-a", "type": "order", "payment": {"amount": "5", versions.DATA_FIELD: lane1}},
         {"id": "ord-b", "type": "order", "shipment": {"carrier": "DHL"}},  # e-2's handling dropped from the order
         {"id": "r-1", "type": "payment", "eventId": "e-1", versions.DATA_FIELD: lane1},
         {"id": "r-2", "type": "shipment", "eventId": "e-2", versions.DATA_FIELD: lane2},
+        # Applied by this version: the order's sub-object is the record
+        {"id": "ord-c", "type": "order", "payment": {"eventId": "e-4", versions.DATA_FIELD: lane4}},
+        {"id": "ord-d", "type": "order", "cancellation": {"eventId": "e-5"}},  # e-5's handling dropped
     ]  # e-3 was stale: no record, nothing to check
     outcomes = [{"orderId": "ord-a", versions.PAYLOAD_FIELD: versions.channel("ord-a")},
                 {"orderId": "ord-b"}]  # re-encoded on its way: the channel lost
     found = versions.check(journal, documents, outcomes)
-    assert [v.split(":")[0] for v in found.violations] == ["order ord-b", "event e-2 of order ord-b, parked by the next"
-                                                                          " version"]
+    assert [v.split(":")[0] for v in found.violations] == [
+        "order ord-b", "event e-2 of order ord-b, parked by the next version",
+        "event e-5 of order ord-d, parked by the next version"]
     assert found.figures["outcomes the next version wrote, received with its channel"] == "1 of 2"
-    assert found.figures["events the next version parked, applied with its handling kept"] == "1 of 3"
+    assert found.figures["events the next version parked, applied with its handling kept"] == "2 of 5"
 
 
 @pytest.mark.parametrize(("arguments", "message"), [

@@ -28,6 +28,7 @@ from tests.functions.conftest import Deliverer, Harness
 from tests.sbctl.queues import config, queue
 from tests.support.events import encode_event, event_body
 from tests.support.orders import encode, order_body
+from tests.support.records import recorded
 
 DOCS = r"/docs/?$"
 STANDARD = 256 * 1024
@@ -103,7 +104,7 @@ def test_an_event_meeting_a_cosmos_outage_is_handed_on_in_its_session_and_applie
     assert deliver_copy(deliver_event, copy, sequence_number=40) == "complete"
     order = app_on_cosmos.container.read_item(order_id, partition_key=order_id)
     assert (order["status"], order["version"]) == ("paid", 2)
-    assert len(of_type(app_on_cosmos, order_id, "payment")) == 1
+    assert len(recorded(of_type(app_on_cosmos, order_id, "order"), "payment")) == 1
 
 
 @pytest.fixture(scope="module")

@@ -251,14 +251,19 @@ class SubObjectSetWhole(_Delegating):
 
 
 class RecordFromItsModel(_Delegating):
-    """Bug 10: an event's record written from this version's model: the fields a newer producer added to its data
-    are dropped."""
+    """Bug 10: an event's record (its order's sub-object) written from this version's model: the fields a newer
+    producer added to its data are dropped."""
 
     async def execute_batch(self, partition_key: str, operations: Sequence[BatchOperation]) -> list[Document]:
         return await self.store.execute_batch(partition_key, [
-            Create({k: v for k, v in op.document.items() if k not in ("channel", "trace")})
-            if isinstance(op, Create) and op.document.get("type") in ("payment", "shipment", "cancellation") else op
-            for op in operations])
+            Patch(op.doc_id, {k: _modelled(k, v) for k, v in op.set_fields.items()}, op.condition, op.if_match,
+                  op.etag_only) if isinstance(op, Patch) else op for op in operations])
+
+
+def _modelled(name: str, value: Any) -> Any:
+    if name in ("payment", "shipment", "cancellation") and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in ("channel", "trace")}
+    return value
 
 
 def test_a_sub_object_set_whole_over_another_writers_is_found_as_its_field_dropped() -> None:

@@ -18,10 +18,12 @@ from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.aggregate import order as order_state
+from shared.domain.documents import EventRecord
 from shared.domain.lifecycle import ORDER_SHIPPED, PAYMENT_CAPTURED, parse_event
 from shared.settings import Settings
-from tests.support.events import encode_event, event_body
+from tests.support.events import SOURCE, encode_event, event_body
 from tests.support.orders import inbound, order_body
+from tests.support.records import recorded
 
 SETTINGS = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0)
 run = asyncio.run  # the in-memory fakes hold nothing across calls: a fresh loop per call will do
@@ -49,6 +51,12 @@ def place(app: bootstrap.App) -> Result:
 def event(app: bootstrap.App, sequence: int, event_type: str = PAYMENT_CAPTURED, **data: Any) -> Result:
     body = event_body("ord-1", sequence, event_type, event_id=f"e-{sequence}", **data)
     return run(app.handle_event(InboundMessage(message_id=body["id"], body=encode_event(body), session_id="ord-1")))
+
+
+def identity(sequence: int) -> dict[str, Any]:
+    """The identity of the event ``event`` sends at ``sequence``, which its order's sub-object carries."""
+    return {"eventId": f"e-{sequence}", "eventSource": SOURCE, "eventTime": "2026-11-30T10:00:00.000000Z",
+            "sequence": sequence}
 
 
 def of_type(store: InMemoryStore, kind: str) -> list[Document]:
@@ -82,10 +90,10 @@ def test_a_field_a_newer_producer_adds_to_an_events_data_is_kept_on_the_record_a
 ) -> None:
     place(app)
     assert event(app, 2, channel="web", fraud={"score": 3}).outcome is Outcome.APPLIED
-    [record] = of_type(store, "payment")
+    [record] = recorded(store.documents(), "payment")
     assert (record["channel"], record["fraud"], record["amount"]) == ("web", {"score": 3}, "44.98")
     assert order(store)["payment"] == {"channel": "web", "fraud": {"score": 3}, "paymentId": "pay-1",
-                                       "amount": "44.98", "currency": "EUR"}
+                                       "amount": "44.98", "currency": "EUR", **identity(2)}
 
 
 def test_a_parked_event_keeps_its_content_as_written_and_its_release_stores_it(
@@ -96,7 +104,7 @@ def test_a_parked_event_keeps_its_content_as_written_and_its_release_stores_it(
     [parked] = of_type(store, "parked-event")
     assert parked["event"]["data"]["eta"] == "2026-12-05"
     assert event(app, 2).outcome is Outcome.APPLIED  # releases version 3
-    [record] = of_type(store, "shipment")
+    [record] = recorded(store.documents(), "shipment")
     assert record["eta"] == "2026-12-05" and order(store)["shipment"]["eta"] == "2026-12-05"
 
 
@@ -109,7 +117,7 @@ def test_a_parked_event_a_newer_version_wrote_is_released_with_its_content(
     newer = {**parked["event"], "data": {**parked["event"]["data"], "eta": "2026-12-06", "dock": {"door": 4}}}
     write(store, {**parked, "schemaVersion": 2, "event": newer})
     assert event(app, 2).outcome is Outcome.APPLIED
-    [record] = of_type(store, "shipment")
+    [record] = recorded(store.documents(), "shipment")
     assert (record["eta"], record["dock"]) == ("2026-12-06", {"door": 4})
     assert order(store)["shipment"]["dock"] == {"door": 4}
 
@@ -122,7 +130,7 @@ def test_an_event_in_turn_merges_into_a_sub_object_another_writer_put_there(
     run(store.execute_batch("ord-1", [Patch("ord-1", {"payment": {"riskCheck": "passed"}})]))
     assert event(app, 2).outcome is Outcome.APPLIED  # its unread patch refused: read, merged, written on the etag
     assert order(store)["payment"] == {"riskCheck": "passed", "paymentId": "pay-1", "amount": "44.98",
-                                       "currency": "EUR"}
+                                       "currency": "EUR", **identity(2)}
 
 
 def test_a_release_merges_into_a_sub_object_another_writer_put_there(
@@ -133,7 +141,7 @@ def test_a_release_merges_into_a_sub_object_another_writer_put_there(
     run(store.execute_batch("ord-1", [Patch("ord-1", {"shipment": {"insured": True}})]))
     assert event(app, 2).outcome is Outcome.APPLIED  # releases version 3 into the shipment as read
     assert order(store)["shipment"] == {"insured": True, "shipmentId": "shp-1", "carrier": "DHL",
-                                        "trackingNumber": "JD0001"}
+                                        "trackingNumber": "JD0001", **identity(3)}
 
 
 def test_an_order_in_a_status_this_version_does_not_know_parks_its_events_counted_and_rejects_none(
@@ -175,13 +183,25 @@ def test_a_release_lowers_the_parked_count_by_what_it_releases_and_keeps_what_a_
     assert (order(store)["version"], order(store)["parked"]) == (3, 1)
 
 
-def test_a_newer_producers_field_named_as_the_record_or_store_uses_a_name_goes_inside_data_not_over_it(
+def test_a_newer_producers_field_named_as_the_events_identity_goes_inside_data_not_over_it(
     app: bootstrap.App, store: InMemoryStore
 ) -> None:
-    # A producer's ttl would make the record (which never expires) expire, or fail every write of its batch; its
-    # eventId would overwrite the record's. Such fields are kept inside the record's data object instead.
+    # The order's sub-object is the event's record: a producer's eventId or sequence would overwrite the
+    # identity it carries. Such fields are kept inside the sub-object's data object instead; the rest beside it.
     place(app)
-    assert event(app, 2, ttl=0, _ts=5, eventId="other", channel="web").outcome is Outcome.APPLIED
-    [record] = of_type(store, "payment")
+    clashing = {"eventId": "other", "eventSource": "elsewhere"}
+    assert event(app, 2, ttl=0, _ts=5, channel="web", **clashing).outcome is Outcome.APPLIED
+    [record] = recorded(store.documents(), "payment")
+    assert (record["channel"], record["ttl"], record["_ts"]) == ("web", 0, 5)
+    assert (record["eventId"], record["eventSource"], record["sequence"]) == ("e-2", SOURCE, 2)
+    assert record["data"] == clashing
+
+
+def test_a_record_an_earlier_release_wrote_keeps_a_newer_producers_clashing_fields_inside_data() -> None:
+    # The records an earlier release wrote beside the sub-object are documents: a producer's ttl would make one
+    # expire, its _ts or eventId overwrite the store's or the record's.
+    body = event_body("ord-1", 2, PAYMENT_CAPTURED, event_id="e-2", ttl=0, _ts=5, eventId="other", channel="web")
+    cloud = parse_event(InboundMessage(message_id="e-2", body=encode_event(body), session_id="ord-1"))
+    record = EventRecord.document(cloud, body["data"])
     assert record["channel"] == "web" and record["eventId"] == "e-2" and "ttl" not in record
     assert record["data"] == {"ttl": 0, "_ts": 5, "eventId": "other"}

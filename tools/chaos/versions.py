@@ -7,8 +7,10 @@ worker, applies a planted bug if there is one, and then loads the real ``functio
 - ``current`` is the app as it is. It only keeps a journal of the order documents it wrote.
 - ``previous`` is the app as the release before delayed retries treats their copies: it knows no copy (a
   copy's MessageId is not its key, so it dead-letters it ``InvalidMessage``), and hands nothing on (a
-  transient failure abandons). A rollback runs it on one host while copies are in flight, and the run maps
-  its dead letters back as an operator does (``sbctl dlq resubmit --reason InvalidMessage --copies``).
+  transient failure abandons). It also writes each applied event's record as a document of its own, as the
+  releases before the order's sub-object held the event's identity did. A rollback runs it on one host while
+  copies are in flight, and the run maps its dead letters back as an operator does (``sbctl dlq resubmit
+  --reason InvalidMessage --copies``).
 - ``next`` is the app plus what a next version typically adds: fields this version does not model, at
   the top of a document and inside the objects this version does model. It writes ``riskScore`` on
   every order document it creates, replaces or patches (pending orders included), and reads the field
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from demo.stack import ROOT
+from shared.domain.documents import event_records
 
 CURRENT, NEXT, PREVIOUS = "current", "next", "previous"
 FIELD = "riskScore"
@@ -103,6 +106,7 @@ def install(version: str, journal: str) -> None:
 
         os.environ["DELAYED_RETRIES"] = "false"  # read by the app's settings, which are made after this
         retries.unwrap = lambda message: (message, None)  # a copy is read as any message: its MessageId is not its key
+        _records_apart()
 
     execute_batch, read = CosmosStore.execute_batch, CosmosStore.read
 
@@ -132,6 +136,18 @@ def install(version: str, journal: str) -> None:
 
     CosmosStore.execute_batch = batch_as_version  # type: ignore[method-assign]
     CosmosStore.read = read_back  # type: ignore[method-assign]
+
+
+def _records_apart() -> None:
+    """As the release before: each applied event's record a document of its own, beside its order's sub-object,
+    which holds the event's data without its identity."""
+    from shared.domain import aggregate, documents  # noqa: PLC0415 - patched in the worker only
+
+    def sub_object(event: Any, written: Any) -> tuple[str, dict[str, Any]]:
+        return event.kind.record_type, event.data.kept(written)
+
+    aggregate.ORDERS.sub_object = sub_object  # type: ignore[method-assign]
+    aggregate.ORDERS.record = documents.EventRecord.document  # type: ignore[method-assign,assignment]
 
 
 def _writes_order(op: Any, partition_key: str) -> bool:
@@ -245,20 +261,23 @@ def _sent_with_channel(entries: set[str], outcomes: Sequence[Mapping[str, Any]],
 
 def _parked_kept(parked: set[tuple[str, str]], documents: Sequence[Mapping[str, Any]],
                  orders: Mapping[str, Mapping[str, Any]], violations: list[str]) -> int:
-    """How many of the events the next version parked were applied with its handling on their record and order."""
-    records = {str(d.get("eventId")): d for d in documents if d.get("type") in _RECORDS}
+    """How many of the events the next version parked were applied with its handling on their record (their order's
+    sub-object, and a record document where the release before wrote one) and on their order."""
+    records: dict[str, list[tuple[str, Mapping[str, Any]]]] = defaultdict(list)
+    for kind, record in event_records(documents):
+        records[str(record.get("eventId"))].append((kind, record))
     kept = 0
     for order_id, event_id in sorted(parked):
-        record = records.get(event_id)
-        if record is None:
+        found = records.get(event_id)
+        if not found:
             continue  # stale, or rejected: nothing applied it
         expected = handling(event_id)
-        sub_object = orders.get(order_id, {}).get(str(record["type"]))
+        sub_object = orders.get(order_id, {}).get(found[0][0])
         on_order = sub_object.get(DATA_FIELD) if isinstance(sub_object, Mapping) else None
-        if record.get(DATA_FIELD) == expected == on_order:
+        on_records = [record.get(DATA_FIELD) for _, record in found]
+        if on_order == expected and all(value == expected for value in on_records):
             kept += 1
         else:
             violations.append(f"event {event_id} of order {order_id}, parked by the next version: its {DATA_FIELD}"
-                              f" is {record.get(DATA_FIELD)!r} on its record and {on_order!r} on its order, not"
-                              f" {expected!r}")
+                              f" is {on_records!r} on its records and {on_order!r} on its order, not {expected!r}")
     return kept

@@ -22,7 +22,7 @@ from idempotent_consumer.records import (
     ParkedStatus,
     SideEffectRecord,
 )
-from shared.domain.documents import OrderDocument, PendingOrder
+from shared.domain.documents import OrderDocument, PendingOrder, event_records
 from shared.domain.lifecycle import KINDS
 from simulation.broker import BrokerMessage, State
 from simulation.foreign import at_path
@@ -155,8 +155,9 @@ def delivered(world: World, destination: str) -> dict[str, list[str]]:
 def events_once_in_order(world: World, documents: list[Document]) -> Iterable[Violation]:
     """Every valid event applied exactly once, in version order, to the state the state machine gives."""
     orders = {d["id"]: d for d in documents if OrderDocument.is_kind(d)}
-    records = {(d["eventSource"], d["eventId"]): d for d in documents if d.get("type") in RECORD_KINDS}
-    recorded = Counter((d["eventSource"], d["eventId"]) for d in documents if d.get("type") in RECORD_KINDS)
+    found = [dict(record) for _, record in event_records(documents)]
+    records = {(d["eventSource"], d["eventId"]): d for d in found if d.get("type") in RECORD_KINDS}
+    recorded = Counter((d["eventSource"], d["eventId"]) for d in found)
     history = world.history
     for plan in world.workload.orders:
         for event in plan.events:
@@ -180,7 +181,8 @@ def events_once_in_order(world: World, documents: list[Document]) -> Iterable[Vi
 
 
 def _newer_kept(event: EventPlan, records: list[Document], order: Document | None) -> Iterable[Violation]:
-    """The fields a newer producer added to an event's data are on its record and on its order's sub-object."""
+    """The fields a newer producer added to an event's data are on its order's sub-object, and on its record
+    document where an earlier release wrote one."""
     if not event.newer:
         return
     sub_object = KINDS[event.type].record_type

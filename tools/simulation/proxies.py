@@ -31,6 +31,8 @@ from shared.ports.fulfilment import Reply
 from simulation.faults import Chaos
 
 RECORD_KINDS = frozenset(str(kind.__struct_config__.tag) for kind in EventRecord.__subclasses__())
+# An order's fields its events set, each the event's record: its identity beside its data.
+SUB_OBJECTS = RECORD_KINDS
 _Key = tuple[str, str]
 
 
@@ -53,7 +55,10 @@ class History:
         self.contradictions: list[str] = []
         self._actor = actor
         self.applied: defaultdict[str, list[int]] = defaultdict(list)  # order id -> sequences, as recorded
-        self.records_created: Counter[tuple[str, str]] = Counter()  # (source, event id) -> event records created
+        # (source, event id) -> how often a write recorded the event: set it on its order's sub-object, where another
+        # event's (or none) stood, or created its record document
+        self.records_created: Counter[tuple[str, str]] = Counter()
+        self._sub_objects: dict[tuple[str, str], tuple[str, str]] = {}  # (order id, field) -> the event it holds
         self.outbox_changes: dict[_Key, None] = {}  # the change feed's backlog, in order, without repeats
         self.documents: dict[_Key, None] = {}  # every document the app created, in order, without repeats
         self.changes: dict[_Key, None] = {}  # the app's writes the enrichment job has not seen yet, in order
@@ -152,12 +157,26 @@ class History:
         if OrderDocument.is_kind(document):
             self.order_versions[document["orderId"]].append(document["version"])
             self.order_status[document["orderId"]] = document["status"]
+            self._recorded_on(document)
         elif kind in RECORD_KINDS and isinstance(operation, Create):
             self.applied[document["orderId"]].append(document["sequence"])
             self.records_created[document["eventSource"], document["eventId"]] += 1
         elif OutboxEntry.is_kind(document):
             self.outbox_changes[key] = None
             self._on_outbox_change()
+
+
+    def _recorded_on(self, order: Document) -> None:
+        """Note each event whose identity a write of the order set on its sub-object, where it did not stand (in
+        sequence: one write may apply several)."""
+        subs = [(name, sub) for name in SUB_OBJECTS
+                if isinstance(sub := order.get(name), Mapping) and "eventId" in sub]
+        for name, sub in sorted(subs, key=lambda found: int(found[1]["sequence"])):
+            key, event = (str(order["orderId"]), name), (str(sub["eventSource"]), str(sub["eventId"]))
+            if self._sub_objects.get(key) != event:
+                self._sub_objects[key] = event
+                self.applied[key[0]].append(int(sub["sequence"]))
+                self.records_created[event] += 1
 
 
 def _doc_id(operation: BatchOperation) -> str:
