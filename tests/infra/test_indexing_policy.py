@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -269,3 +271,22 @@ def test_the_performance_docs_quote_the_estimator() -> None:
     section = PERFORMANCE.read_text().split("\n## Indexing policy: write RU, estimated\n", 1)[1].split("\n## ", 1)[0]
     assert index_terms.markdown(index_terms.estimate()) in section, "run python -m bench.index_terms and paste it"
     assert "estimates" in section and "flat 1" in section
+
+
+def test_a_candidate_policy_is_priced_in_the_orders_policys_place(tmp_path: Path) -> None:
+    # One included path: three terms a document (it, id and _ts), so each create is 5.6 RU, not the shipped 6.8.
+    candidate = tmp_path / "lean.json"
+    candidate.write_text(json.dumps({**POLICY, "includedPaths": [{"path": "/due/?"}]}))
+    shipped, lean = index_terms.estimate(), index_terms.estimate(candidate)
+    assert {r["RU orders"] for r in lean["writes"] if r["write"] == "create inbox"} == {5.6}
+    assert lean["per path"]["new order"]["orders"] < shipped["per path"]["new order"]["orders"]
+    assert lean["per path"]["new order"]["default"] == shipped["per path"]["new order"]["default"]
+
+
+def test_a_candidate_that_is_no_policy_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
+    (tmp_path / "not.json").write_text('{"includedPaths": []}')
+    for path in (tmp_path / "absent.json", tmp_path / "not.json"):
+        run = subprocess.run([sys.executable, "-m", "bench.index_terms", "--policy", str(path)],
+                             capture_output=True, text=True, cwd=ROOT, check=False)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+        assert run.stderr.count("\n") == 1 and f"--policy {path}" in run.stderr

@@ -20,6 +20,7 @@ parked and its release; an event before its order and the order that releases it
 
     python -m bench.index_terms            # the table docs/performance.md quotes
     python -m bench.index_terms --json
+    python -m bench.index_terms --policy candidate.json   # a candidate policy priced in the orders policy's place
 """
 
 from __future__ import annotations
@@ -420,10 +421,10 @@ def writes() -> list[Write]:
 PATHS_PER_ORDER = ("new order", "captured payment", "shipment")
 
 
-def estimate() -> dict[str, Any]:
-    """Terms and RU per write and per path, under the default policy and the orders container's, and each path's
-    reads, refused writes, query pages, change-feed reads and TTL deletes."""
-    policies = {"default": Policy.of(DEFAULT_POLICY), "orders": Policy.of(json.loads(ORDERS_POLICY.read_text()))}
+def estimate(policy: Path = ORDERS_POLICY) -> dict[str, Any]:
+    """Terms and RU per write and per path, under the default policy and the orders container's (or ``policy``, a
+    candidate's), and each path's reads, refused writes, query pages, change-feed reads and TTL deletes."""
+    policies = {"default": Policy.of(DEFAULT_POLICY), "orders": Policy.of(json.loads(policy.read_text()))}
     recorded, others = asyncio.run(_record())
     rows: list[dict[str, Any]] = [{"step": w.step, "write": f"{w.operation} {w.kind}", "bytes": size(w.document),
              **{f"terms {name}": w.terms(p) for name, p in policies.items()},
@@ -499,8 +500,18 @@ def main() -> None:
     """Print the tables (or the figures as JSON)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    figures = estimate()
-    print(json.dumps(figures, indent=2) if parser.parse_args().json else markdown(figures))
+    parser.add_argument("--policy", type=Path, default=ORDERS_POLICY,
+                        help="an indexing policy (JSON) to price in the orders policy's place: a candidate, before"
+                             " it ships (default: infra/orders-indexing-policy.json)")
+    arguments = parser.parse_args()
+    try:
+        candidate = json.loads(arguments.policy.read_text())
+        Policy.of(candidate)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        parser.exit(2, f"bench.index_terms: --policy {arguments.policy}: not an indexing policy with includedPaths"
+                       f" and excludedPaths ({type(exc).__name__}: {exc})\n")
+    figures = estimate(arguments.policy)
+    print(json.dumps(figures, indent=2) if arguments.json else markdown(figures))
 
 
 if __name__ == "__main__":
