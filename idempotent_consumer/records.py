@@ -36,7 +36,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, Protocol, Self
+from types import MappingProxyType
+from typing import Any, ClassVar, Protocol, Self
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -52,6 +53,12 @@ PARTITION_FIELD = "orderId"
 # document types (the rule above) still raises it, so that a reader can tell which wrote a document.
 SCHEMA_VERSION = 1
 SCHEMA_FIELD = "schemaVersion"
+#: When the timers may look for a record (a pending outbox entry, a claim in progress, an event still parked), None
+#: once they never need to: with ``type``, the only field their queries filter on, so that the orders container's
+#: indexing policy includes these two and the partition key, and nothing else (infra/orders-indexing-policy.json).
+DUE_FIELD = "due"
+#: What ``StoredDocument.due`` says of a kind the timers never look for: it carries no ``due`` field.
+NOT_TIMED = object()
 #: The ``type`` of each of the library's records: a consumer's own documents may not use them.
 RECORD_TYPES = frozenset({"outbox", "side-effect", "inbox", "event-identity", "parked-event", "key"})
 # Written by Cosmos DB itself; a document written back leaves them to the store.
@@ -90,17 +97,30 @@ class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYP
     etag: str | None = msgspec.field(default=None, name="_etag")
 
     def to_document(self) -> dict[str, Any]:
-        """The JSON document to write; the etag is the store's and is never written back."""
+        """The JSON document to write; the etag is the store's and is never written back. A kind the timers look
+        for carries its ``due`` (``DUE_FIELD``)."""
         document: dict[str, Any] = msgspec.to_builtins(self)
         document.pop("_etag", None)
+        if (due := self.due()) is not NOT_TIMED:
+            document[DUE_FIELD] = due
         return document
+
+    def due(self) -> float | object | None:
+        """When the timers (the outbox sweep, the stuck report) may look for this document: the one field their
+        queries filter on beside ``type``, so that the orders container indexes no other. None once they never
+        need to; ``NOT_TIMED`` for a kind they never look for (it carries no ``due``)."""
+        return NOT_TIMED
 
     def with_changes(self, **changes: Any) -> tuple[Self, dict[str, Any]]:
         """This document with ``changes`` made (attribute names), and the same changes as the JSON
-        fields a patch sets: only those, so that every other stored field is kept."""
+        fields a patch sets: only those, so that every other stored field is kept; and, on a kind the timers
+        look for, its ``due`` as the changes leave it (set on a document written before it was kept, too)."""
         names = _json_names(type(self))
         fields: dict[str, Any] = msgspec.to_builtins({names[name]: value for name, value in changes.items()})
-        return msgspec.structs.replace(self, **changes), fields
+        changed = msgspec.structs.replace(self, **changes)
+        if (due := changed.due()) is not NOT_TIMED:
+            fields[DUE_FIELD] = due
+        return changed, fields
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Self:
@@ -176,10 +196,14 @@ class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
         """The message body: the payload as stored, as compact JSON (every field kept, a newer version's too)."""
         return msgspec.json.encode(self.payload)
 
+    def due(self) -> float | None:
+        """Pending: from its creation (the sweep sends what the change feed left); sent, never."""
+        return self.created_at if self.status is OutboxStatus.PENDING else None
+
     @staticmethod
     def pending_before(cutoff: float) -> tuple[dict[str, Any], tuple[str, Any]]:
-        """Query conditions for entries still pending that were created before ``cutoff``."""
-        return {TYPE_FIELD: "outbox", "status": OutboxStatus.PENDING.value}, ("createdAt", cutoff)
+        """Query conditions for entries still pending that were created before ``cutoff``: by ``due``."""
+        return {TYPE_FIELD: "outbox"}, (DUE_FIELD, cutoff)
 
 
 class EffectStatus(StrEnum):
@@ -215,10 +239,14 @@ class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
     reason: str | None = None
     finished_at: float | None = None
 
+    def due(self) -> float | None:
+        """In progress: from the end of its lease (the stuck report names what stays past it); finished, never."""
+        return self.lease_until if self.status is EffectStatus.IN_PROGRESS else None
+
     @staticmethod
-    def in_progress() -> dict[str, Any]:
-        """Query conditions for records still in progress."""
-        return {TYPE_FIELD: "side-effect", "status": EffectStatus.IN_PROGRESS.value}
+    def in_progress_before(cutoff: float) -> tuple[dict[str, Any], tuple[str, Any]]:
+        """Query conditions for records still in progress whose lease ended before ``cutoff``: by ``due``."""
+        return {TYPE_FIELD: "side-effect"}, (DUE_FIELD, cutoff)
 
 
 class InboxMarker(StoredDocument, kw_only=True, tag="inbox"):
@@ -327,15 +355,28 @@ class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
         except UnreadableDocument as exc:
             return UnreadableParked.of(document, exc)
 
-    @staticmethod
-    def waiting(consumer: str) -> dict[str, Any]:
-        """Query conditions for the events one consumer has parked and still waits to apply."""
-        return {**ParkedEvent.of_consumer(consumer), "status": ParkedStatus.PARKED.value}
+    def due(self) -> float | None:
+        """Still parked: from when it was parked (the stuck report names what waits too long); set aside, never."""
+        return self.parked_at if self.status is ParkedStatus.PARKED else None
+
+    #: Query conditions for every parked event, of every consumer, set aside or not: the one indexed path
+    #: (``type``) a query of them filters on, the rest filtered as read (``waits_for``, ``of_consumer``).
+    KIND: ClassVar[Mapping[str, Any]] = MappingProxyType({TYPE_FIELD: "parked-event"})
 
     @staticmethod
-    def of_consumer(consumer: str) -> dict[str, Any]:
-        """Query conditions for every event one consumer parked, set aside or not."""
-        return {TYPE_FIELD: "parked-event", "consumer": consumer}
+    def parked_before(cutoff: float) -> tuple[dict[str, Any], tuple[str, Any]]:
+        """Query conditions for events still parked since before ``cutoff``, of every consumer: by ``due``."""
+        return dict(ParkedEvent.KIND), (DUE_FIELD, cutoff)
+
+    @staticmethod
+    def of_consumer(consumer: str, document: Mapping[str, Any]) -> bool:
+        """Whether a parked event, as read, is one ``consumer`` parked, set aside or not."""
+        return document.get("consumer") == consumer
+
+    @staticmethod
+    def waits_for(consumer: str, document: Mapping[str, Any]) -> bool:
+        """Whether a parked event, as read, is one ``consumer`` parked and still waits to apply."""
+        return document.get("consumer") == consumer and document.get("status") == ParkedStatus.PARKED.value
 
 
 class UnreadableParked(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from idempotent_consumer.errors import UnreadableDocument
 from idempotent_consumer.ports.store import Document, DocumentStore, query_all
-from idempotent_consumer.records import ParkedEvent, SideEffectRecord
+from idempotent_consumer.records import EffectStatus, ParkedEvent, SideEffectRecord
 from idempotent_consumer.telemetry import record_overdue
 
 _Kind = TypeVar("_Kind", ParkedEvent, SideEffectRecord)
@@ -35,10 +35,15 @@ async def report_stuck(
     """Find, log and count events parked longer than ``parked_after`` and side effects whose lease
     ended more than ``stuck_after`` seconds ago: every one, read through all the queries' pages."""
     unreadable: list[str] = []
-    parked = _decoded(ParkedEvent, "parked", unreadable, await query_all(
-        store, ParkedEvent.waiting(consumer), before=("parkedAt", now - parked_after)))
-    stuck = _decoded(SideEffectRecord, "side-effect", unreadable, await query_all(
-        store, SideEffectRecord.in_progress(), before=("leaseUntil", now - stuck_after)))
+    # Each query filters on type and due alone, the paths the orders container indexes; what else it asks
+    # (this consumer's, still parked, still in progress) is checked as read.
+    conditions, before = ParkedEvent.parked_before(now - parked_after)
+    parked = _decoded(ParkedEvent, "parked", unreadable, [
+        d for d in await query_all(store, conditions, before=before) if ParkedEvent.waits_for(consumer, d)])
+    conditions, before = SideEffectRecord.in_progress_before(now - stuck_after)
+    stuck = _decoded(SideEffectRecord, "side-effect", unreadable, [
+        d for d in await query_all(store, conditions, before=before)
+        if d.get("status") == EffectStatus.IN_PROGRESS.value])
     for event in parked:
         record_overdue("parked", event.partition, f"sequence={event.sequence} eventId={event.event_id}"
                                                  f" parkedSeconds={now - event.parked_at:.0f}")

@@ -59,6 +59,13 @@ param cosmosCapacityMode string = 'serverless'
 @description('Autoscale maximum RU/s of the database when cosmosCapacityMode is autoscale.')
 param cosmosAutoscaleMaxThroughput int = 1000
 
+@allowed([
+  'lean'
+  'migrating'
+])
+@description('The orders container\'s indexing policy: lean (type, due, orderId), or migrating (also the paths the release before queried), for a container in use until sbctl index backfill has run (docs/operations.md).')
+param cosmosOrdersIndexing string = 'lean'
+
 @description('Base URL of the fulfilment service that process_order calls; no default, so azd asks for it.')
 param fulfillmentUrl string
 
@@ -166,6 +173,7 @@ module cosmos 'modules/cosmos.bicep' = {
     databaseName: databaseName
     ordersContainerName: ordersContainerName
     leasesContainerName: leasesContainerName
+    ordersIndexing: cosmosOrdersIndexing
   }
 }
 

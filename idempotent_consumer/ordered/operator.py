@@ -19,7 +19,8 @@ from idempotent_consumer.records import ParkedEvent, ParkedStatus
 async def find_parked(store: DocumentStore, consumer: str, key: str | None) -> list[ParkedEvent]:
     """Everything this consumer has parked, for one subject or all, read through every page (rejected and
     dropped ones included, until their ttl ends), by subject and sequence."""
-    found = await query_all(store, ParkedEvent.of_consumer(consumer), partition_key=key)
+    found = [d for d in await query_all(store, ParkedEvent.KIND, partition_key=key)
+             if ParkedEvent.of_consumer(consumer, d)]
     return sorted((ParkedEvent.from_document(d) for d in found), key=lambda p: (p.partition, p.sequence))
 
 

@@ -68,6 +68,7 @@ from idempotent_consumer.ports.store import (
     query_all,
 )
 from idempotent_consumer.records import (
+    DUE_FIELD,
     InboxMarker,
     ParkedEvent,
     ParkedStatus,
@@ -117,8 +118,8 @@ async def waiting(store: DocumentStore, consumer: str, key: str) -> list[ParkedE
     """Every event this consumer has parked against the subject, read through all the query's pages
     (``Subject.release`` puts them in sequence order); one that does not decode here as what still reads of
     it, for a release to stop at."""
-    found = await query_all(store, ParkedEvent.waiting(consumer), partition_key=key)
-    return [ParkedEvent.read_leniently(d) for d in found]
+    found = await query_all(store, ParkedEvent.KIND, partition_key=key)  # this consumer's, still parked: as read
+    return [ParkedEvent.read_leniently(d) for d in found if ParkedEvent.waits_for(consumer, d)]
 
 
 def subject_write(stored: Stored, subject: Subject) -> BatchOperation:
@@ -201,8 +202,8 @@ class Releases:
 
     def set_aside(self, parked: ParkedEvent, status: ParkedStatus, reason: str) -> Patch:
         """The patch that sets a parked event aside (rejected or dropped), kept until its ttl ends."""
-        return Patch(parked.id, {"status": status.value, "reason": reason, "ttl": self.set_aside_ttl},
-                     {"status": ParkedStatus.PARKED.value})
+        return Patch(parked.id, {"status": status.value, "reason": reason, "ttl": self.set_aside_ttl,
+                                 DUE_FIELD: None}, {"status": ParkedStatus.PARKED.value})
 
     def plan(self, write: Callable[[Subject], BatchOperation], done: Release, start: int, *,
              head: Sequence[tuple[str, BatchOperation]] = (),

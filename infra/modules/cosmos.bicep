@@ -7,8 +7,15 @@ param autoscaleMaxThroughput int
 param databaseName string
 param ordersContainerName string
 param leasesContainerName string
+@allowed([
+  'lean'
+  'migrating'
+])
+param ordersIndexing string = 'lean'
 
 var serverless = capacityMode == 'serverless'
+var leanPolicy = loadJsonContent('../orders-indexing-policy.json')
+var migratingPolicy = loadJsonContent('../orders-indexing-policy-migrating.json')
 
 resource account 'Microsoft.DocumentDB/databaseAccounts@2026-03-15' = {
   // checkov:skip=CKV_AZURE_101: no VNet or private endpoint in this template; the data plane accepts Entra ID tokens only (disableLocalAuth)
@@ -59,7 +66,9 @@ resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2026-03-15
 // Orders, their events' records, inbox markers, side-effect records and outbox documents, all
 // partitioned by order. TTL on without a default (-1): only documents carrying a ttl expire.
 // The indexing policy indexes only the paths the app's queries filter on (docs/performance.md,
-// "Indexing policy"); the local setup (devservers.cosmos_setup) applies the same file.
+// "Indexing policy"); the local setup (devservers.cosmos_setup) applies the same file. 'migrating' keeps the
+// paths the release before queried too, for a container in use until the records it wrote carry their due
+// (docs/operations.md, "Indexing: moving a container in use to the lean policy").
 resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
   parent: database
   name: ordersContainerName
@@ -76,7 +85,7 @@ resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2
         version: 2
       }
       defaultTtl: -1
-      indexingPolicy: loadJsonContent('../orders-indexing-policy.json')
+      indexingPolicy: ordersIndexing == 'migrating' ? migratingPolicy : leanPolicy
     }
   }
 }

@@ -224,7 +224,9 @@ def test_sweep_publishes_only_documents_pending_past_the_threshold(
     app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))  # threshold 120 s: too young
     assert all(m.message_id != partition(app_on_cosmos, order_id, "outbox")[0]["messageId"] for _, m in sender.sent)
     outbox = partition(app_on_cosmos, order_id, "outbox")[0]
-    app_on_cosmos.container.replace_item(outbox["id"], {**outbox, "createdAt": outbox["createdAt"] - 301})
+    assert outbox["due"] == outbox["createdAt"]  # what the sweep's query filters on, with its type
+    older = outbox["createdAt"] - 301
+    app_on_cosmos.container.replace_item(outbox["id"], {**outbox, "createdAt": older, "due": older})
     app_on_cosmos.run(registered_functions["sweep_outbox"](TimerRequest()))
     assert outbox["messageId"] in [m.message_id for _, m in sender.sent]
     assert partition(app_on_cosmos, order_id, "outbox") == []

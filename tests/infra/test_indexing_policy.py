@@ -24,7 +24,7 @@ from pycep import BicepParser
 
 from bench import index_terms
 from devservers import cosmos_setup
-from idempotent_consumer import reports
+from idempotent_consumer import migrations, reports
 from idempotent_consumer.adapters.cosmos import CosmosStore, query_text
 from idempotent_consumer.errors import BatchFailed
 from idempotent_consumer.ordered import operator as operator_commands
@@ -40,7 +40,10 @@ COSMOS_BICEP = ROOT / "infra" / "modules" / "cosmos.bicep"
 POLICY_FILE = ROOT / "infra" / "orders-indexing-policy.json"
 POLICY = json.loads(POLICY_FILE.read_text())
 # Handler modules and how many store queries each makes; a new one must be run in ``app_queries`` too.
-QUERY_SITES = {"writes.py": 1, "operator.py": 1, "outbox.py": 1, "reports.py": 2}
+QUERY_SITES = {"writes.py": 1, "operator.py": 1, "outbox.py": 1, "reports.py": 2, "migrations.py": 1}
+MIGRATING_FILE = ROOT / "infra" / "orders-indexing-policy-migrating.json"
+# What the release before the lean policy queried: the migrating policy keeps it indexed beside the lean one.
+BEFORE_LEAN = {"/status/?", "/consumer/?", "/createdAt/?", "/parkedAt/?", "/leaseUntil/?"}
 PERFORMANCE = ROOT / "docs" / "performance.md"
 
 
@@ -89,6 +92,7 @@ def app_queries() -> list[Query]:
         await OutboxPublisher(store, RecordingSender(), dispatched_ttl_seconds=60, clock=lambda: 1000.0).sweep(
             stuck_after_seconds=60)
         await reports.report_stuck(store, consumer="intake", now=1000.0, parked_after=60, stuck_after=60)
+        await migrations.set_due(store)
 
     asyncio.run(ask())
     return store.queries
@@ -117,7 +121,8 @@ def test_every_store_query_in_the_handlers_is_run_here() -> None:
         if calls and not {"adapters", "ports", "testing"} & set(path.parts):
             found[path.name] = len(calls)
     assert found == QUERY_SITES
-    assert len(app_queries()) == 1 + 2 + 1 + 2  # find_parked is asked twice: across partitions and in one
+    # find_parked is asked twice: across partitions and in one; set_due once a timed kind
+    assert len(app_queries()) == 1 + 2 + 1 + 2 + 3
 
 
 def test_every_field_a_query_filters_on_is_indexed() -> None:
@@ -148,12 +153,23 @@ def test_no_query_sorts_or_needs_a_composite_index() -> None:
         assert "ORDER BY" not in sql.upper(), sql
 
 
-def test_the_orders_container_loads_the_policy_file_and_the_leases_container_keeps_the_default() -> None:
-    containers = bicep_containers()
-    loaded = containers["orders"]["properties"]["resource"]["indexingPolicy"]["function"]
-    assert loaded["type"] == "load_json_content"
-    assert (COSMOS_BICEP.parent / loaded["parameters"]["file_path"]).resolve() == POLICY_FILE
-    assert "indexingPolicy" not in containers["leases"]["properties"]["resource"]
+def test_the_orders_container_loads_the_lean_policy_or_the_migrating_one_and_the_leases_keeps_the_default() -> None:
+    parsed: dict[str, Any] = dict(BicepParser().parse(text=COSMOS_BICEP.read_text()))
+    loaded = {name: (COSMOS_BICEP.parent / str(v["value"]["function"]["parameters"]["file_path"])).resolve()
+              for name, v in parsed["variables"].items() if name.endswith("Policy")}
+    assert loaded == {"leanPolicy": POLICY_FILE, "migratingPolicy": MIGRATING_FILE}
+    chosen = bicep_containers()["orders"]["properties"]["resource"]["indexingPolicy"]
+    assert "ordersIndexing == 'migrating' ? migratingPolicy : leanPolicy" in COSMOS_BICEP.read_text(), chosen
+    assert parsed["parameters"]["ordersIndexing"]["default"] == "lean"
+    assert "indexingPolicy" not in bicep_containers()["leases"]["properties"]["resource"]
+
+
+def test_the_migrating_policy_is_the_lean_one_and_what_the_release_before_queried() -> None:
+    migrating = json.loads(MIGRATING_FILE.read_text())
+    assert {k: v for k, v in migrating.items() if k != "includedPaths"} == {
+        k: v for k, v in POLICY.items() if k != "includedPaths"}
+    assert {p["path"] for p in migrating["includedPaths"]} == included() | BEFORE_LEAN
+    assert not BEFORE_LEAN & included()
 
 
 def test_the_local_setup_applies_the_same_file() -> None:
@@ -220,12 +236,12 @@ def test_the_term_counter_counts_leaves_array_items_and_undefined_included_paths
                 "items": [{"sku": "x", "quantity": 1}, {"sku": "y", "quantity": 2}], "payload": {"total": "1.00"}}
     default, orders = index_terms.Policy.of(index_terms.DEFAULT_POLICY), index_terms.Policy.of(POLICY)
     assert len(index_terms.terms(document, default)) == 9  # id, orderId, type, 4 item leaves, payload.total, _ts
-    # id and _ts always; orderId and type defined; the other five included paths undefined; no item or payload
-    assert len(index_terms.terms(document, orders)) == 2 + 2 + 5
+    # id and _ts always; orderId and type defined; due, the other included path, undefined; no item or payload
+    assert len(index_terms.terms(document, orders)) == 2 + 2 + 1
     assert not orders.indexes("/items/[]/sku/?") and default.indexes("/items/[]/sku/?")
     assert not default.indexes('/"_etag"/?') and orders.indexes("/id/?")
-    patched = {**document, "status": "paid", "_ts": 6}
-    assert index_terms.changed_terms(document, patched, orders) == 2  # status (was undefined) and _ts
+    patched = {**document, "status": "paid", "due": 6.0, "_ts": 6}
+    assert index_terms.changed_terms(document, patched, orders) == 2  # due (was undefined) and _ts, not status
 
 
 def test_a_delete_is_priced_by_the_terms_it_removes_and_a_missing_one_by_nothing() -> None:
@@ -252,12 +268,12 @@ def test_every_path_is_priced_with_its_reads_refusals_feed_and_expiries() -> Non
                           "event before its order, parked", "order after its event, releasing it",
                           "outbox sweep, per run", "stuck report, per run"}
     new, event, copy = paths["new order"], paths["captured payment"], paths["copy of a finished order"]
-    # Two patches: the claim's finish (7 properties) and the order's reservation (1), 0.4 RU each.
-    assert new["patch base"] == pytest.approx(0.4 * 8)
+    # Two patches: the claim's finish (8 properties, its due among them) and the order's reservation (1), 0.4 RU each.
+    assert new["patch base"] == pytest.approx(0.4 * 9)
     # The feed reads what the five writes left (the outbox entry's delete shows no change); nothing expires.
     assert (new["feed reads"], new["ttl deletes"]) == (5.0, 0.0)
     # The identity and the inbox marker expire: a delete of each on serverless.
-    assert event["ttl deletes"] == pytest.approx(2 * 6.8) and event["serverless"] > event["provisioned"]
+    assert event["ttl deletes"] == pytest.approx(2 * 6.0) and event["serverless"] > event["provisioned"]
     # A copy writes nothing: its batch refused whole (409), the claim read.
     assert (copy["orders"], copy["reads"]) == (0.0, 1.0) and "(409)" in copy["refused"]
     assert paths["early event, parked"]["refused"].endswith("(412)")

@@ -182,7 +182,8 @@ def test_bad_numbers_and_names_are_bad_usage(arguments: list[str], capsys: pytes
 
 
 COMMANDS = [[], ["send"], ["dlq"], ["dlq", "list"], ["dlq", "resubmit"], ["dlq", "purge"], ["parked"],
-            ["parked", "list"], ["parked", "release"], ["parked", "drop"], ["schemas"]]
+            ["parked", "list"], ["parked", "release"], ["parked", "drop"], ["index"], ["index", "backfill"],
+            ["schemas"]]
 
 
 def help_text(command: list[str], capsys: pytest.CaptureFixture[str]) -> str:

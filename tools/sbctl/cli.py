@@ -61,7 +61,7 @@ def _quiet_sdks() -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command == "parked":
+    if args.command in ("parked", "index"):
         return parked.run(args)
     if args.command == "schemas":
         try:

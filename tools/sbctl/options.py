@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dlq_commands(commands, common)
     _retries_commands(commands, common)
     _parked_commands(commands)
+    _index_commands(commands)
     schemas_cmd = _command(
         commands, "schemas", "write the messages' JSON Schemas",
         "Write the JSON Schema of each message, generated from the consumer's models, for producers to validate "
@@ -275,6 +276,24 @@ def _retries_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
                              help="only the copies of these original MessageIds")
     listing.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     sending.add_argument("--all", action="store_true", help="every waiting copy (without --ids)")
+
+
+def _index_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cosmos = "--cosmos-endpoint http://127.0.0.1:8081 --cosmos-key KEY"
+    index = _command(commands, "index", "move the orders container to the lean indexing policy",
+                     "The timers find what they look for by type and due alone. Records a release before due"
+                     " wrote carry none: backfill sets it, so that the container may then take the lean policy"
+                     " (docs/operations.md).", [f"index backfill {cosmos}"])
+    index_commands = index.add_subparsers(dest="index_command", required=True, metavar="COMMAND")
+    backfill = _command(index_commands, "backfill", "set due on the records a release before wrote",
+                        "Set due on every pending outbox entry, claim in progress and parked event that lacks it,"
+                        " each on the etag it was read with; one written meanwhile is left (this release's writes"
+                        " set due). Run it once every host runs this release, with the container still on the"
+                        " migrating policy. Prints what it did, counted by kind.",
+                        [f"index backfill {cosmos}",
+                         "index backfill --cosmos-endpoint https://acct.documents.azure.com:443/   # Entra ID"],
+                        exits="exit status: 0 done; 1 failed; 2 bad usage")
+    parked.add_options(backfill)
 
 
 def _parked_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from idempotent_consumer.errors import ConfigurationError, NotFound, StoreError, UnreadableDocument
+from idempotent_consumer.migrations import set_due
 from idempotent_consumer.ordered import operator as operator_commands
 from idempotent_consumer.ports.store import DocumentStore
 from idempotent_consumer.records import ParkedEvent
@@ -79,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     async with _store(args) as store:
+        if args.command == "index":  # index backfill: due on what the release before wrote
+            counts = await set_due(store)
+            print(", ".join(f"{name}: {count}" for name, count in sorted(counts.items())) or "no timed records")
+            return 0
         if args.parked_command == "list":
             found = await operator_commands.find_parked(store, args.consumer, args.order)
             print(table(found, time.time()))
