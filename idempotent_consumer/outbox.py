@@ -8,8 +8,10 @@ the change feed, and from the sweep for anything the feed missed), one send per 
 destination, and then deletes each on the etag it was read with (one delete costs half a patch, and leaves no
 document for a TTL to remove). With ``dispatched_ttl_seconds`` above 0 it marks them dispatched instead and keeps
 them that long: a patch of ``status``, ``dispatchedAt`` and ``ttl`` on the etag as read, so the fields this version
-does not model are kept. A crash between send and delete (or mark) resends the same MessageId, which the
-destination's duplicate detection and its consumers' idempotency absorb.
+does not model are kept. A delete (or mark) that meets a transient failure is tried again at once, up to
+``FINISH_TRIES`` in all; one that still fails, or a crash between send and delete, leaves the entry pending, and
+the change feed or the sweep resends the same MessageId, which the destination's duplicate detection (inside
+its window) and its consumers' idempotency absorb.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from idempotent_consumer.errors import (
     NotFound,
     PreconditionFailed,
     StoreError,
+    TransientStoreError,
     UnreadableDocument,
 )
 from idempotent_consumer.ports.sender import MessageSender, OutgoingMessage
@@ -35,6 +38,9 @@ from idempotent_consumer.records import OutboxEntry, OutboxStatus
 logger = logging.getLogger("idempotent_consumer.outbox")
 #: Entries per send: the sender splits a send that does not fit one batch, this keeps a send's marks close.
 SEND_CHUNK = 100
+#: Tries of a sent entry's delete (or mark) that meets a transient failure (a 503, a timeout), at once, before the
+#: entry is left pending for the sweep: the sweep resends it minutes later, past a short duplicate-detection window.
+FINISH_TRIES = 3
 
 
 def outgoing_message(entry: OutboxEntry) -> OutgoingMessage:
@@ -155,14 +161,21 @@ class OutboxPublisher:
             done = Patch(entry.id, mark, if_match=entry.etag, etag_only=True)
         else:
             done = Delete(entry.id, entry.etag)
-        try:
-            await self._store.execute_batch(entry.partition, [done])
-        except BatchFailed as exc:
-            if not isinstance(exc.error, PreconditionFailed | NotFound):
-                raise
-            # Changed or gone since this copy was read: another publisher sent it and deleted or marked it (and a
-            # mark's ttl may have run out since), or a writer changed it and the sweep sends it again. Resending
-            # is harmless.
+        for tries_left in range(FINISH_TRIES - 1, -1, -1):
+            try:
+                await self._store.execute_batch(entry.partition, [done])
+                break
+            except BatchFailed as exc:
+                if isinstance(exc.error, PreconditionFailed | NotFound):
+                    # Changed or gone since this copy was read: another publisher sent it and deleted or marked it
+                    # (and a mark's ttl may have run out since), or a writer changed it and the sweep sends it
+                    # again. Resending is harmless.
+                    break
+                if not isinstance(exc.error, TransientStoreError) or not tries_left:
+                    raise
+            except TransientStoreError:
+                if not tries_left:
+                    raise
         logger.info("outbox %s dispatched messageId=%s", entry.id, entry.message_id,
                     extra={"outboxId": entry.id, "messageId": entry.message_id})
 

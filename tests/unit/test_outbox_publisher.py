@@ -7,9 +7,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from idempotent_consumer.errors import PublishError
+from idempotent_consumer.errors import PublishError, TransientStoreError
+from idempotent_consumer.outbox import FINISH_TRIES
 from idempotent_consumer.ports.sender import OutgoingMessage
-from idempotent_consumer.ports.store import Patch
+from idempotent_consumer.ports.store import Delete, Patch
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
@@ -115,3 +116,38 @@ def test_the_sweep_reads_every_page_of_a_backlog_in_one_run() -> None:
     store._page_items = 7  # pages far smaller than the backlog: the sweep must follow them all
     report = run(app.publisher().sweep(stuck_after_seconds=300))
     assert (len(report.dispatched), _pending(store)) == (250, 0)
+
+
+class FailingFinishes(InMemoryStore):
+    """Fails the publisher's delete of a sent entry ``times`` times with a 503 (the whole request, as the adapter
+    raises it), then writes as asked."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__(default_ttl=-1)
+        self.times = times
+
+    async def execute_batch(self, partition_key: str, operations: Sequence[Any]) -> list[dict[str, Any]]:
+        if self.times and any(isinstance(op, Delete) and op.doc_id.startswith("outbox.") for op in operations):
+            self.times -= 1
+            raise TransientStoreError(f"batch of 1 in {partition_key}: HTTP 503", status=503)
+        return await super().execute_batch(partition_key, operations)
+
+
+def test_a_sent_entry_whose_delete_meets_a_503_is_deleted_by_a_try_again_not_left_for_the_sweep() -> None:
+    store, sender = FailingFinishes(FINISH_TRIES - 1), RecordingSender()
+    app = bootstrap.build(SETTINGS, store=store, fulfilment=InMemoryFulfilment(), sender=sender)
+    run(app.handle_order(inbound(order_body("ord-1"))))
+    [entry] = [d for d in store.documents() if d["type"] == "outbox"]
+    report = run(app.publisher().publish([entry]))
+    assert (report.dispatched, report.failed) == ((entry["id"],), ())
+    assert [d for d in store.documents() if d["type"] == "outbox"] == [] and len(sender.sent) == 1
+
+
+def test_a_sent_entry_whose_delete_keeps_failing_is_left_pending_for_the_sweep() -> None:
+    store, sender = FailingFinishes(FINISH_TRIES), RecordingSender()
+    app = bootstrap.build(SETTINGS, store=store, fulfilment=InMemoryFulfilment(), sender=sender)
+    run(app.handle_order(inbound(order_body("ord-1"))))
+    [entry] = [d for d in store.documents() if d["type"] == "outbox"]
+    report = run(app.publisher().publish([entry]))
+    assert (report.dispatched, report.failed) == ((), (entry["id"],))
+    assert [d["status"] for d in store.documents() if d["type"] == "outbox"] == ["pending"]
