@@ -57,8 +57,6 @@ SCHEMA_FIELD = "schemaVersion"
 #: once they never need to: with ``type``, the only field their queries filter on, so that the orders container's
 #: indexing policy includes these two and the partition key, and nothing else (infra/orders-indexing-policy.json).
 DUE_FIELD = "due"
-#: What ``StoredDocument.due`` says of a kind the timers never look for: it carries no ``due`` field.
-NOT_TIMED = object()
 #: The ``type`` of each of the library's records: a consumer's own documents may not use them.
 RECORD_TYPES = frozenset({"outbox", "side-effect", "inbox", "event-identity", "parked-event", "key"})
 # Written by Cosmos DB itself; a document written back leaves them to the store.
@@ -101,15 +99,17 @@ class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYP
         for carries its ``due`` (``DUE_FIELD``)."""
         document: dict[str, Any] = msgspec.to_builtins(self)
         document.pop("_etag", None)
-        if (due := self.due()) is not NOT_TIMED:
-            document[DUE_FIELD] = due
+        if self.timed:
+            document[DUE_FIELD] = self.due()
         return document
 
-    def due(self) -> float | object | None:
-        """When the timers (the outbox sweep, the stuck report) may look for this document: the one field their
-        queries filter on beside ``type``, so that the orders container indexes no other. None once they never
-        need to; ``NOT_TIMED`` for a kind they never look for (it carries no ``due``)."""
-        return NOT_TIMED
+    #: Whether the timers (the outbox sweep, the stuck report) look for this kind: then it carries ``due``.
+    timed: ClassVar[bool] = False
+
+    def due(self) -> float | None:
+        """When the timers may look for this document: the one field their queries filter on beside ``type``, so
+        that the orders container indexes no other. None once they never need to, and for a kind not ``timed``."""
+        return None
 
     def with_changes(self, **changes: Any) -> tuple[Self, dict[str, Any]]:
         """This document with ``changes`` made (attribute names), and the same changes as the JSON
@@ -118,8 +118,8 @@ class StoredDocument(msgspec.Struct, kw_only=True, rename="camel", tag_field=TYP
         names = _json_names(type(self))
         fields: dict[str, Any] = msgspec.to_builtins({names[name]: value for name, value in changes.items()})
         changed = msgspec.structs.replace(self, **changes)
-        if (due := changed.due()) is not NOT_TIMED:
-            fields[DUE_FIELD] = due
+        if self.timed:
+            fields[DUE_FIELD] = changed.due()
         return changed, fields
 
     @classmethod
@@ -196,6 +196,8 @@ class OutboxEntry(StoredDocument, kw_only=True, tag="outbox"):
         """The message body: the payload as stored, as compact JSON (every field kept, a newer version's too)."""
         return msgspec.json.encode(self.payload)
 
+    timed: ClassVar[bool] = True
+
     def due(self) -> float | None:
         """Pending: from its creation (the sweep sends what the change feed left); sent, never."""
         return self.created_at if self.status is OutboxStatus.PENDING else None
@@ -238,6 +240,8 @@ class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
     announced: bool | None = None
     reason: str | None = None
     finished_at: float | None = None
+
+    timed: ClassVar[bool] = True
 
     def due(self) -> float | None:
         """In progress: from the end of its lease (the stuck report names what stays past it); finished, never."""
@@ -354,6 +358,8 @@ class ParkedEvent(StoredDocument, kw_only=True, tag="parked-event"):
             return cls.from_document(document)
         except UnreadableDocument as exc:
             return UnreadableParked.of(document, exc)
+
+    timed: ClassVar[bool] = True
 
     def due(self) -> float | None:
         """Still parked: from when it was parked (the stuck report names what waits too long); set aside, never."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -77,6 +77,17 @@ def park(target: Target, order_id: str, sequence: int, event_type: str) -> str:
     return str(body["id"])
 
 
+def parked_and_rewritten(target: Target, order_id: str, rewrite: Callable[[dict[str, Any]], dict[str, Any]]
+                         ) -> dict[str, Any]:
+    """An OrderShipped parked against the order, then its document rewritten on its etag, as another version would
+    write it (``rewrite`` of its body, the store's fields left out); the parked document as this release wrote it."""
+    park(target, order_id, 3, ORDER_SHIPPED)
+    [parked] = target.run(query_all(target.store, {"type": "parked-event"}, partition_key=order_id))
+    body = {k: v for k, v in parked.items() if not k.startswith("_")}
+    target.run(target.store.execute_batch(order_id, [Replace(rewrite(body), parked["_etag"])]))
+    return dict(parked)
+
+
 def placed(target: Target) -> str:
     order_id = f"ord-{uuid.uuid4()}"
     message = inbound(order_body(order_id))
@@ -130,10 +141,7 @@ def test_a_parked_event_this_version_cannot_decode_is_one_line_naming_it_and_the
     target: Target, capsys: pytest.CaptureFixture[str]
 ) -> None:
     order_id = placed(target)
-    park(target, order_id, 3, ORDER_SHIPPED)
-    [parked] = target.run(query_all(target.store, {"type": "parked-event"}, partition_key=order_id))
-    newer = {k: v for k, v in parked.items() if not k.startswith("_")} | {"schemaVersion": 2, "sequence": "third"}
-    target.run(target.store.execute_batch(order_id, [Replace(newer, parked["_etag"])]))
+    parked = parked_and_rewritten(target, order_id, lambda d: d | {"schemaVersion": 2, "sequence": "third"})
     assert cli(target, "list", "--order", order_id) == 1
     err = one_line_error(capsys)
     assert parked["id"] in err and "schemaVersion 2" in err and "newer version" in err
@@ -172,12 +180,9 @@ def test_index_backfill_sets_due_on_what_the_release_before_wrote_and_the_stuck_
     target: Target, capsys: pytest.CaptureFixture[str]
 ) -> None:
     order_id = placed(target)
-    park(target, order_id, 3, ORDER_SHIPPED)
-    [parked] = target.run(query_all(target.store, {"type": "parked-event"}, partition_key=order_id))
-    assert parked["due"] == parked["parkedAt"]  # this release's park sets it
     # As the release before wrote it: no due. The stuck report, which asks by type and due, misses it.
-    before = {k: v for k, v in parked.items() if not k.startswith("_") and k != "due"}
-    target.run(target.store.execute_batch(order_id, [Replace(before, parked["_etag"])]))
+    parked = parked_and_rewritten(target, order_id, lambda d: {k: v for k, v in d.items() if k != "due"})
+    assert parked["due"] == parked["parkedAt"]  # this release's park set it
     later = parked["parkedAt"] + 10 ** 6
     report = target.run(report_stuck(target.store, consumer="order-projection", now=later, parked_after=1,
                                       stuck_after=1))

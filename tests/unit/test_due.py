@@ -10,7 +10,7 @@ import msgspec
 
 from idempotent_consumer.errors import BatchFailed, PreconditionFailed
 from idempotent_consumer.migrations import set_due
-from idempotent_consumer.ports.store import BatchOperation, Document
+from idempotent_consumer.ports.store import MAX_PAGE_ITEMS, BatchOperation, Document
 from idempotent_consumer.records import (
     DUE_FIELD,
     EffectStatus,
@@ -83,3 +83,11 @@ def test_a_release_reads_what_waits_by_type_and_so_finds_an_event_parked_by_the_
     asyncio.run(store.create(PARKED.to_document() | {"id": "parked.other", "consumer": "another"}))
     asyncio.run(store.create(PARKED.to_document() | {"id": "parked.aside", "status": "rejected", DUE_FIELD: None}))
     assert [p.id for p in asyncio.run(waiting(store, "c", "o-1"))] == ["parked.1"]
+
+
+def test_set_due_reads_past_the_first_query_page() -> None:
+    store = InMemoryStore()
+    for n in range(MAX_PAGE_ITEMS + 1):  # one more than a query page holds
+        asyncio.run(store.create(_before(msgspec.structs.replace(PARKED, id=f"parked.{n}"))))
+    assert asyncio.run(set_due(store)) == {"parked-event set": MAX_PAGE_ITEMS + 1}
+    assert all(d[DUE_FIELD] == 120.0 for d in store.documents())
