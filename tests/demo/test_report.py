@@ -37,3 +37,34 @@ def test_the_recovery_is_the_bursts_last_reservation_after_the_return_not_the_st
     outage = result.figures["outage"]
     assert outage["last reservation after the service came back, s"] == 51.5
     assert (outage["seconds"], outage["requests received while down"], outage["handed on"]) == (20, 1, 7)
+
+
+NO_OUTAGE = report.Outages()
+
+
+def _announced_twice(first_at: float, resent_at: float, resent_id: str = "acc-1",
+                     outages: report.Outages = NO_OUTAGE) -> tuple[list[str], list[str]]:
+    """The outcome check on one order, reserved once and its OrderAccepted received twice: its violations, and the
+    copies ``outages`` explained."""
+    scenario = SimpleNamespace(orders={"o-1": {}}, rejected=set())
+    accepted = [{"orderId": "o-1", report.ACCEPTED_AS: ["acc-1", first_at]},
+                {"orderId": "o-1", report.ACCEPTED_AS: [resent_id, resent_at]}]
+    seen = report.Observed(documents=[], dead_letters=[], accepted=accepted, broker_accepted=0,
+                           reservations=[{"orderId": "o-1"}], logs="", sent_at={}, elapsed=0.0, queues_left=0)
+    resent: list[str] = []
+    found = report._outcomes(scenario, seen, {"side-effect": [], "order": []}, outages, resent)  # type: ignore[arg-type]
+    return found, resent
+
+
+def test_an_outcome_resent_after_the_cosmos_outage_its_delete_met_is_counted_and_any_other_second_copy_is_not() -> None:
+    outage = report.Outages([(105.0, 225.0)], window=10.0)
+    assert _announced_twice(100.0, 300.0, outages=outage) == ([], ["acc-1"])  # sent 5 s before it began, resent after
+    assert _announced_twice(110.0, 240.0, outages=outage) == ([], ["acc-1"])  # sent while it lasted
+    for unexplained in (_announced_twice(100.0, 300.0),  # no outage: the 503 regression of 27c0eb8 looked like this
+                        _announced_twice(90.0, 300.0, outages=outage),  # sent 15 s before: its delete had gone
+                        _announced_twice(100.0, 200.0, outages=outage),  # resent while Cosmos DB was still down
+                        _announced_twice(100.0, 300.0, "acc-2", outages=outage)):  # under another MessageId
+        found, resent = unexplained
+        assert resent == []
+        assert len(found) == 1
+        assert found[0].startswith("order o-1: 1 reservations, 2 OrderAccepted and 0 OrderRejected messages, not 1, 1")

@@ -179,6 +179,8 @@ def run(options: Options) -> int:
                 f" {observe.STALLED_SECONDS:.0f} s after {deadline:.0f} s",
                 fulfilment=_fulfilment_figures(stack, options.fulfilment),
                 outages=_outage_figures(chaos, stack),
+                cosmos_outages=demo_report.Outages(
+                    [(o.start, o.end) for o in chaos.outages if o.dependency == "cosmos"], DETECTION_WINDOW_SECONDS),
                 rollback={"hosts rolled back to the release before": chaos.rolled_back,
                           "copies it dead-lettered, mapped back by sbctl": dict(map_back.resubmitted),
                           "resubmissions sbctl sent": dict(map_back.sent)}

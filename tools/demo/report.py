@@ -13,7 +13,7 @@ import json
 import re
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -74,8 +74,25 @@ class Report:
         }
 
 
-def build(scenario: Scenario, seen: Observed) -> Report:
-    """Compute the report and check the invariants."""
+@dataclass(frozen=True)
+class Outages:
+    """The Cosmos DB outages of a run (start, end), and the destinations' duplicate-detection window: an outcome
+    sent just before an outage whose delete met it is resent after it, past the window, under the same MessageId
+    (the design's limit: docs/design.md, "Transactional outbox"), and is counted, not a violation."""
+
+    cosmos: Sequence[tuple[float, float]] = ()
+    window: float = 0.0
+
+    def explain(self, first: float, resent: float) -> bool:
+        """Whether a copy enqueued at ``first`` and its resend at ``resent`` are one outage's: the first sent at
+        most the window before the outage began (its delete follows it at once) or while it lasted, the resend
+        after it ended."""
+        return any(start - self.window <= first <= end <= resent for start, end in self.cosmos)
+
+
+def build(scenario: Scenario, seen: Observed, outages: Outages = Outages()) -> Report:
+    """Compute the report and check the invariants; ``outages`` explains the resends that a Cosmos DB outage
+    between a send and its delete causes."""
     report = Report()
     outcomes = Counter(m["outcome"] for m in _DELIVERY.finditer(seen.logs))
     by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -107,7 +124,9 @@ def build(scenario: Scenario, seen: Observed) -> Report:
         "backlog latency p50 ms": _percentile(backlog, 50), "backlog latency p99 ms": _percentile(backlog, 99),
         **_drain_rates(seen),
     }
-    report.violations = _violations(scenario, seen, by_type, reasons)
+    resent: list[str] = []
+    report.violations = _violations(scenario, seen, by_type, reasons, outages=outages, resent=resent)
+    report.figures["outcomes resent past the window after a Cosmos DB outage"] = len(resent)
     report.timeline = _timeline(seen)
     return report
 
@@ -162,7 +181,7 @@ def _percentile(values: list[float], pct: int) -> float:
 
 
 def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict[str, Any]]],
-                reasons: Counter[str]) -> list[str]:
+                reasons: Counter[str], *, outages: Outages, resent: list[str]) -> list[str]:
     found: list[str] = []
     orders = Counter(d["orderId"] for d in by_type["order"])
     for order_id, body in scenario.orders.items():
@@ -176,7 +195,7 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
         if final["version"] != 1 + len(lifecycle) or final["status"] != KINDS[lifecycle[-1]["type"]].status_after:
             found.append(f"order {order_id}: {final['status']} at version {final['version']} after"
                          f" {len(lifecycle)} events")
-    found += _outcomes(scenario, seen, by_type)
+    found += _outcomes(scenario, seen, by_type, outages, resent)
     # An event applied twice would leave two records of one version: two documents an earlier release wrote, or
     # one of those and its order's sub-object.
     records = Counter((order_id, record["sequence"]) for order_id, record in _records_by_order(seen.documents))
@@ -195,15 +214,19 @@ def _violations(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict
     return found
 
 
-def _outcomes(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict[str, Any]]]) -> list[str]:
+def _outcomes(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict[str, Any]]], outages: Outages,
+              resent: list[str]) -> list[str]:
     """Each order announced once, as what happened to its stock: one reservation and one OrderAccepted, or (out of
     stock) no reservation and one OrderRejected; never an OrderAccepted without a reservation, never both. An order
     whose outcome would have contradicted it (cancelled before its reservation finished; shipped before it was
-    refused) announces nothing and holds at most one reservation; and then its status must say so indeed."""
+    refused) announces nothing and holds at most one reservation; and then its status must say so indeed.
+
+    A copy of an outcome that ``outages`` explains (its MessageId resent after a Cosmos DB outage that its delete
+    met) is not counted against the order: its id goes to ``resent``. Any other second copy is a violation."""
     found = []
     reserved = Counter(r.get("orderId") for r in seen.reservations)
-    accepted = Counter(a.get("orderId") for a in seen.accepted)
-    rejected = Counter(a.get("orderId") for a in seen.rejected)
+    accepted = _announced(seen.accepted, outages, resent)
+    rejected = _announced(seen.rejected, outages, resent)
     records = {d["orderId"]: d for d in by_type["side-effect"]}
     statuses = {d["orderId"]: d.get("status") for d in by_type["order"]}
     refused = scenario.rejected
@@ -236,6 +259,23 @@ def _traced(seen: Observed, unplanned: Counter[str]) -> str:
         traced.append(f"; {message.message_id} {message.dead_letter_reason}: the app logged {outcomes}, the hosts"
                       f" settled {settled}, described {str(message.dead_letter_error_description)[:200]!r}")
     return "".join(traced)
+
+
+def _announced(outcomes: list[dict[str, Any]], outages: Outages, resent: list[str]) -> Counter[Any]:
+    """Outcome messages per order, less the copies ``outages`` explains, whose MessageIds go to ``resent``."""
+    copies: dict[Any, list[tuple[str, float | None]]] = defaultdict(list)
+    for outcome in outcomes:
+        message_id, enqueued = outcome.get(ACCEPTED_AS) or ["?", None]
+        copies[outcome.get("orderId")].append((message_id, enqueued))
+    counted: Counter[Any] = Counter()
+    for order_id, received in copies.items():
+        received.sort(key=lambda copy: copy[1] or 0.0)
+        first_id, first_at = received[0]
+        explained = [(i, at) for i, at in received[1:] if i == first_id and first_at is not None and at is not None
+                     and outages.explain(first_at, at)]
+        resent += [i for i, _ in explained]
+        counted[order_id] = len(received) - len(explained)
+    return counted
 
 
 def _copies(seen: Observed, order_id: str) -> str:
