@@ -240,6 +240,10 @@ class SideEffectRecord(StoredDocument, kw_only=True, tag="side-effect"):
     announced: bool | None = None
     reason: str | None = None
     finished_at: float | None = None
+    # Kept inside its subject's document (``SideEffect.within``): how many writes it has had, which each write raises
+    # and is conditioned on, since the document's etag moves with every write of the subject too. Unset on a record
+    # of its own, which its own etag guards.
+    rev: int | UnsetType = UNSET
 
     timed: ClassVar[bool] = True
 

@@ -14,7 +14,8 @@ from typing import TypeVar
 
 from idempotent_consumer.errors import UnreadableDocument
 from idempotent_consumer.ports.store import Document, DocumentStore, query_all
-from idempotent_consumer.records import EffectStatus, ParkedEvent, SideEffectRecord
+from idempotent_consumer.records import TYPE_FIELD, EffectStatus, ParkedEvent, SideEffectRecord
+from idempotent_consumer.side_effects import stored_claims
 from idempotent_consumer.telemetry import record_overdue
 
 _Kind = TypeVar("_Kind", ParkedEvent, SideEffectRecord)
@@ -30,10 +31,13 @@ class StuckReport:
 
 
 async def report_stuck(
-    store: DocumentStore, *, consumer: str, now: float, parked_after: float, stuck_after: float
+    store: DocumentStore, *, consumer: str, now: float, parked_after: float, stuck_after: float,
+    claims_within: tuple[str, str] | None = None,
 ) -> StuckReport:
     """Find, log and count events parked longer than ``parked_after`` and side effects whose lease
-    ended more than ``stuck_after`` seconds ago: every one, read through all the queries' pages."""
+    ended more than ``stuck_after`` seconds ago: every one, read through all the queries' pages. With
+    ``claims_within`` (a subject's ``type`` and the field that keeps its claim: ``SideEffect.within``), the claims
+    kept in those subjects too, found by the subject's ``due``."""
     unreadable: list[str] = []
     # Each query filters on type and due alone, the paths the orders container indexes; what else it asks
     # (this consumer's, still parked, still in progress) is checked as read.
@@ -41,9 +45,12 @@ async def report_stuck(
     parked = _decoded(ParkedEvent, "parked", unreadable, [
         d for d in await query_all(store, conditions, before=before) if ParkedEvent.waits_for(consumer, d)])
     conditions, before = SideEffectRecord.in_progress_before(now - stuck_after)
+    found = await query_all(store, conditions, before=before)
+    if claims_within is not None:
+        subject_type, within = claims_within
+        found += stored_claims(await query_all(store, {TYPE_FIELD: subject_type}, before=before), within)
     stuck = _decoded(SideEffectRecord, "side-effect", unreadable, [
-        d for d in await query_all(store, conditions, before=before)
-        if d.get("status") == EffectStatus.IN_PROGRESS.value])
+        d for d in found if d.get("status") == EffectStatus.IN_PROGRESS.value])
     for event in parked:
         record_overdue("parked", event.partition, f"sequence={event.sequence} eventId={event.event_id}"
                                                  f" parkedSeconds={now - event.parked_at:.0f}")

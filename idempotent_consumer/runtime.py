@@ -91,6 +91,10 @@ class Runtime:
     """One consumer's settings, ports, clock and breakers; ``store`` is its container as the plan sees it (the
     records' partition key under the container's own field)."""
 
+    #: Where the consumer's effects may keep their claims inside their subjects' documents (``SideEffect.within``):
+    #: the subjects' ``type`` and the field, for the stuck report to look there too. None: claims are records.
+    claims_within: tuple[str, str] | None = None
+
     def __init__(self, name: str, settings: RuntimeSettings, *, partition_field: str, scope: Scope | None = None,
                  store: DocumentStore | None = None, sender: MessageSender | None = None, clock: Clock = time.time,
                  sleep: Sleep = asyncio.sleep, record: Recorder = record_delivery, prefix: str = "",
@@ -160,7 +164,8 @@ class Runtime:
         return await reports.report_stuck(self.store(), consumer=self.name,
                                           now=self.clock() if now is None else now,
                                           parked_after=settings.parked_alert_after_seconds,
-                                          stuck_after=settings.side_effect_stuck_after_seconds)
+                                          stuck_after=settings.side_effect_stuck_after_seconds,
+                                          claims_within=self.claims_within)
 
     def store(self) -> DocumentStore:
         """The consumer's container, made on first use."""

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 import msgspec
+from msgspec import UNSET
 
 from idempotent_consumer import identity
 from idempotent_consumer.errors import (
@@ -55,7 +56,11 @@ from idempotent_consumer.errors import (
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result, is_transient, is_transient_under_key
 from idempotent_consumer.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, Document, DocumentStore, Patch
-from idempotent_consumer.records import EffectStatus, SideEffectRecord
+from idempotent_consumer.records import DUE_FIELD, PARTITION_FIELD, TYPE_FIELD, EffectStatus, SideEffectRecord
+
+# What a subject's document gives a claim it keeps (``SideEffect.within``), and the claim does not repeat: its id
+# (derived), type, partition, schema version, and due (the document's own).
+_SUBJECT_GIVES = ("id", TYPE_FIELD, PARTITION_FIELD, "schemaVersion", DUE_FIELD)
 
 MAX_REASON_CHARS = 200
 
@@ -111,6 +116,32 @@ class SideEffect:
     # passes through it before it is read (the order app reads its old ``failed`` status as a claim whose lease
     # has ended). None: records are read as stored.
     upgrade: Callable[[Document], Document] | None = None
+    # Where a claim may be kept inside its subject's document (the one whose id is its partition key, as an order's)
+    # instead of a record of its own: that document's field. A claim kept there is written by a patch of it, on the
+    # claim's ``rev``. None: claims are records of their own. Where it is set, both forms are read.
+    within: str | None = None
+    # Whether a new claim is written there (``within`` set; ``subject_fields``): only once no release that reads
+    # records of their own alone still runs, which would claim the effect a second time (docs/operations.md).
+    write_within: bool = False
+
+    def subject_fields(self, record: SideEffectRecord) -> dict[str, Any]:
+        """The fields that keep a claim inside its subject's document (``within``), for the subject's create: the
+        claim, and the subject's ``due`` (the stuck report's query). Fields the subject gives (its id, partition
+        and type) are not repeated."""
+        if self.within is None:
+            raise StoreError(f"{self.name}: no field names where a claim is kept in its subject's document")
+        document = msgspec.structs.replace(record, rev=1).to_document()
+        for name in _SUBJECT_GIVES:
+            document.pop(name, None)
+        return {self.within: document, DUE_FIELD: record.due()}
+
+    def held(self, subject: Document) -> SideEffectRecord | None:
+        """The claim a subject's document keeps (``within``), its etag the document's; None if it keeps none."""
+        kept = subject.get(self.within) if self.within is not None else None
+        if not isinstance(kept, dict):
+            return None
+        document = _as_record(kept, subject)
+        return SideEffectRecord.from_document(document if self.upgrade is None else self.upgrade(document))
 
     def claim(self, partition: str, message: InboundMessage, request_hash: str | None = None, *,
               key: str | None = None) -> SideEffectRecord:
@@ -126,12 +157,26 @@ class SideEffect:
         )
 
     async def find(self, record: SideEffectRecord) -> SideEffectRecord | None:
-        """The stored record with ``record``'s id, as it is now (one point read); None if there is none."""
+        """The stored record of ``record``'s effect, as it is now; None if there is none. One point read: of the
+        form new claims are written in, then (where ``within`` is set) of the other."""
+        if self.within is None or not self.write_within:
+            own = await self._own(record)
+            return own if own is not None or self.within is None else await self._in_subject(record)
+        held = await self._in_subject(record)
+        return held if held is not None else await self._own(record)
+
+    async def _own(self, record: SideEffectRecord) -> SideEffectRecord | None:
         try:
             stored = await self.store.read(record.id, record.partition)
         except NotFound:
             return None
         return SideEffectRecord.from_document(stored if self.upgrade is None else self.upgrade(stored))
+
+    async def _in_subject(self, record: SideEffectRecord) -> SideEffectRecord | None:
+        try:
+            return self.held(await self.store.read(record.partition, record.partition))
+        except NotFound:
+            return None
 
     async def run(
         self, claim: SideEffectRecord, message: InboundMessage, call: Callable[[str], Awaitable[Reply]], *,
@@ -166,6 +211,8 @@ class SideEffect:
         etag. Any other failure is raised."""
         if current.etag is None:
             raise StoreError(f"{self.name} record {current.id} was not read from the store; no etag to write on")
+        if current.rev is not UNSET:
+            return await self._patch_within(current, announce, changes)
         changed, fields = current.with_changes(**changes)
         extra = list(announce(changed))
         for _ in range(len(extra) + MAX_RACES):
@@ -188,6 +235,56 @@ class SideEffect:
             return msgspec.structs.replace(changed, etag=written["_etag"])
         raise TransientStoreError(f"{self.name} record {current.id}: the finish's batch kept failing")
 
+    async def _patch_within(self, current: SideEffectRecord, announce: Announce,
+                            changes: Mapping[str, Any]) -> SideEffectRecord | None:
+        """``patch`` of a claim kept in its subject's document: one patch of the document that sets the claim's
+        changed fields, raises its ``rev`` and moves the document's ``due``, on the ``rev`` as read. What
+        ``announce`` writes on the same document joins that patch (two patches of one document would cost two),
+        with its conditions; where one fails while the claim stands as read, it is resolved as ``patch`` resolves
+        its own (NoLongerAllowed, or merged into the document as read, on its etag)."""
+        if not isinstance(rev := current.rev, int) or self.within is None:
+            raise StoreError(f"{self.name} claim {current.id} is not one kept in its subject's document")
+        within, subject = self.within, current.partition
+        changed, fields = current.with_changes(**changes)
+        stored = current.to_document()
+        own = {f"{within}/{name}": value for name, value in fields.items()
+               if name != DUE_FIELD and (name not in stored or stored[name] != value)}
+        own |= {f"{within}/rev": rev + 1, DUE_FIELD: changed.due()}
+        extra = list(announce(changed))
+        joined = [op for op in extra if isinstance(op, Patch) and op.doc_id == subject]
+        extra = [op for op in extra if not (isinstance(op, Patch) and op.doc_id == subject)]
+        if_match: str | None = None
+        for _ in range(len(extra) + len(joined) + MAX_RACES):
+            write = Patch(subject, {**own, **{k: v for op in joined for k, v in op.set_fields.items()}},
+                          {f"{within}/rev": rev, **{k: v for op in joined for k, v in op.condition.items()}},
+                          if_match=if_match, etag_only=not extra)
+            try:
+                [written, *_] = await self.store.execute_batch(subject, [write, *extra])
+            except BatchFailed as exc:
+                failed = extra[exc.index - 1] if exc.index > 0 else None
+                if exc.index == 0 and isinstance(exc.error, PreconditionFailed | NotFound):
+                    if not joined or isinstance(exc.error, NotFound):
+                        return None
+                    try:
+                        document = await self.store.read(subject, subject)
+                    except NotFound:
+                        return None
+                    held = self.held(document)
+                    if held is None or held.rev != rev:
+                        return None  # another delivery wrote the claim meanwhile
+                    joined, if_match = [_merge(document, op) for op in joined], document["_etag"]
+                    continue
+                if isinstance(failed, Create) and isinstance(exc.error, AlreadyExists):
+                    del extra[exc.index - 1]
+                    continue
+                if isinstance(failed, Patch) and isinstance(exc.error, PreconditionFailed | NotFound):
+                    extra[exc.index - 1] = await self._merged(subject, failed)
+                    continue
+                error = TransientStoreError if isinstance(exc.error, TransientStoreError) else StoreError
+                raise error(f"{self.name} claim in {subject}: {exc.error}", status=exc.error.status) from exc
+            return msgspec.structs.replace(changed, etag=written["_etag"], rev=rev + 1)
+        raise TransientStoreError(f"{self.name} claim in {subject}: the finish's batch kept failing")
+
     async def _merged(self, partition_key: str, patch: Patch) -> Patch:
         """``patch`` as a merge into its document as read, on its etag: an object it sets is merged into the one
         that stands there, so that what another writer put in it is kept. NoLongerAllowed when the document no
@@ -196,11 +293,7 @@ class SideEffect:
             stored = await self.store.read(patch.doc_id, partition_key)
         except NotFound as exc:
             raise NoLongerAllowed(f"{patch.doc_id} is gone", {}) from exc
-        if not _meets(stored, patch.condition):
-            raise NoLongerAllowed(f"{stored.get('type')} {patch.doc_id} no longer meets {_conditions(patch)}", stored)
-        fields = {name: {**stored[name], **value} if isinstance(value, dict) and isinstance(stored.get(name), dict)
-                  else value for name, value in patch.set_fields.items()}
-        return Patch(patch.doc_id, fields, if_match=stored["_etag"])
+        return _merge(stored, patch)
 
     async def close(self, claim: SideEffectRecord, refusal: str, reason: str) -> Result:
         """Finish the claim without making the effect: what it belongs to no longer allows it (``refusal``, the code
@@ -410,6 +503,36 @@ def _verdict(record: SideEffectRecord, done: Outcome) -> SideEffectRecord | Resu
 def _closed_uncalled(record: SideEffectRecord) -> bool:
     """Whether the record was closed for what it belongs to (``close``) without a call of its own answering."""
     return record.status is EffectStatus.REJECTED and record.announces is False and record.response_status is None
+
+
+def stored_claims(documents: Iterable[Mapping[str, Any]], within: str) -> Iterator[Document]:
+    """Every claim among ``documents`` as a record of its own reads (for reports and proofs): the records of their
+    own, and the claims kept in their subjects' documents under ``within``, each with the id, type and partition
+    such a record would have."""
+    tag = SideEffectRecord.__struct_config__.tag
+    for document in documents:
+        if document.get(TYPE_FIELD) == tag:
+            yield dict(document)
+        elif isinstance(kept := document.get(within), dict):
+            yield _as_record(kept, document)
+
+
+def _as_record(kept: Mapping[str, Any], subject: Mapping[str, Any]) -> Document:
+    """A claim kept in ``subject`` as the document of a record of its own: what the subject gives it added."""
+    key = str(subject["id"])
+    return {**kept, TYPE_FIELD: SideEffectRecord.__struct_config__.tag, PARTITION_FIELD: key,
+            "_etag": subject.get("_etag"),
+            "id": identity.side_effect_id(str(kept.get("consumer")), str(kept.get("effect")), key)}
+
+
+def _merge(stored: Document, patch: Patch) -> Patch:
+    """``patch`` merged into ``stored`` (its document as read), on its etag: an object it sets is merged into the one
+    that stands there. NoLongerAllowed when the document does not meet the patch's conditions but for ``ABSENT``."""
+    if not _meets(stored, patch.condition):
+        raise NoLongerAllowed(f"{stored.get('type')} {patch.doc_id} no longer meets {_conditions(patch)}", stored)
+    fields = {name: {**stored[name], **value} if isinstance(value, dict) and isinstance(stored.get(name), dict)
+              else value for name, value in patch.set_fields.items()}
+    return Patch(patch.doc_id, fields, if_match=stored["_etag"])
 
 
 def _meets(document: Document, condition: Mapping[str, Any]) -> bool:

@@ -31,7 +31,7 @@ from idempotent_consumer.records import PARTITION_FIELD
 from idempotent_consumer.runtime import Runtime
 from idempotent_consumer.telemetry import export_to_azure_monitor, record_delivery
 from shared.handlers.apply_event import apply_order_event, check_event
-from shared.handlers.place_order import OrderServices, check_order, place_order
+from shared.handlers.place_order import RESERVATION_CLAIM, OrderServices, check_order, place_order
 from shared.ports.fulfilment import FulfilmentService
 from shared.ports.watched import watched_fulfilment
 from shared.settings import Settings
@@ -42,6 +42,7 @@ class App(Runtime):
     policy over them) and to the fulfilment service."""
 
     settings: Settings
+    claims_within = ("order", RESERVATION_CLAIM)
 
     def __init__(self, settings: Settings, *, store: DocumentStore | None, fulfilment: FulfilmentService | None,
                  sender: MessageSender | None, clock: Clock, sleep: Sleep, record: Recorder,

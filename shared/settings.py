@@ -110,6 +110,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         "dependency up closes it. 0: no breaker.")
     side_effect_lease_seconds: Seconds = setting("SIDE_EFFECT_LEASE_SECONDS", 60, "Longest lease of an in-progress "
                                                  "side effect; also capped by the message lock.")
+    reservation_claim_in_order: bool = setting(
+        "RESERVATION_CLAIM_IN_ORDER", False, "Write a new order's reservation claim inside the order document (its "
+        "`reservationClaim` field) instead of a document of its own: one write fewer per order. Every release from "
+        "this one reads both forms; turn it on only once no earlier release runs (docs/operations.md, \"The "
+        "reservation claim inside the order\").")
     parked_set_aside_ttl_seconds: Seconds = setting(
         "PARKED_SET_ASIDE_TTL_SECONDS", 604800, "Lifetime of a parked event set aside for good: rejected on "
         "release (its order's state forbade it) or dropped by an operator (7 days). Kept that long for "

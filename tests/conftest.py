@@ -6,7 +6,7 @@ import pytest
 
 from tests.support.metrics import metric_reader
 
-pytest_plugins = ["tests.support.fake_host", "tests.support.cosmos", "tests.support.aio"]
+pytest_plugins = ["tests.support.fake_host", "tests.support.cosmos", "tests.support.aio", "tests.support.records"]
 
 metric_reader()
 

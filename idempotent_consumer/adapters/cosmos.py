@@ -173,7 +173,8 @@ def query_text(conditions: Mapping[str, Any], before: tuple[str, Any] | None) ->
 def filter_predicate(condition: Mapping[str, Any]) -> str:
     """Render a Patch condition as a Cosmos DB filter predicate, e.g. ``from c where c.version = 2``."""
     clauses = []
-    for name, expected in condition.items():
+    for path, expected in condition.items():
+        name = ".".join(path.split("/"))  # a path into an object field: each name a plain identifier (check_batch)
         if expected is ABSENT:
             clauses.append(f"NOT IS_DEFINED(c.{name})")
         elif isinstance(expected, tuple):

@@ -76,8 +76,8 @@ class Patch:
     A field is a top-level name, or a path into an object field (``payment/review``): as in Cosmos DB, the
     object it names a field of must be there (else 400, and nothing of the batch is written).
 
-    A condition maps a field to the value it must equal, to a tuple of values it must be one of, or to
-    ``ABSENT``: the field must not be in the document.
+    A condition maps a field (or a path into an object field, ``claim/rev``) to the value it must equal, to a
+    tuple of values it must be one of, or to ``ABSENT``: the field must not be in the document.
     At most MAX_PATCH_FIELDS fields are set by one patch.
 
     With ``etag_only``, the caller needs nothing back but the document's new etag: the batch returns
@@ -131,8 +131,9 @@ def check_batch(operations: Sequence[BatchOperation]) -> None:
             for path in op.set_fields:
                 for name in path.split("/"):
                     check_field(name)
-            for name in op.condition:
-                check_field(name)
+            for path in op.condition:
+                for name in path.split("/"):
+                    check_field(name)
     if size > MAX_BATCH_BYTES:
         raise BatchTooLarge(f"batch of {size} bytes exceeds the limit of {MAX_BATCH_BYTES}", limit=BATCH_LIMIT,
                             status=413)

@@ -241,6 +241,22 @@ class StoreConformance:
         with pytest.raises(NotFound):
             loop.run(store.read(f"{order_id}-marker", order_id))
 
+    def test_a_condition_on_a_path_into_an_object_holds_of_its_field(
+        self, store: DocumentStore, loop: asyncio.Runner
+    ) -> None:
+        order_id = new_id()
+        loop.run(store.create(self.doc(order_id, claim={"rev": 1, "status": "in_progress"})))
+        [patched] = loop.run(store.execute_batch(order_id, [Patch(order_id, {"claim/rev": 2}, {"claim/rev": 1})]))
+        assert patched["claim"] == {"rev": 2, "status": "in_progress"}
+        for condition in ({"claim/rev": 1}, {"claim/status": ("completed",)}, {"claim/rev": ABSENT},
+                          {"other/rev": 2}):
+            with pytest.raises(BatchFailed) as caught:
+                loop.run(store.execute_batch(order_id, [Patch(order_id, {"claim/rev": 9}, condition)]))
+            assert isinstance(caught.value.error, PreconditionFailed), condition
+        loop.run(store.execute_batch(order_id, [Patch(order_id, {"note": 1}, {"other/rev": ABSENT,
+                                                                              "claim/note": ABSENT})]))
+        assert loop.run(store.read(order_id, order_id))["claim"]["rev"] == 2
+
     def test_patch_of_a_missing_document_fails_404(self, store: DocumentStore, loop: asyncio.Runner) -> None:
         order_id = new_id()
         with pytest.raises(BatchFailed) as caught:

@@ -213,12 +213,18 @@ def _set_paths(document: Document, fields: Mapping[str, Any], doc_id: str) -> Do
 def _condition_holds(document: Document, condition: Mapping[str, Any]) -> bool:
     """A Patch condition as a predicate: each field equals its value, is one of a tuple of values, or (ABSENT) is
     not there."""
-    for name, expected in condition.items():
+    for path, expected in condition.items():
+        *parents, name = path.split("/")
+        within: Any = document
+        for parent in parents:
+            within = within.get(parent) if isinstance(within, dict) else None
+        if not isinstance(within, dict):  # no object on the path: its field is not there
+            within = {}
         if expected is ABSENT:
-            if name in document:
+            if name in within:
                 return False
             continue
-        actual = document.get(name)
+        actual = within.get(name)
         if actual not in expected if isinstance(expected, tuple) else actual != expected:
             return False
     return True

@@ -30,6 +30,7 @@ from idempotent_consumer.errors import (
     NoLongerAllowed,
     OrderChanged,
     OrderIdTaken,
+    StoreError,
     TransientStoreError,
     UnreadableDocument,
 )
@@ -57,6 +58,8 @@ from shared.ports.fulfilment import FulfilmentService, reservation_request
 from shared.settings import Settings
 
 RESERVE_STOCK = "reserve-stock"
+#: The order document's field that keeps its reservation claim, where it is kept there (RESERVATION_CLAIM_IN_ORDER).
+RESERVATION_CLAIM = "reservationClaim"
 # The order app's compatibility with its own history (the library's ``SideEffect.announces``): releases before
 # the reservation's finish announced OrderAccepted at the intake, so this release's claims say that their finish
 # announces, and a record finished without it is announced by the next delivery.
@@ -86,6 +89,14 @@ class OrderServices:
     releases: type[Releases] = Releases
 
 
+def reservation(store: DocumentStore, settings: Settings, clock: Callable[[], float] = time.time) -> SideEffect:
+    """The order's stock reservation as the library's two-phase effect: its claim a document of its own, or kept in
+    the order (``RESERVATION_CLAIM``) where RESERVATION_CLAIM_IN_ORDER says so; both forms are read."""
+    return SideEffect(store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds, clock,
+                      announces=ANNOUNCES_AT_FINISH, upgrade=failed_as_ended, within=RESERVATION_CLAIM,
+                      write_within=settings.reservation_claim_in_order)
+
+
 async def place_order(message: InboundMessage, services: OrderServices) -> Result:
     """Validate; write the order's intake in one batch; on a taken id compare request hashes; then
     reserve stock through the two-phase record. Other errors propagate: the delivery policy abandons."""
@@ -93,11 +104,11 @@ async def place_order(message: InboundMessage, services: OrderServices) -> Resul
     if isinstance(order, Result):
         return order
     hash_, settings = order.request_hash(), services.settings
-    effect = SideEffect(services.store, settings.consumer_name, RESERVE_STOCK, settings.side_effect_lease_seconds,
-                        services.clock, announces=ANNOUNCES_AT_FINISH, upgrade=failed_as_ended)
+    effect = reservation(services.store, settings, services.clock)
     claim = effect.claim(order.order_id, message, hash_)
-    intake = Intake(order.order_id, OrderDocument.placed(order, message, hash_).to_document(),
-                    [("claim", Create(claim.to_document()))])
+    placed = OrderDocument.placed(order, message, hash_).to_document()
+    intake = Intake(order.order_id, {**placed, **effect.subject_fields(claim)}, []) if effect.write_within else \
+        Intake(order.order_id, placed, [("claim", Create(claim.to_document()))])
     releases = services.releases(services.store, settings.consumer_name, settings.parked_set_aside_ttl_seconds, ORDERS)
     try:
         written = await _write(intake, claim, hash_, releases, effect)
@@ -177,7 +188,11 @@ async def _write(
         unread: UnreadableDocument | None = None  # the claim, not decoding and naming no hash: the order decides
         try:
             written = await intake.write(releases)
-            return Outcome.CREATED, SideEffectRecord.from_document(written["claim"]), intake.adopting is not None
+            created = effect.held(written[releases.part]) if effect.write_within else \
+                SideEffectRecord.from_document(written["claim"])
+            if created is None:
+                raise StoreError(f"order {order_id}: its reservation claim was not written with it")
+            return Outcome.CREATED, created, intake.adopting is not None
         except OrderIdTaken:
             try:
                 found = await effect.find(claim)

@@ -8,18 +8,23 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from idempotent_consumer.outcomes import Outcome
-from idempotent_consumer.ports.store import Delete
 from idempotent_consumer.records import SideEffectRecord
-from idempotent_consumer.side_effects import SideEffect
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.lifecycle import ORDER_CANCELLED
+from shared.handlers.place_order import reservation
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
+from tests.support.records import claims, removed
+
+# Each test runs with the reservation claim written as a document of its own, and inside the order.
+pytestmark = pytest.mark.usefixtures("claim_form")
 
 SETTINGS = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0)
 
@@ -49,7 +54,7 @@ def test_an_order_cancelled_while_its_reservation_call_runs_is_reserved_and_anno
     assert len(fulfilment.ledger.reservations()) == 1  # decided, and made, while the order was open
     documents = store.documents()
     assert [d for d in documents if d["type"] == "outbox"] == []
-    [record] = [d for d in documents if d["type"] == "side-effect"]
+    [record] = claims(documents)
     assert (record["status"], record["announces"]) == ("completed", False)
     order = next(d for d in documents if d["type"] == "order")
     assert order["status"] == "cancelled" and "reservation" not in order
@@ -73,12 +78,12 @@ def test_a_cancelled_orders_copy_whose_claim_was_removed_writes_it_closed_instea
     store = InMemoryStore()
     app = bootstrap.build(SETTINGS, store=store, fulfilment=Down(), sender=RecordingSender())
     assert asyncio.run(app.handle_order(inbound(order_body("ord-2"), sequence_number=7))).outcome is Outcome.TRANSIENT
-    [claim] = [d for d in store.documents() if d["type"] == "side-effect"]
-    asyncio.run(store.execute_batch("ord-2", [Delete(claim["id"], claim["_etag"])]))  # removed by hand
+    [claim] = claims(store.documents())
+    asyncio.run(removed(store, claim))  # removed by hand
     cancel(app, "ord-2")
     again = asyncio.run(app.handle_order(inbound(order_body("ord-2"), sequence_number=9)))
     assert again.outcome is Outcome.ORDER_CLOSED
-    [closed] = [d for d in store.documents() if d["type"] == "side-effect"]
+    [closed] = claims(store.documents())
     assert (closed["status"], closed["refusal"], closed["announces"]) == ("rejected", "order-cancelled", False)
 
 
@@ -100,13 +105,13 @@ def test_a_reservation_made_after_another_delivery_closed_its_claim_is_recorded_
     app = bootstrap.build(SETTINGS, store=store, fulfilment=fulfilment, sender=RecordingSender())
 
     async def close() -> None:
-        [claim] = [d for d in store.documents() if d["type"] == "side-effect"]
-        effect = SideEffect(store, SETTINGS.consumer_name, "reserve-stock", 60)
+        [claim] = claims(store.documents())
+        effect = reservation(store, SETTINGS)  # the app's, in the claim's form
         closed = await effect.close(SideEffectRecord.from_document(claim), "order-cancelled", "cancelled")
         assert closed.outcome is Outcome.ORDER_CLOSED
     fulfilment.close = close
     result = asyncio.run(app.handle_order(inbound(order_body("ord-3"), sequence_number=7)))
     assert result.outcome is Outcome.ORDER_CLOSED
-    [record] = [d for d in store.documents() if d["type"] == "side-effect"]
+    [record] = claims(store.documents())
     assert (record["status"], record["announces"], record["responseStatus"]) == ("completed", False, 201)
     assert record["reference"] and [d for d in store.documents() if d["type"] == "outbox"] == []

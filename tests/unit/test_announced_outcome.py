@@ -23,6 +23,10 @@ from shared.handlers.place_order import RESERVE_STOCK, OrderServices, failed_as_
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body
+from tests.support.records import as_own_document, of_kind, replaced
+
+# Each test runs with the reservation claim written as a document of its own, and inside the order.
+pytestmark = pytest.mark.usefixtures("claim_form")
 
 SETTINGS = Settings(consumer_name="order-intake", fulfillment_url="http://fulfilment.invalid")
 SOLD_OUT = [{"sku": "SOLDOUT-7", "quantity": 1, "unitPrice": "44.98"}]
@@ -61,7 +65,11 @@ def place(store: InMemoryStore, fulfilment: InMemoryFulfilment, body: dict[str, 
 
 
 def put(store: InMemoryStore, document: Document) -> None:
-    """Write a document as another version would have: replaced if it is there, else created."""
+    """Write a document as another version would have: replaced if it is there, else created; a claim kept in its
+    order, in its order."""
+    if document.get("type") == "side-effect" and "rev" in document:
+        asyncio.run(replaced(store, document))
+        return
     try:
         asyncio.run(store.read(document["id"], document["orderId"]))
     except NotFound:
@@ -71,17 +79,25 @@ def put(store: InMemoryStore, document: Document) -> None:
 
 
 def of_type(store: InMemoryStore, kind: str) -> list[Document]:
-    return [d for d in store.documents() if d.get("type") == kind]
+    return of_kind(store.documents(), kind)
 
 
-def test_order_accepted_is_written_in_the_batch_that_finishes_the_reservation_not_before() -> None:
+def test_order_accepted_is_written_in_the_batch_that_finishes_the_reservation_not_before(claim_form: str) -> None:
     store, fulfilment = Recording(), InMemoryFulfilment()
     assert place(store, fulfilment, order_body("ord-1")).outcome is Outcome.CREATED
     intake, finish = store.batches
-    assert [op.document["type"] for op in intake if isinstance(op, Create)] == ["order", "side-effect"]
-    # The record's patch, OrderAccepted, and the reservation on the order, which holds only while it is open.
-    assert [type(op).__name__ for op in finish] == ["Patch", "Create", "Patch"]
-    assert isinstance(finish[2], Patch) and finish[2].condition["status"] == ("paid", "placed", "shipped")
+    if claim_form == "claim of its own":
+        assert [op.document["type"] for op in intake if isinstance(op, Create)] == ["order", "side-effect"]
+        # The record's patch, OrderAccepted, and the reservation on the order, which holds only while it is open.
+        assert [type(op).__name__ for op in finish] == ["Patch", "Create", "Patch"]
+        reserved = finish[2]
+    else:  # the claim in the order's create; its finish and the reservation one patch of the order, then OrderAccepted
+        assert [op.document["type"] for op in intake if isinstance(op, Create)] == ["order"]
+        assert [type(op).__name__ for op in finish] == ["Patch", "Create"]
+        reserved = finish[0]
+        assert isinstance(reserved, Patch) and reserved.doc_id == "ord-1" and reserved.condition["reservationClaim/rev"]
+        assert {"reservation", "reservationClaim/status", "due"} <= set(reserved.set_fields)
+    assert isinstance(reserved, Patch) and reserved.condition["status"] == ("paid", "placed", "shipped")
     [entry] = of_type(store, "outbox")
     assert (entry["subject"], entry["destination"], entry["messageId"]) == (
         "OrderAccepted", "order-accepted", identity.outbox_message_id("order-intake", "ord-1"))
@@ -149,7 +165,9 @@ def test_a_record_an_earlier_version_marked_failed_is_taken_over_by_the_resubmis
     store, fulfilment = InMemoryStore(), Scripted(Reply(503))
     place(store, fulfilment, order_body("ord-1"))
     [record] = of_type(store, "side-effect")
-    put(store, {**record, "status": "failed", "responseStatus": 422, "finishedAt": record["leaseUntil"]})
+    # Releases before REJECTED wrote every claim as a document of its own.
+    asyncio.run(as_own_document(store, {**record, "status": "failed", "responseStatus": 422,
+                                        "finishedAt": record["leaseUntil"]}))
     assert place(store, fulfilment, order_body("ord-1"), sequence=5).outcome is Outcome.DUPLICATE
     [record] = of_type(store, "side-effect")
     assert (record["status"], record["attempt"]) == ("completed", 2)
@@ -160,7 +178,7 @@ def test_failed_is_the_order_apps_history_not_a_status_the_library_reads() -> No
     store, fulfilment = InMemoryStore(), Scripted(Reply(503))
     place(store, fulfilment, order_body("ord-1"))
     [record] = of_type(store, "side-effect")
-    put(store, {**record, "status": "failed", "finishedAt": record["leaseUntil"] - 5})
+    asyncio.run(as_own_document(store, {**record, "status": "failed", "finishedAt": record["leaseUntil"] - 5}))
     claim = SideEffectRecord.from_document(record)
     with pytest.raises(UnreadableDocument):  # a library consumer never wrote it, and has no hook
         asyncio.run(SideEffect(store, SETTINGS.consumer_name, RESERVE_STOCK, 60).find(claim))
@@ -174,7 +192,7 @@ def as_the_version_before(store: InMemoryStore, order_id: str, *, entry: bool = 
     """The order's claim as the version before wrote it (no ``announces``), with the OrderAccepted entry that
     version wrote in its intake batch."""
     [record] = [d for d in of_type(store, "side-effect") if d["orderId"] == order_id]
-    put(store, {k: v for k, v in record.items() if k not in ("announces", "announced")})
+    asyncio.run(as_own_document(store, {k: v for k, v in record.items() if k not in ("announces", "announced")}))
     if entry:
         put(store, {"id": identity.outbox_id("order-intake", order_id), "orderId": order_id, "type": "outbox",
                     "status": "dispatched", "subject": "OrderAccepted", "written": "by the version before"})
@@ -235,8 +253,7 @@ def test_a_refused_call_whose_record_another_delivery_finished_meanwhile_takes_t
         async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
             # Another delivery of the order finishes the record while this call runs, which is then refused.
             [record] = of_type(store, "side-effect")
-            await store.execute_batch("ord-1", [Replace({**record, "status": "completed", "announced": True,
-                                                          "responseStatus": 201}, record["_etag"])])
+            await replaced(store, {**record, "status": "completed", "announced": True, "responseStatus": 201})
             return Reply(404, {"reason": "no such route"})
 
     result = place(store, FinishedUnderTheCall(), order_body("ord-1"))

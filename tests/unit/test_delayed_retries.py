@@ -18,7 +18,6 @@ from idempotent_consumer.messages import Headers, InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports import watched as health
 from idempotent_consumer.ports.sender import OutgoingMessage
-from idempotent_consumer.ports.store import Patch
 from idempotent_consumer.retries import Backoff, Chain
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
@@ -27,6 +26,10 @@ from shared.ports import watched as fulfilment_health
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body
+from tests.support.records import claims, replaced
+
+# Each test runs with the reservation claim written as a document of its own, and inside the order.
+pytestmark = pytest.mark.usefixtures("claim_form")
 
 NOW = 1_796_083_200.0
 QUEUE = "orders"
@@ -324,8 +327,8 @@ def test_a_copy_takes_over_the_claim_an_earlier_delivery_of_its_chain_left_live(
     body = order_body("ord-9")
     first = inbound(body, sequence_number=42, locked_until_utc=datetime.fromtimestamp(NOW + 60, UTC))
     assert asyncio.run(app.handle_order(first)).outcome is Outcome.TRANSIENT
-    [record] = [d for d in store.documents() if d.get("type") == "side-effect"]
-    asyncio.run(store.execute_batch("ord-9", [Patch(record["id"], {"leaseUntil": NOW + 60})]))  # the lease as left
+    [record] = claims(store.documents())
+    asyncio.run(replaced(store, {**record, "leaseUntil": NOW + 60}))  # the lease as left
     copy = inbound(body, message_id="retry.y", sequence_number=977, application_properties={
         retries.ORIGINAL: "ord-9", retries.CHAIN: "42", retries.ATTEMPT: "1",
         retries.FIRST_FAILED_AT: datetime.fromtimestamp(NOW, UTC).isoformat()},

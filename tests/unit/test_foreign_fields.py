@@ -16,7 +16,6 @@ import pytest
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ordered.operator import drop, force_release
 from idempotent_consumer.outcomes import Outcome, Result
-from idempotent_consumer.ports.store import Replace
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
@@ -26,6 +25,10 @@ from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
+from tests.support.records import of_kind, replaced
+
+# Each test runs with the reservation claim written as a document of its own, and inside the order.
+pytestmark = pytest.mark.usefixtures("claim_form")
 
 SETTINGS = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0)
 SET_ASIDE = SETTINGS.parked_set_aside_ttl_seconds
@@ -63,7 +66,7 @@ def app(store: InMemoryStore, fulfilment: Fulfilment) -> bootstrap.App:
 
 
 def of_type(store: InMemoryStore, doc_type: str) -> list[dict[str, Any]]:
-    return [d for d in store.documents() if d.get("type") == doc_type]
+    return of_kind(store.documents(), doc_type)
 
 
 def add_foreign(store: InMemoryStore, *doc_types: str) -> None:
@@ -73,7 +76,7 @@ def add_foreign(store: InMemoryStore, *doc_types: str) -> None:
 
 async def adding_foreign(store: InMemoryStore, *doc_types: str) -> None:
     for document in (d for t in doc_types for d in of_type(store, t)):
-        await store.execute_batch(document["orderId"], [Replace({**document, **FOREIGN})])
+        await replaced(store, {**document, **FOREIGN})
 
 
 def assert_kept(store: InMemoryStore, *doc_types: str) -> None:
@@ -175,7 +178,7 @@ def test_a_takeover_and_what_follows_it_keep_the_records_foreign_fields(
     app: bootstrap.App, store: InMemoryStore, fulfilment: Fulfilment, answers: list[int], outcome: Outcome,
     status: str,
 ) -> None:
-    fulfilment.answers = answers
+    fulfilment.answers = list(answers)  # a copy: the parameter serves each claim form
     assert place(app).outcome is Outcome.TRANSIENT  # the first call failed: the lease released
     add_foreign(store, "side-effect")
     assert place(app).outcome is outcome

@@ -22,6 +22,10 @@ from shared.handlers.place_order import OrderServices, place_order
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
+from tests.support.records import claims
+
+# Each test runs with the reservation claim written as a document of its own, and inside the order.
+pytestmark = pytest.mark.usefixtures("claim_form")
 
 LEGAL_ID = re.compile(r"[A-Za-z0-9_.-]{1,255}")
 CONSUMER = "order-projection"
@@ -123,7 +127,7 @@ def test_the_handlers_write_and_send_exactly_the_pinned_ids() -> None:
     assert deliver(shipped).outcome.value == "parked"  # e-2 waits for e-1, under the pinned id
     assert KNOWN[5][1] in {d["id"] for d in store.documents()}
     assert deliver(paid).description == "released versions [3]"
-    ids = {d["id"] for d in store.documents()}
+    ids = {d["id"] for d in [*store.documents(), *claims(store.documents())]}  # a claim in its order: its id derived
     assert fulfilment.calls == [KNOWN[0][1]]
     assert {KNOWN[1][1], KNOWN[2][1], KNOWN[4][1]} <= ids  # claim, outbox, marker
     # The payment's record is its order's sub-object; the record id stays pinned for those earlier releases wrote.

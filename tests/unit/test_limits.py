@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import pytest
+
 from idempotent_consumer.delivery import SETTLEMENTS, Action
 from idempotent_consumer.errors import TransientStoreError
 from idempotent_consumer.messages import InboundMessage
@@ -34,8 +36,11 @@ from shared.domain.lifecycle import ORDER_CANCELLED, ORDER_SHIPPED, PAYMENT_CAPT
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
-from tests.support.records import EVENT_KINDS
+from tests.support.records import EVENT_KINDS, of_kind
 from tests.support.records import recorded as records_of
+
+# Each test runs with the reservation claim written as a document of its own, and inside the order.
+pytestmark = pytest.mark.usefixtures("claim_form")
 
 SETTINGS = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0)
 run = asyncio.run
@@ -83,7 +88,7 @@ def event(app: bootstrap.App, order_id: str, sequence: int, event_type: str = PA
 
 
 def documents(store: InMemoryStore, kind: str, **fields: object) -> list[Document]:
-    return [d for d in store.documents() if d["type"] == kind and all(d.get(k) == v for k, v in fields.items())]
+    return [d for d in of_kind(store.documents(), kind) if all(d.get(k) == v for k, v in fields.items())]
 
 
 def test_ninety_seven_copies_rebuilt_with_new_ids_and_parked_before_their_order_are_released_past_one_batch() -> None:

@@ -11,7 +11,7 @@ import pytest
 from idempotent_consumer.errors import BatchFailed, NotFound, StoreError, TransientStoreError
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome, Result
-from idempotent_consumer.ports.store import BatchOperation, Delete, Document, Patch, Replace
+from idempotent_consumer.ports.store import BatchOperation, Document, Patch, Replace
 from idempotent_consumer.records import EffectStatus, SideEffectRecord
 from idempotent_consumer.side_effects import SideEffect
 from idempotent_consumer.testing.memory import InMemoryStore
@@ -21,6 +21,10 @@ from shared.handlers.place_order import place_order as place
 from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.orders import inbound, order_body, rule_path
+from tests.support.records import claims, removed, replaced
+
+# Each test runs with the reservation claim written as a document of its own, and inside the order.
+pytestmark = pytest.mark.usefixtures("claim_form")
 
 SETTINGS = Settings(consumer_name="order-intake", fulfillment_url="http://fulfilment.invalid")
 run = asyncio.run  # the in-memory fakes hold nothing across calls: a fresh loop per call will do
@@ -92,9 +96,9 @@ def test_a_copy_costs_the_failed_batch_and_one_read_of_the_record(changed: dict,
 def test_a_copy_finding_a_record_without_its_hash_reads_the_order_and_is_still_a_duplicate() -> None:
     store = InMemoryStore()
     place_order(inbound(order_body("ord-1")), store)
-    [record] = [d for d in store.documents() if d.get("type") == "side-effect"]
+    [record] = claims(store.documents())
     del record["requestHash"]  # claimed before the record kept the hash
-    run(store.execute_batch("ord-1", [Replace(record, None)]))
+    run(replaced(store, record))
     result = place_order(inbound(order_body("ord-1")), store)
     assert result.outcome is Outcome.DUPLICATE
     other = place_order(inbound(order_body("ord-1", **OTHER_ITEMS)), store)
@@ -194,22 +198,24 @@ def test_a_finish_that_finds_its_own_message_took_the_claim_over_finishes_it() -
     assert (stored.status, stored.reference) == (EffectStatus.COMPLETED, "res-1")
 
 
-def test_a_claim_made_again_after_its_record_was_removed_keeps_the_hash() -> None:
+def test_a_claim_made_again_after_its_record_was_removed_keeps_the_hash(claim_form: str) -> None:
     store = InMemoryStore()
     place_order(inbound(order_body("ord-1")), store)
-    [record] = [d for d in store.documents() if d.get("type") == "side-effect"]
-    run(store.execute_batch("ord-1", [Delete(record["id"], None)]))
+    [record] = claims(store.documents())
+    run(removed(store, record))
     assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.DUPLICATE
-    [again] = [d for d in store.documents() if d.get("type") == "side-effect"]
+    [again] = claims(store.documents())
     assert again["requestHash"] == record["requestHash"]
     before = store.requests
     assert place_order(inbound(order_body("ord-1")), store).outcome is Outcome.DUPLICATE
-    assert store.requests - before == 2
+    # A claim made again is a document of its own in either form (SideEffect.within): where new claims are kept in
+    # the order, a copy reads the order first, then that document.
+    assert store.requests - before == (2 if claim_form == "claim of its own" else 3)
 
 
 class RecordWriteFails(InMemoryStore):
-    """An in-memory store whose writes of the reservation record (a batch that patches it first) fail with a
-    chosen error."""
+    """An in-memory store whose writes of the reservation record (a batch that patches it first, or its order's
+    ``reservationClaim``) fail with a chosen error."""
 
     def __init__(self, error: StoreError) -> None:
         super().__init__()
@@ -219,7 +225,8 @@ class RecordWriteFails(InMemoryStore):
         [first, *_] = operations
         target = first.doc_id if isinstance(first, Patch) else first.document.get("id", "") if isinstance(
             first, Replace) else ""
-        if isinstance(first, Patch) and target.startswith("side-effect"):
+        if isinstance(first, Patch) and (target.startswith("side-effect")
+                                         or any(name.startswith("reservationClaim/") for name in first.set_fields)):
             raise BatchFailed(0, self.error)
         return await super().execute_batch(partition_key, operations)
 

@@ -28,6 +28,10 @@ from shared.ports.fulfilment import Reply
 from shared.settings import Settings
 from tests.support.events import encode_event, event_body
 from tests.support.orders import inbound, order_body
+from tests.support.records import of_kind, replaced
+
+# Each test runs with the reservation claim written as a document of its own, and inside the order.
+pytestmark = pytest.mark.usefixtures("claim_form")
 
 SETTINGS = Settings(fulfillment_url="http://fulfilment.invalid", abandon_delay_seconds=0)
 SET_ASIDE = SETTINGS.parked_set_aside_ttl_seconds
@@ -77,13 +81,13 @@ def event(app: bootstrap.App, sequence: int, event_type: str = PAYMENT_CAPTURED)
 
 
 def of_type(store: InMemoryStore, doc_type: str) -> list[dict[str, Any]]:
-    return [d for d in store.documents() if d.get("type") == doc_type]
+    return of_kind(store.documents(), doc_type)
 
 
 def as_newer_version(store: InMemoryStore, *doc_types: str) -> None:
     """Rewrite every document of these kinds as the next version would have written it."""
     for document in (d for t in doc_types for d in of_type(store, t)):
-        run(store.execute_batch(document["orderId"], [Replace({**document, **NEWER})]))
+        run(replaced(store, {**document, **NEWER}))
 
 
 def assert_newer_kept(store: InMemoryStore, *doc_types: str) -> None:
@@ -104,7 +108,7 @@ def test_every_document_the_core_creates_carries_this_versions_schema_version(ap
     assert place(app) == COMPLETE  # takes the pending order's place and releases version 2
     assert event(app, 3, ORDER_SHIPPED) == COMPLETE  # applies and releases nothing (4 is a stale copy)
     kinds = {d["type"] for d in store.documents()}
-    assert kinds >= {"order", "outbox", "side-effect", "inbox"}
+    assert kinds >= {"order", "outbox", "inbox"} and of_type(store, "side-effect")  # the claim: in the order, or not
     assert {(d["type"], d.get("schemaVersion")) for d in store.documents()} == {(k, SCHEMA_VERSION) for k in kinds}
     assert SCHEMA_VERSION == 1
 
@@ -141,7 +145,7 @@ def _redelivery_that_takes_its_claim_over(app: bootstrap.App, store: InMemorySto
     assert place(app) == COMPLETE
     [record] = of_type(store, "side-effect")
     # as if a newer version's delivery had claimed it and crashed after its call: in progress, lease over
-    run(store.execute_batch("ord-1", [Replace({**record, **NEWER, "status": "in_progress", "leaseUntil": 0})]))
+    run(replaced(store, {**record, **NEWER, "status": "in_progress", "leaseUntil": 0}))
     settled = place(app)  # takes over (a patch), calls again with the same key, finishes (a patch)
     assert of_type(store, "side-effect")[0]["status"] == "completed"
     return settled
@@ -207,8 +211,7 @@ BROKEN_RECORD = {"schemaVersion": 2, "status": "compensated"}
 
 def rewrite(store: InMemoryStore, doc_type: str, **fields: Any) -> dict[str, Any]:
     [document] = of_type(store, doc_type)
-    [written] = run(store.execute_batch(document["orderId"], [Replace({**document, **fields})]))
-    return written
+    return run(replaced(store, {**document, **fields}))
 
 
 def test_an_event_whose_order_does_not_decode_is_parked_with_the_versions_and_completed_not_retried(
@@ -414,7 +417,7 @@ def test_an_order_whose_record_is_rewritten_unreadably_under_its_call_is_left_to
 
         async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
             [record] = of_type(store, "side-effect")
-            await store.execute_batch("ord-1", [Replace({**record, **UNHASHED_RECORD})])
+            await replaced(store, {**record, **UNHASHED_RECORD})
             return await super().reserve(idempotency_key, request)
 
     app = bootstrap.build(SETTINGS, store=store, fulfilment=RewritingFulfilment(), sender=RecordingSender())
@@ -455,8 +458,7 @@ def test_report_stuck_reports_a_record_it_cannot_decode_by_its_id(store: InMemor
     place(app)
     [record] = of_type(store, "side-effect")
     # In progress since long ago, as the timers find it (by its due), in a shape this version does not read
-    run(store.execute_batch("ord-1", [Replace({**record, "status": "in_progress", "leaseUntil": 0, "due": 0,
-                                               "attempt": "second"})]))
+    run(replaced(store, {**record, "status": "in_progress", "leaseUntil": 0, "due": 0, "attempt": "second"}))
     found = run(app.report_stuck(clock[0]))
     assert found.side_effects == () and found.unreadable == (record["id"],)
 
