@@ -122,6 +122,9 @@ class SideEffect:
     within: str | None = None
     # Whether a new claim is written there (``within`` set; ``subject_fields``): only once no release that reads
     # records of their own alone still runs, which would claim the effect a second time (docs/operations.md).
+    # A claim is kept in its subject only from the subject's create on (the caller puts it there), so a claim made
+    # later (``run`` with neither ``claimed`` nor ``found``: none stood) is a record of its own; a caller that read the
+    # subject passes the claim it holds (``held``) as ``found``.
     write_within: bool = False
 
     def subject_fields(self, record: SideEffectRecord) -> dict[str, Any]:
@@ -156,12 +159,14 @@ class SideEffect:
             message_sequence=message.sequence_number, request_hash=request_hash, announces=self.announces,
         )
 
-    async def find(self, record: SideEffectRecord) -> SideEffectRecord | None:
+    async def find(self, record: SideEffectRecord, *, subject_next: bool = False) -> SideEffectRecord | None:
         """The stored record of ``record``'s effect, as it is now; None if there is none. One point read: of the
-        form new claims are written in, then (where ``within`` is set) of the other."""
+        form new claims are written in, then (where ``within`` is set) of the other. With ``subject_next``, the
+        caller reads the subject's document itself when this finds none (and looks there with ``held``), so a read
+        of it that would come second is left to the caller."""
         if self.within is None or not self.write_within:
             own = await self._own(record)
-            return own if own is not None or self.within is None else await self._in_subject(record)
+            return own if own is not None or self.within is None or subject_next else await self._in_subject(record)
         held = await self._in_subject(record)
         return held if held is not None else await self._own(record)
 

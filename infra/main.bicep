@@ -100,6 +100,9 @@ param actionGroupId string = ''
 @description('true: the events queue requires sessions (one per order). false: a plain events queue, where the resequencer alone puts each order\'s events in order and a host runs maxConcurrentCalls of them at once. Switching deploys the other mode\'s queue; drain the old one first.')
 param eventsSessions bool = true
 
+@description('true: a new order\'s reservation claim is written inside the order document (one write fewer per order). Every release from the one that reads it takes both forms; set it only once no earlier release runs (docs/operations.md, "The reservation claim inside the order").')
+param reservationClaimInOrder bool = false
+
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = {
   'azd-env-name': environmentName
@@ -198,6 +201,7 @@ module functionApp 'modules/functionapp.bicep' = {
       ORDERS_QUEUE: ordersQueueName
       ORDER_EVENTS_QUEUE: eventsQueueName
       ORDER_EVENTS_SESSIONS: string(eventsSessions)
+      RESERVATION_CLAIM_IN_ORDER: string(reservationClaimInOrder)
       OUTBOX_DESTINATION: outboxDestinationName
       OUTBOX_REJECTED_DESTINATION: outboxRejectedDestinationName
       CONSUMER_NAME: consumerName

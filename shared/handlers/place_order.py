@@ -186,6 +186,7 @@ async def _write(
     order_id, store = intake.key, releases.store
     for _ in range(MAX_RACES):
         unread: UnreadableDocument | None = None  # the claim, not decoding and naming no hash: the order decides
+        found: SideEffectRecord | None = None
         try:
             written = await intake.write(releases)
             created = effect.held(written[releases.part]) if effect.write_within else \
@@ -195,7 +196,7 @@ async def _write(
             return Outcome.CREATED, created, intake.adopting is not None
         except OrderIdTaken:
             try:
-                found = await effect.find(claim)
+                found = await effect.find(claim, subject_next=True)  # the order is read below when it finds none
             except UnreadableDocument as exc:
                 if exc.request_hash is not None:
                     return _unreadable(order_id, exc, hash_)
@@ -208,7 +209,10 @@ async def _write(
         if stored.subject.status is not None:
             if unread is not None and stored.request_hash == hash_:
                 return _left_to_writer(order_id, unread, hash_)
-            return _with_adoption(_seen(order_id, stored.request_hash, hash_, None))
+            # The claim as it stands now: kept in the order as read (which may have taken its pending order's place
+            # since the claim was looked for), or the one found. With neither, the reservation claims it anew.
+            held = effect.held(stored.document) if stored.document is not None and unread is None else None
+            return _with_adoption(_seen(order_id, stored.request_hash, hash_, held if held is not None else found))
         adopting = None
         if stored.document is not None:  # a pending order: the order takes its place and releases what waits
             placed = order_state(order_id, intake.document["status"], intake.document["version"],

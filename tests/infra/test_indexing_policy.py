@@ -40,7 +40,7 @@ COSMOS_BICEP = ROOT / "infra" / "modules" / "cosmos.bicep"
 POLICY_FILE = ROOT / "infra" / "orders-indexing-policy.json"
 POLICY = json.loads(POLICY_FILE.read_text())
 # Handler modules and how many store queries each makes; a new one must be run in ``app_queries`` too.
-QUERY_SITES = {"writes.py": 1, "operator.py": 1, "outbox.py": 1, "reports.py": 2, "migrations.py": 1}
+QUERY_SITES = {"writes.py": 1, "operator.py": 1, "outbox.py": 1, "reports.py": 3, "migrations.py": 1}
 MIGRATING_FILE = ROOT / "infra" / "orders-indexing-policy-migrating.json"
 # What the release before the lean policy queried: the migrating policy keeps it indexed beside the lean one.
 BEFORE_LEAN = {"/status/?", "/consumer/?", "/createdAt/?", "/parkedAt/?", "/leaseUntil/?"}
@@ -91,7 +91,8 @@ def app_queries() -> list[Query]:
         await operator_commands.find_parked(store, "intake", "ord-1")
         await OutboxPublisher(store, RecordingSender(), dispatched_ttl_seconds=60, clock=lambda: 1000.0).sweep(
             stuck_after_seconds=60)
-        await reports.report_stuck(store, consumer="intake", now=1000.0, parked_after=60, stuck_after=60)
+        await reports.report_stuck(store, consumer="intake", now=1000.0, parked_after=60, stuck_after=60,
+                                   claims_within=("order", "reservationClaim"))
         await migrations.set_due(store)
 
     asyncio.run(ask())
@@ -121,8 +122,9 @@ def test_every_store_query_in_the_handlers_is_run_here() -> None:
         if calls and not {"adapters", "ports", "testing"} & set(path.parts):
             found[path.name] = len(calls)
     assert found == QUERY_SITES
-    # find_parked is asked twice: across partitions and in one; set_due once a timed kind
-    assert len(app_queries()) == 1 + 2 + 1 + 2 + 3
+    # find_parked is asked twice: across partitions and in one; the report once a kind, and the claims in orders;
+    # set_due once a timed kind
+    assert len(app_queries()) == 1 + 2 + 1 + 3 + 3
 
 
 def test_every_field_a_query_filters_on_is_indexed() -> None:
@@ -266,7 +268,9 @@ def test_every_path_is_priced_with_its_reads_refusals_feed_and_expiries() -> Non
     assert set(paths) == {"new order", "captured payment", "shipment", "copy of a finished order", "duplicate event",
                           "new order, refused", "early event, parked", "event in turn, releasing the parked one",
                           "event before its order, parked", "order after its event, releasing it",
-                          "outbox sweep, per run", "stuck report, per run"}
+                          "outbox sweep, per run", "stuck report, per run",
+                          *(f"{step}{index_terms.IN_ORDER}" for step in
+                            ("new order", "captured payment", "shipment", "copy of a finished order"))}
     new, event, copy = paths["new order"], paths["captured payment"], paths["copy of a finished order"]
     # Two patches: the claim's finish (8 properties, its due among them) and the order's reservation (1), 0.4 RU each.
     assert new["patch base"] == pytest.approx(0.4 * 9)
@@ -281,6 +285,15 @@ def test_every_path_is_priced_with_its_reads_refusals_feed_and_expiries() -> Non
     per_order = figures["per order"]
     assert per_order["orders"] == pytest.approx(new["orders"] + index_terms.EVENTS_PER_ORDER
                                                 * (event["orders"] + paths["shipment"]["orders"]) / 2, abs=0.1)
+    # The claim in the order: the order's create holds it, one patch of the order finishes it (the claim's status,
+    # responseStatus, reference, finishedAt, announced and rev, the order's due and reservation: 8), and a copy
+    # reads the order alone.
+    kept = paths[f"new order{index_terms.IN_ORDER}"]
+    kept_copy = paths[f"copy of a finished order{index_terms.IN_ORDER}"]
+    assert kept["patch base"] == pytest.approx(0.4 * 8) and kept["orders"] < new["orders"] - 10
+    assert kept["feed reads"] == pytest.approx(3.1)  # the order as created and as patched (past 1 KB), the entry
+    assert (kept_copy["orders"], kept_copy["reads"]) == (0.0, 1.0) and "create order (409)" in kept_copy["refused"]
+    assert figures["per order, claim in the order"]["orders"] < per_order["orders"]
 
 
 def test_the_performance_docs_quote_the_estimator() -> None:

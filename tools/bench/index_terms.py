@@ -344,9 +344,11 @@ class Run:
     """One app over a store of its own, and the steps of one walk through it: ``steps`` names the step the store's
     requests belong to ("" for those not counted)."""
 
-    def __init__(self, store: DocumentStore, steps: Callable[[str], None], fulfilment: Any = None) -> None:
+    def __init__(self, store: DocumentStore, steps: Callable[[str], None], fulfilment: Any = None, *,
+                 claim_in_order: bool = False) -> None:
         self.store, self._steps = store, steps
-        self.app = bootstrap.build(Settings(fulfillment_url="http://fulfilment.invalid"), store=store,
+        settings = Settings(fulfillment_url="http://fulfilment.invalid", reservation_claim_in_order=claim_in_order)
+        self.app = bootstrap.build(settings, store=store,
                                    fulfilment=fulfilment or InMemoryFulfilment(), sender=RecordingSender(),
                                    clock=NOW.timestamp)
 
@@ -373,24 +375,30 @@ class Run:
         self._steps("")
 
 
-async def walk(new_run: Callable[[Any], Awaitable[Run]]) -> None:
-    """Every path a message can take, each on a store of its own (``new_run(fulfilment)``): the steps before a path
-    are not counted."""
-    run = await new_run(None)
+async def walk(new_run: Callable[[Any, bool], Awaitable[Run]]) -> None:
+    """Every path a message can take, each on a store of its own (``new_run(fulfilment, claim_in_order)``): the steps
+    before a path are not counted. The paths a new order's claim changes are walked again with the claim kept in
+    the order (RESERVATION_CLAIM_IN_ORDER), named with ``IN_ORDER``."""
+    run = await new_run(None, False)
     await run.order("new order")
     for number, (step, *_) in enumerate(EVENTS, start=2):
         await run.event(number, step)
     await run.order("copy of a finished order")
     await run.event(2, "duplicate event")
-    await (await new_run(Refusing())).order("new order, refused")
-    early = await new_run(None)
+    kept = await new_run(None, True)
+    await kept.order(f"new order{IN_ORDER}")
+    for number, (step, *_) in enumerate(EVENTS, start=2):
+        await kept.event(number, f"{step}{IN_ORDER}")
+    await kept.order(f"copy of a finished order{IN_ORDER}")
+    await (await new_run(Refusing(), False)).order("new order, refused")
+    early = await new_run(None, False)
     await early.order()
     await early.event(3, "early event, parked")
     await early.event(2, "event in turn, releasing the parked one")
-    first = await new_run(None)
+    first = await new_run(None, False)
     await first.event(2, "event before its order, parked")
     await first.order("order after its event, releasing it")
-    timers = await new_run(None)
+    timers = await new_run(None, False)
     await timers.order()
     await timers.timers()
 
@@ -401,10 +409,10 @@ async def _record() -> tuple[list[Write], list[Other]]:
     others: list[Other] = []
     stores: list[RecordingStore] = []
 
-    async def new_run(fulfilment: Any) -> Run:
+    async def new_run(fulfilment: Any, claim_in_order: bool) -> Run:
         store = RecordingStore()
         stores.append(store)
-        return Run(store, functools.partial(setattr, store, "step"), fulfilment)
+        return Run(store, functools.partial(setattr, store, "step"), fulfilment, claim_in_order=claim_in_order)
 
     await walk(new_run)
     for store in stores:
@@ -419,6 +427,7 @@ def writes() -> list[Write]:
 
 
 PATHS_PER_ORDER = ("new order", "captured payment", "shipment")
+IN_ORDER = ", claim in the order"  # a path walked with RESERVATION_CLAIM_IN_ORDER true
 
 
 def estimate(policy: Path = ORDERS_POLICY) -> dict[str, Any]:
@@ -453,7 +462,8 @@ def estimate(policy: Path = ORDERS_POLICY) -> dict[str, Any]:
         values["provisioned"] = round(values["orders"] + values["patch base"] + values["reads"]
                                       + values["feed reads"], 1)
         values["serverless"] = round(values["provisioned"] + values["ttl deletes"], 1)
-    return {"writes": rows, "per path": paths, "per order": _per_order(paths)}
+    return {"writes": rows, "per path": paths, "per order": _per_order(paths),
+            "per order, claim in the order": _per_order(paths, IN_ORDER)}
 
 
 def _survivors(mine: list[Write], recorded: list[Write]) -> list[Write]:
@@ -465,10 +475,11 @@ def _survivors(mine: list[Write], recorded: list[Write]) -> list[Write]:
     return [w for key, w in last.items() if w.after is not None and key not in deleted]
 
 
-def _per_order(paths: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """An order with its events, EVENTS_PER_ORDER of them on average (each priced as the two events here, averaged)."""
-    events = [paths[step] for step in PATHS_PER_ORDER[1:]]
-    return {column: round(paths["new order"][column] + EVENTS_PER_ORDER * sum(e[column] for e in events)
+def _per_order(paths: Mapping[str, Mapping[str, Any]], form: str = "") -> dict[str, float]:
+    """An order with its events, EVENTS_PER_ORDER of them on average (each priced as the two events here, averaged);
+    with ``form`` ``IN_ORDER``, those paths walked with the claim in the order."""
+    events = [paths[step + form] for step in PATHS_PER_ORDER[1:]]
+    return {column: round(paths["new order" + form][column] + EVENTS_PER_ORDER * sum(e[column] for e in events)
                           / len(events), 1) for column in ("orders", "provisioned", "serverless")}
 
 
@@ -490,9 +501,11 @@ def markdown(figures: Mapping[str, Any]) -> str:
     lines += [f"| {step} | {v['orders']:.1f} | {v['patch base']:.1f} | {v['reads']:.1f} | {v['refused']} |"
               f" {v['query pages']} | {v['feed reads']:.1f} | {v['provisioned']:.1f} | {v['ttl deletes']:.1f} |"
               f" {v['serverless']:.1f} |" for step, v in paths.items()]
-    order = figures["per order"]
+    order, kept = figures["per order"], figures["per order, claim in the order"]
     lines += ["", f"An order with its events ({EVENTS_PER_ORDER} on average): writes {order['orders']:.1f} RU,"
-              f" provisioned {order['provisioned']:.1f} RU, serverless {order['serverless']:.1f} RU."]
+              f" provisioned {order['provisioned']:.1f} RU, serverless {order['serverless']:.1f} RU; with the claim"
+              f" in the order, writes {kept['orders']:.1f} RU, provisioned {kept['provisioned']:.1f} RU, serverless"
+              f" {kept['serverless']:.1f} RU."]
     return "\n".join(lines)
 
 

@@ -49,6 +49,8 @@ PROMISED: dict[str, list[str]] = {
     "captured payment": ["create", "batch: create, patch"],
     "shipment": ["create", "batch: create, patch"],
     "copy of a finished order": ["refused batch: create, create", "read"],
+    "new order, claim in the order": ["batch: create", "batch: patch, create", "batch: delete"],
+    "copy of a finished order, claim in the order": ["refused batch: create", "read"],
     "duplicate event": ["refused create", "read", "refused batch: create, patch", "read"],
 }
 
@@ -144,11 +146,11 @@ async def measure() -> dict[str, Path]:
         def steps(step: str) -> None:
             transport.step = step
 
-        async def new_run(fulfilment: Any) -> Run:
+        async def new_run(fulfilment: Any, claim_in_order: bool) -> Run:
             name = f"walk-{uuid.uuid4().hex[:10]}"
             container = await database.create_container(name, partition_key=PartitionKey(path="/orderId"))
             made.append(name)
-            return Run(CosmosStore(container), steps, fulfilment)
+            return Run(CosmosStore(container), steps, fulfilment, claim_in_order=claim_in_order)
 
         try:
             await walk(new_run)

@@ -73,6 +73,9 @@ FULFILMENT_BEHAVIOURS: dict[str, dict[str, Any]] = {
     "standard": {},
     "ietf": {"ietf": True, "processing_seconds": (0.0, 6.0), "forget_keys_after": 3720.0},
 }
+# Where the hosts write a new order's reservation claim (``--claims``), as the run's first line says it.
+CLAIMS = {"both": "inside the order on every other slot, of their own on the rest", "in-order": "inside the order",
+          "own": "documents of their own"}
 # The outage phase: the fulfilment stand-in refuses everything, then, after a pause, every host's Cosmos proxy;
 # from this share of the sending time on, the pause a tenth of it.
 OUTAGE_FROM_SHARE, OUTAGE_GAP_SHARE = 0.15, 0.1
@@ -89,7 +92,8 @@ def replay_command(options: Options) -> str:
             + ("" if options.fulfilment == "standard" else f" --fulfilment {options.fulfilment}")
             + ("" if options.fulfilment_outage == FULFILMENT_OUTAGE
                else f" --fulfilment-outage {options.fulfilment_outage:g}")
-            + ("" if options.cosmos_outage == COSMOS_OUTAGE else f" --cosmos-outage {options.cosmos_outage:g}"))
+            + ("" if options.cosmos_outage == COSMOS_OUTAGE else f" --cosmos-outage {options.cosmos_outage:g}")
+            + ("" if options.claims == "both" else f" --claims {options.claims}"))
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,7 @@ class Options:
     fulfilment: str = "standard"
     fulfilment_outage: float = 180.0
     cosmos_outage: float = 120.0
+    claims: str = "both"
 
 
 FULFILMENT_OUTAGE, COSMOS_OUTAGE = Options.fulfilment_outage, Options.cosmos_outage
@@ -122,8 +127,8 @@ def run(options: Options) -> int:
     print(f"chaos: {orders} orders, {len(scenario.everything())} messages, {hosts} hosts, seed {seed}"
           + (f", planted bug {plant!r}" if plant else "") + ("" if options.upgrade else ", no rolling upgrade")
           + ("" if options.events_sessions else ", events without sessions")
-          + ("" if options.fulfilment == "standard" else f", a fulfilment service of behaviour {options.fulfilment!r}"),
-          flush=True)
+          + ("" if options.fulfilment == "standard" else f", a fulfilment service of behaviour {options.fulfilment!r}")
+          + f", reservation claims {CLAIMS[options.claims]}", flush=True)
     replay = replay_command(options)
     journal = Path(tempfile.mkdtemp(prefix="chaos-journal-")) / "writes.log"
     run_so_far = report.Run(seed, hosts, 0, {}, replay, plant)
@@ -133,7 +138,8 @@ def run(options: Options) -> int:
         stack = Stack.start(lock_seconds=LOCK_SECONDS, events_sessions=options.events_sessions,
                             fulfilment=FULFILMENT_BEHAVIOURS[options.fulfilment])
         opened += [functools.partial(_keep_logs, stack, results), stack.stop]
-        chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant), RETRY_SETTINGS)
+        chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant), RETRY_SETTINGS,
+                      claims=options.claims)
         opened += [chaos.close, chaos.halt]  # stopped first: no host is brought back once the stack stops them
         probe = LatencyProbe(stack.cosmos.endpoint, stack.cosmos.key)
         watch = observe.Watch(stack)
@@ -334,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cosmos-outage", type=float, default=COSMOS_OUTAGE, metavar="SECONDS",
                         help="then, after a pause of a tenth of the sending, every host's Cosmos proxy refuses every"
                              " request for this long (default 120; 0: none)")
+    parser.add_argument("--claims", choices=sorted(CLAIMS), default="both",
+                        help="where the hosts write a new order's reservation claim (RESERVATION_CLAIM_IN_ORDER):"
+                             " both (default: every other slot inside the order, as while the setting rolls out),"
+                             " in-order, or own (a document of its own)")
     args = parser.parse_args(argv)
     if args.fulfilment_outage < 0 or args.cosmos_outage < 0:
         parser.error("--fulfilment-outage and --cosmos-outage must not be negative")
@@ -343,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                      " --orders and --storm-copies at least 0")
     return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant, args.upgrade,
                        args.events_queue == "sessions", args.storms, args.storm_copies, args.fulfilment,
-                       args.fulfilment_outage, args.cosmos_outage))
+                       args.fulfilment_outage, args.cosmos_outage, args.claims))
 
 
 if __name__ == "__main__":

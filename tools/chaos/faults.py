@@ -97,6 +97,9 @@ class Chaos:
     seed: int
     app_dir: Path  # the version every slot starts with
     retry_settings: Mapping[str, str] = field(default_factory=dict)  # the delayed retries' app settings
+    # Where each slot's hosts write a new order's reservation claim (RESERVATION_CLAIM_IN_ORDER): "own", "in-order",
+    # or "both" (the odd slots inside the order, the even ones a document of its own: the setting's rollout).
+    claims: str = "both"
     slots: list[Slot] = field(default_factory=list)
     upgraded: int = 0  # slots whose host was replaced by one on the next version
     rolled_back: int = 0  # slots whose host ran for a while on the release before (versions.PREVIOUS)
@@ -129,10 +132,15 @@ class Chaos:
                       "CosmosDBConnection": f"AccountEndpoint={cosmos.url}/;AccountKey={self.stack.cosmos.key};",
                       "FULFILLMENT_READ_TIMEOUT_SECONDS": str(FULFILMENT_READ_TIMEOUT_SECONDS),
                       "AzureFunctionsJobHost__extensions__serviceBus__maxAutoLockRenewalDuration": "00:00:00",
-                      RELEASE_RATE_SETTING: str(SESSION_RELEASE_RATE), **self.retry_settings}
+                      RELEASE_RATE_SETTING: str(SESSION_RELEASE_RATE), **self.retry_settings,
+                      "RESERVATION_CLAIM_IN_ORDER": str(self.claims_in_order(index)).lower()}
             self.slots.append(Slot(index, cosmos, fulfilment, settings_file(values), self.app_dir))
         for slot in self.slots:
             slot.host = self.stack.start_host(slot.settings, slot.app_dir)
+
+    def claims_in_order(self, slot: int) -> bool:
+        """Whether the hosts of ``slot`` write a new order's reservation claim inside the order."""
+        return self.claims == "in-order" or (self.claims == "both" and slot % 2 == 1)
 
     def start(self) -> None:
         """Start killing and slowing hosts down, in the background, until ``stop``."""

@@ -90,7 +90,8 @@ def peek_count(client: ServiceBusClient, queue: str, sub_queue: Any = None) -> l
 STALLED_SECONDS = 180.0
 # A superset of what ``left_undone`` calls waiting, so that the drain reads only those documents.
 UNDONE_QUERY = ("SELECT * FROM c WHERE c.type = 'order-pending' OR (c.type IN ('outbox', 'side-effect', 'parked-event')"
-                " AND c.status IN ('pending', 'in_progress', 'parked'))")
+                " AND c.status IN ('pending', 'in_progress', 'parked'))"
+                " OR (c.type = 'order' AND c.reservationClaim.status = 'in_progress')")
 PAGE = 1000
 
 

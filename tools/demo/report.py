@@ -21,9 +21,11 @@ from typing import Any
 
 from demo.scenario import NEVER_APPLIES, Scenario
 from idempotent_consumer.messages import InboundMessage
+from idempotent_consumer.side_effects import stored_claims
 from shared.domain.documents import event_records
 from shared.domain.lifecycle import KINDS, OPEN_STATUSES, RESERVABLE_STATUSES
 from shared.domain.orders import parse_order
+from shared.handlers.place_order import RESERVATION_CLAIM
 from simulation.invariants import left_undone
 
 ACCEPTED_AS = "_received"  # beside each OrderAccepted body read: its MessageId and when the broker enqueued it
@@ -98,6 +100,7 @@ def build(scenario: Scenario, seen: Observed, outages: Outages = Outages()) -> R
     by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for doc in seen.documents:
         by_type[str(doc.get("type"))].append(doc)
+    by_type["side-effect"] = list(stored_claims(seen.documents, RESERVATION_CLAIM))  # of their own, or in the order
     reasons = Counter(str(m.dead_letter_reason) for m in seen.dead_letters)
     planned_reasons = scenario.planned_dead_letters()
     sent = len(scenario.everything())

@@ -22,8 +22,10 @@ from idempotent_consumer.records import (
     ParkedStatus,
     SideEffectRecord,
 )
+from idempotent_consumer.side_effects import stored_claims
 from shared.domain.documents import OrderDocument, PendingOrder, event_records
 from shared.domain.lifecycle import KINDS
+from shared.handlers.place_order import RESERVATION_CLAIM
 from simulation.broker import BrokerMessage, State
 from simulation.foreign import at_path
 from simulation.proxies import RECORD_KINDS
@@ -72,8 +74,8 @@ def one_order_each(world: World, documents: list[Document]) -> Iterable[Violatio
 
 
 def _reservations(documents: list[Document]) -> dict[str, SideEffectRecord]:
-    """Each order's reservation record at the end, by order id."""
-    return {d["orderId"]: SideEffectRecord.from_document(d) for d in documents if SideEffectRecord.is_kind(d)}
+    """Each order's reservation record at the end, by order id: a document of its own, or kept in its order."""
+    return {d["orderId"]: SideEffectRecord.from_document(d) for d in stored_claims(documents, RESERVATION_CLAIM)}
 
 
 def _closed_first(record: SideEffectRecord | None) -> bool:
@@ -98,6 +100,11 @@ def one_reservation_each(world: World, documents: list[Document]) -> Iterable[Vi
             yield Violation("reservation", f"order {plan.order_id} has {count} reservations, not {wanted}{why}")
     for order_id, count in counts.items():
         yield Violation("reservation", f"{count} reservations for {order_id}, which was never a valid order")
+    claims = Counter(str(d.get("orderId")) for d in stored_claims(documents, RESERVATION_CLAIM))
+    for order_id, count in claims.items():
+        if count > 1:  # the service's keys hid the second call; the claims say the effect was claimed twice
+            yield Violation("reservation", f"order {order_id} has {count} reservation claims (of its own and kept in"
+                                           " the order): its reservation was claimed twice")
 
 
 def one_outcome_each(world: World, documents: list[Document]) -> Iterable[Violation]:
@@ -306,11 +313,10 @@ def left_undone(document: Document) -> str | None:
     pending order, an event parked (``ParkedEvent.waiting``, what report_stuck counts). An event set aside
     for good, rejected on release or dropped by an operator, is a final record, kept with its reason.
     """
-    if SideEffectRecord.is_kind(document):
-        record = SideEffectRecord.from_document(document)
-        if record.status is EffectStatus.IN_PROGRESS:
-            return f"side effect {record.effect} of {record.partition} is in progress (attempt {record.attempt})"
-    elif ParkedEvent.is_kind(document):
+    claim = next(stored_claims([document], RESERVATION_CLAIM), None)  # of its own, or kept in its order
+    if claim is not None and (record := SideEffectRecord.from_document(claim)).status is EffectStatus.IN_PROGRESS:
+        return f"side effect {record.effect} of {record.partition} is in progress (attempt {record.attempt})"
+    if ParkedEvent.is_kind(document):
         parked = ParkedEvent.from_document(document)
         if parked.status is ParkedStatus.PARKED:
             return f"event v{parked.sequence} {parked.event_id} of {parked.partition} is still parked"

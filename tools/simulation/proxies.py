@@ -27,6 +27,7 @@ from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.documents import EventRecord, OrderDocument
 from shared.domain.identity import ORDER_REJECTED
 from shared.domain.lifecycle import CANCELLED, OPEN_STATUSES, RESERVABLE_STATUSES
+from shared.handlers.place_order import RESERVATION_CLAIM
 from shared.ports.fulfilment import Reply
 from simulation.faults import Chaos
 
@@ -34,6 +35,7 @@ RECORD_KINDS = frozenset(str(kind.__struct_config__.tag) for kind in EventRecord
 # An order's fields its events set, each the event's record: its identity beside its data.
 SUB_OBJECTS = RECORD_KINDS
 _Key = tuple[str, str]
+_IN_ORDER = f"{RESERVATION_CLAIM}/"  # the paths of a patch that writes the claim kept in its order
 
 
 class History:
@@ -52,6 +54,7 @@ class History:
         # in; and every write that contradicted the order's status when it was made (``contradictions``).
         self.order_status: dict[str, str] = {}
         self.decided: dict[tuple[object, str], str | None] = {}
+        self._claims_kept: set[str] = set()  # orders whose reservation claim a write put in the order
         self.contradictions: list[str] = []
         self._actor = actor
         self.applied: defaultdict[str, list[int]] = defaultdict(list)  # order id -> sequences, as recorded
@@ -103,12 +106,19 @@ class History:
         status = self.order_status.get(order_id)
         if isinstance(operation, Create) and SideEffectRecord.is_kind(operation.document):
             self.decided[self._actor(), order_id] = status
+        elif isinstance(operation, Create | Replace) and isinstance(operation.document.get(RESERVATION_CLAIM), dict) \
+                and order_id not in self._claims_kept:  # the claim in the order's create (or its pending order's place)
+            self._claims_kept.add(order_id)
+            self.decided[self._actor(), order_id] = status
         elif isinstance(operation, Create) and OutboxEntry.is_kind(operation.document):
             subject = operation.document.get("subject")
             if status not in (OPEN_STATUSES if subject == ORDER_REJECTED else RESERVABLE_STATUSES):
                 self.contradictions.append(f"order {order_id}: {subject} written while it was {status}")
-        elif isinstance(operation, Patch) and operation.doc_id.startswith("side-effect."):
-            fields = operation.set_fields
+        elif isinstance(operation, Patch) and (operation.doc_id.startswith("side-effect.") or any(
+                name.startswith(_IN_ORDER) for name in operation.set_fields)):
+            fields = operation.set_fields if operation.doc_id.startswith("side-effect.") else {
+                name.removeprefix(_IN_ORDER): value for name, value in operation.set_fields.items()
+                if name.startswith(_IN_ORDER)}
             if "attempt" in fields:
                 self.decided[self._actor(), order_id] = status
             if str(fields.get("refusal", "")).startswith("order-") and status != CANCELLED:

@@ -35,6 +35,7 @@ T = TypeVar("T")
 # duplicateDetectionWindow, on the queues and on order-accepted: Bicep's default PT10M, and a short one
 # under which a producer's retry can meet its original still being processed.
 DETECTION_WINDOWS_SECONDS = (60.0, 600.0)
+CLAIM_FORMS = ("of its own", "in the order", "both")
 SETTINGS = Settings(fulfillment_url="http://fulfilment.simulated", abandon_delay_seconds=10.0)
 PAGE_ITEMS = (1, 2, 3)
 # The fulfilment fake draws reservation ids from uuid4, outside the seed: masked, so that traces replay alike.
@@ -98,8 +99,6 @@ class World:
     """One run's system under test and its surroundings; the actors share it."""
 
     def __init__(self, seed: int, wiring: Wiring, *, trace: bool) -> None:
-        settings = SETTINGS
-        self.settings = settings
         rng = random.Random(seed)  # noqa: S311 - a simulation, reproducible by seed; not security
         self.clock = Clock()
         self.sched = Scheduler(rng, self.clock, [] if trace else None)
@@ -107,11 +106,15 @@ class World:
         # Half the seeds run the events queue without sessions (ORDER_EVENTS_SESSIONS false): any consumer takes
         # any event, so two of one order's may run at once, and the resequencer alone keeps them in order.
         self.events_sessions = rng.random() < 0.5
-        settings = msgspec.structs.replace(settings, order_events_sessions=self.events_sessions)
+        settings = msgspec.structs.replace(SETTINGS, order_events_sessions=self.events_sessions)
         self.settings = settings
         self.concurrent_events = 0  # event deliveries that began while another of the same order's ran
         self.events_in_flight: Counter[str] = Counter()  # order (session) id -> its event deliveries running
         self.detection_window = rng.choice(DETECTION_WINDOWS_SECONDS)
+        # A third of the seeds write each new order's reservation claim as a document of its own, a third inside the
+        # order (RESERVATION_CLAIM_IN_ORDER), and a third both at once, each process with one of the two, as while
+        # the setting rolls out: every process reads both. By the seed, so that the rest of the run draws as before.
+        self.claim_form = CLAIM_FORMS[seed % len(CLAIM_FORMS)]
         self.in_hand: dict[object, Delivery] = {}  # actor -> the delivery it is running
         profile = chaos_profile(rng)
         # A fifth of the seeds without an outage run with DELAYED_RETRIES false: a transient failure abandons, as
@@ -167,7 +170,9 @@ class World:
     def instance(self) -> Instance:
         """A new process of the app: the app as production builds it over the run's ports, and its handlers by
         queue, through the wiring's wrapper."""
-        app = bootstrap.build(self.settings, store=self._store, fulfilment=self._fulfilment, sender=self._app_sender,
+        in_order = self.claim_form == "in the order" or (self.claim_form == "both" and len(self.instances) % 2 == 1)
+        settings = msgspec.structs.replace(self.settings, reservation_claim_in_order=in_order)
+        app = bootstrap.build(settings, store=self._store, fulfilment=self._fulfilment, sender=self._app_sender,
                               clock=self.clock, sleep=self._sleep, record=self._record, releases=self.wiring.releases)
         handlers: dict[str, Handler] = {self.settings.orders_queue: self.wiring.handle_order(app.handle_order),
                                         self.settings.order_events_queue: app.handle_event}
