@@ -44,7 +44,7 @@ from azure.servicebus import ServiceBusClient
 
 from chaos import planted, report, versions
 from chaos.faults import LOCK_SECONDS, Chaos
-from chaos.rollback import MapBack
+from chaos.rollback import MapBack, backfill
 from demo import observe
 from demo import report as demo_report
 from demo.probe import LatencyProbe
@@ -188,6 +188,7 @@ def run(options: Options) -> int:
                 cosmos_outages=demo_report.Outages(
                     [(o.start, o.end) for o in chaos.outages if o.dependency == "cosmos"], DETECTION_WINDOW_SECONDS),
                 rollback={"hosts rolled back to the release before": chaos.rolled_back,
+                          "due set by sbctl index backfill after it": chaos.backfilled,
                           "copies it dead-lettered, mapped back by sbctl": dict(map_back.resubmitted),
                           "resubmissions sbctl sent": dict(map_back.sent)}
                 if _rolls_back(options) else None))
@@ -198,6 +199,18 @@ def run(options: Options) -> int:
             with contextlib.suppress(Exception):
                 stop()
     return _verdict(result, results, seed, replay)
+
+
+def _roll_back_then_backfill(chaos: Chaos, previous: Path, met_a_copy: Callable[[], bool]) -> None:
+    """One slot on the release before for a while, then forward again; then, every host on this release, the
+    operator's ``sbctl index backfill`` sets ``due`` on what the release before wrote without it (through the
+    stack's own Cosmos endpoint, not a slot's proxy). A backfill that fails fails the run."""
+    chaos.rollback(previous, ROLLBACK_SECONDS, met=met_a_copy, longest=3 * ROLLBACK_SECONDS)
+    try:
+        chaos.backfilled = backfill(chaos.stack.cosmos.endpoint, chaos.stack.cosmos.key)
+    except Exception as exc:  # the run reports it as its failure
+        chaos.failure = f"sbctl index backfill after the rollback failed: {type(exc).__name__}: {exc}"
+    print(f"chaos: sbctl index backfill after the rollback: {chaos.backfilled}", flush=True)
 
 
 def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, scenario: Scenario,
@@ -220,9 +233,8 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
         after_rollback=chaos.rolled_forward if _rolls_back(options) else None)
     rollback = None
     if _rolls_back(options):
-        rollback = threading.Timer(first_after + options.fulfilment_outage, chaos.rollback,
-                                   args=(previous, ROLLBACK_SECONDS),
-                                   kwargs={"met": met_a_copy, "longest": 3 * ROLLBACK_SECONDS})
+        rollback = threading.Timer(first_after + options.fulfilment_outage, _roll_back_then_backfill,
+                                   args=(chaos, previous, met_a_copy))
         rollback.daemon = True
         rollback.start()
     for thread in senders:

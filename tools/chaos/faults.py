@@ -106,6 +106,8 @@ class Chaos:
     rolled_forward: threading.Event = field(default_factory=threading.Event)  # the rolled-back slot is forward again
     kills: Counter[str] = field(default_factory=Counter)
     failure: str | None = None  # why the killer stopped early, if it did: the run then fails
+    # What the operator's sbctl index backfill did once the rollback was over, by kind and outcome.
+    backfilled: dict[str, int] = field(default_factory=dict)
     _armed: Armed | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _slots: threading.RLock = field(default_factory=threading.RLock)  # who runs in a slot

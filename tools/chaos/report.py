@@ -215,7 +215,10 @@ def _upgrade_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
     back = [] if rollback is None else [
         ("rollback: hosts on the release before / the copies it dead-lettered, mapped back by sbctl",
          f"{rollback['hosts rolled back to the release before']} /"
-         f" {sum(rollback['copies it dead-lettered, mapped back by sbctl'].values())}")]
+         f" {sum(rollback['copies it dead-lettered, mapped back by sbctl'].values())}"),
+        ("&nbsp;&nbsp;then `sbctl index backfill` (due on what it wrote without)",
+         ", ".join(f"{k} {v}" for k, v in sorted(rollback.get("due set by sbctl index backfill after it", {}).items()))
+         or "nothing to set")]
     return [("rolling upgrade: hosts moved to the next version", str(upgrade["slots upgraded"])),
             *[(f"&nbsp;&nbsp;{label}", str(value)) for label, value in upgrade.items() if label != "slots upgraded"],
             *back]

@@ -9,7 +9,9 @@ that the drain, which waits for every order's reservation, sees those messages p
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import threading
 import time
 from collections import Counter
@@ -17,7 +19,7 @@ from datetime import timedelta
 
 from azure.servicebus import ServiceBusClient
 
-from sbctl import dlq
+from sbctl import cli, dlq
 from sbctl.detection import Detection
 
 EVERY_SECONDS = 5.0
@@ -101,3 +103,17 @@ class MapBack:
             except Exception as exc:  # an operator's pass that failed is made again at the next: one line, on
                 print(f"chaos: mapping back failed ({type(exc).__name__}: {str(exc)[:120]}); trying again",
                       flush=True)
+
+
+def backfill(endpoint: str, key: str) -> dict[str, int]:
+    """Once the rollback is over, what an operator does for the records the release before wrote without ``due``
+    (docs/operations.md, "Indexing"): ``sbctl index backfill``, this release's, on the orders container. What it
+    did, by kind and outcome (``outbox set``, ``parked-event already``...)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = cli.main(["index", "backfill", "--cosmos-endpoint", endpoint, "--cosmos-key", key,
+                           *(["--no-verify-tls"] if endpoint.startswith("https://127.") else [])])
+    if status != 0:
+        raise RuntimeError(f"sbctl index backfill exited {status}: {out.getvalue().strip()[-300:]}")
+    return {name: int(count) for name, count in (part.rsplit(": ", 1) for part in out.getvalue().strip().split(", ")
+                                                 if ": " in part)}

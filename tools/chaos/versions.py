@@ -8,9 +8,12 @@ worker, applies a planted bug if there is one, and then loads the real ``functio
 - ``previous`` is the app as the release before delayed retries treats their copies: it knows no copy (a
   copy's MessageId is not its key, so it dead-letters it ``InvalidMessage``), and hands nothing on (a
   transient failure abandons). It also writes each applied event's record as a document of its own, as the
-  releases before the order's sub-object held the event's identity did. A rollback runs it on one host while
-  copies are in flight, and the run maps its dead letters back as an operator does (``sbctl dlq resubmit
-  --reason InvalidMessage --copies``).
+  releases before the order's sub-object held the event's identity did; writes no ``due``, as the releases
+  before the lean indexing policy did (the run backfills it once the rollback is over); and writes every claim
+  as a document of its own. It is this release's code otherwise: it reads a claim kept in an order, which the
+  real releases before do not (hence the rule to turn RESERVATION_CLAIM_IN_ORDER off before a rollback). A
+  rollback runs it on one host while copies are in flight, and the run maps its dead letters back as an
+  operator does (``sbctl dlq resubmit --reason InvalidMessage --copies``).
 - ``next`` is the app plus what a next version typically adds: fields this version does not model, at
   the top of a document and inside the objects this version does model. It writes ``riskScore`` on
   every order document it creates, replaces or patches (pending orders included), and reads the field
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from demo.stack import ROOT
+from idempotent_consumer.records import DUE_FIELD
 from shared.domain.documents import event_records
 
 CURRENT, NEXT, PREVIOUS = "current", "next", "previous"
@@ -105,6 +109,7 @@ def install(version: str, journal: str) -> None:
         from idempotent_consumer import retries  # noqa: PLC0415
 
         os.environ["DELAYED_RETRIES"] = "false"  # read by the app's settings, which are made after this
+        os.environ["RESERVATION_CLAIM_IN_ORDER"] = "false"  # it knew no claim inside the order
         retries.unwrap = lambda message: (message, None)  # a copy is read as any message: its MessageId is not its key
         _records_apart()
 
@@ -113,6 +118,8 @@ def install(version: str, journal: str) -> None:
     async def batch_as_version(self: CosmosStore, partition_key: str, operations: Sequence[Any]) -> list[Any]:
         if version == NEXT:
             operations = [_as_next(op, partition_key) for op in operations]
+        elif version == PREVIOUS:
+            operations = [_without_due(op) for op in operations]
         written = await execute_batch(self, partition_key, operations)
         at = f"{time.time():.6f}"
         if any(_writes_order(op, partition_key) for op in operations):
@@ -148,6 +155,16 @@ def _records_apart() -> None:
 
     aggregate.ORDERS.sub_object = sub_object  # type: ignore[method-assign]
     aggregate.ORDERS.record = documents.EventRecord.document  # type: ignore[method-assign,assignment]
+
+
+def _without_due(op: Any) -> Any:
+    """The operation as the releases before the lean indexing policy wrote it: no ``due`` (``DUE_FIELD``), which the
+    timers' queries need; ``sbctl index backfill`` sets it once the rollback is over (docs/operations.md)."""
+    if (document := getattr(op, "document", None)) is not None and DUE_FIELD in document:
+        return dataclasses.replace(op, document={k: v for k, v in document.items() if k != DUE_FIELD})
+    if (fields := getattr(op, "set_fields", None)) is not None and DUE_FIELD in fields:
+        return dataclasses.replace(op, set_fields={k: v for k, v in fields.items() if k != DUE_FIELD})
+    return op
 
 
 def _writes_order(op: Any, partition_key: str) -> bool:
