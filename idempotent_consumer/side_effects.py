@@ -313,7 +313,8 @@ class SideEffect:
             record = None
             if current is None:  # no claim stands (removed by hand, say): one is written, closed
                 try:
-                    await self.store.create(msgspec.structs.replace(claim, **closing).to_document())
+                    # A record of its own, though the claim was read from its subject (and removed since): no rev.
+                    await self.store.create(msgspec.structs.replace(claim, **closing, rev=UNSET).to_document())
                 except AlreadyExists:
                     continue
                 return Result(Outcome.ORDER_CLOSED, f"{self.name} closed: {reason}")

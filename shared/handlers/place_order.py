@@ -207,11 +207,14 @@ async def _write(
             pass  # the pending order, or an event parked against it, moved: read again
         stored = await read_known(store, ORDERS, order_id)
         if stored.subject.status is not None:
+            # The claim as it stands now: kept in the order as read (which may have taken its pending order's place
+            # since the claim was looked for), or the one found. With neither, the reservation claims it anew. One
+            # kept there that does not decode is decided as one of its own is: by its hash, else by the order's.
+            held, unread = _kept_in(effect, stored.document, unread)
+            if unread is not None and unread.request_hash is not None:
+                return _unreadable(order_id, unread, hash_)
             if unread is not None and stored.request_hash == hash_:
                 return _left_to_writer(order_id, unread, hash_)
-            # The claim as it stands now: kept in the order as read (which may have taken its pending order's place
-            # since the claim was looked for), or the one found. With neither, the reservation claims it anew.
-            held = effect.held(stored.document) if stored.document is not None and unread is None else None
             return _with_adoption(_seen(order_id, stored.request_hash, hash_, held if held is not None else found))
         adopting = None
         if stored.document is not None:  # a pending order: the order takes its place and releases what waits
@@ -220,6 +223,18 @@ async def _write(
             adopting = stored, placed.release(await waiting(store, releases.consumer, order_id))
         intake = replace(intake, adopting=adopting)
     return Result(Outcome.TRANSIENT, f"order {order_id} kept changing under us; retry", hash_)
+
+
+def _kept_in(effect: SideEffect, document: Document | None, unread: UnreadableDocument | None,
+             ) -> tuple[SideEffectRecord | None, UnreadableDocument | None]:
+    """The claim the order as read keeps (``SideEffect.held``), and the claim that does not decode: ``unread``, or
+    the one kept there."""
+    if document is None or unread is not None:
+        return None, unread
+    try:
+        return effect.held(document), None
+    except UnreadableDocument as exc:
+        return None, exc
 
 
 def _with_adoption(seen: tuple[Outcome, SideEffectRecord | None] | Result,

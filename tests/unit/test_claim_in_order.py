@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.outcomes import Outcome
-from idempotent_consumer.ports.store import Create, Patch
+from idempotent_consumer.ports.store import Create, Patch, Replace
 from idempotent_consumer.side_effects import SideEffect
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
@@ -190,3 +191,49 @@ def test_a_finish_after_another_message_finished_the_claim_takes_its_verdict_and
     assert [d["id"] for d in store.documents() if d["type"] == "entry"] == ["entry-1"]
     kept = asyncio.run(store.read("o", "o"))[RESERVATION_CLAIM]
     assert (kept["attempt"], kept["messageSequence"], kept["status"]) == (2, 2, "completed")
+
+
+class RefusedWithReference(InMemoryFulfilment):
+    """A service whose refusal carries a reference too: the finish then sets the most fields it ever does."""
+
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        return Reply(422, {"refusal": "out-of-stock", "reason": "SKU-1 is out of stock", "reservationId": "res-0"})
+
+
+def test_the_largest_finish_is_one_patch_of_at_most_ten_fields() -> None:
+    store = Recorded()
+    assert place(app(IN_ORDER, store, RefusedWithReference())) is Outcome.REJECTED
+    [patch] = [op for op in store.batches[1] if isinstance(op, Patch)]
+    # The claim's status, responseStatus, reference, refusal, reason, finishedAt, announced and rev; the order's
+    # due and rejection: Cosmos DB's 10, which a field more would pass (the store refuses it, by check_batch).
+    assert len(patch.set_fields) == 10
+
+
+def test_a_claim_closed_after_it_was_removed_from_its_order_is_a_record_of_its_own_that_takes_later_writes() -> None:
+    store = InMemoryStore()
+    effect = SideEffect(store, "intake", "reserve-stock", 60, lambda: NOW, within=RESERVATION_CLAIM, write_within=True)
+    claim = effect.claim("o", InboundMessage(message_id="o", body=None, sequence_number=1))
+    [order] = asyncio.run(store.execute_batch("o", [Create({"id": "o", "orderId": "o", "type": "order",
+                                                            **effect.subject_fields(claim)})]))
+    held = effect.held(order)
+    assert held is not None and held.rev == 1
+    kept = {k: v for k, v in order.items() if k != RESERVATION_CLAIM and not k.startswith("_")}
+    asyncio.run(store.execute_batch("o", [Replace(kept)]))  # removed by hand
+    assert asyncio.run(effect.close(held, "order-cancelled", "cancelled")).outcome is Outcome.ORDER_CLOSED
+    closed = asyncio.run(effect.find(claim))
+    assert closed is not None and closed.rev is UNSET and closed.status.value == "rejected"
+    assert asyncio.run(effect.patch(closed, reason="checked")) is not None  # on its own etag, not the order's rev
+
+
+def test_a_claim_kept_in_the_order_that_does_not_decode_is_decided_alike_by_hosts_writing_either_form() -> None:
+    for settings in (OWN, IN_ORDER):
+        store = InMemoryStore()
+        place(app(IN_ORDER, store, Down()))
+        order = asyncio.run(store.read("ord-1", "ord-1"))
+        unreadable = {k: v for k, v in order[RESERVATION_CLAIM].items() if k != "requestHash"}
+        asyncio.run(store.execute_batch("ord-1", [Patch("ord-1", {RESERVATION_CLAIM: {**unreadable, "attempt": "two",
+                                                                                    "rev": 9}})]))
+        # Its order's requestHash is this delivery's: the reservation is left to the version that wrote the claim.
+        assert place(app(settings, store), sequence=2) is Outcome.IN_PROGRESS
+        other = inbound(order_body("ord-1", items=[{"sku": "SKU-9", "quantity": 1, "unitPrice": "44.98"}]))
+        assert asyncio.run(app(settings, store).handle_order(other)).outcome is Outcome.PAYLOAD_MISMATCH
