@@ -8,10 +8,11 @@ the change feed, and from the sweep for anything the feed missed), one send per 
 destination, and then deletes each on the etag it was read with (one delete costs half a patch, and leaves no
 document for a TTL to remove). With ``dispatched_ttl_seconds`` above 0 it marks them dispatched instead and keeps
 them that long: a patch of ``status``, ``dispatchedAt`` and ``ttl`` on the etag as read, so the fields this version
-does not model are kept. A delete (or mark) that meets a transient failure is tried again at once, up to
-``FINISH_TRIES`` in all; one that still fails, or a crash between send and delete, leaves the entry pending, and
-the change feed or the sweep resends the same MessageId, which the destination's duplicate detection (inside
-its window) and its consumers' idempotency absorb.
+does not model are kept. One that finds the entry changed (412) reads it again and finishes it on its new
+etag while it is still pending and still the message sent. A delete (or mark) that meets a transient failure is
+tried again at once, up to ``FINISH_TRIES`` in all; one that still fails, or a crash between send and delete,
+leaves the entry pending, and the change feed or the sweep resends the same MessageId, which the destination's
+duplicate detection (inside its window) and its consumers' idempotency absorb.
 """
 
 from __future__ import annotations
@@ -154,23 +155,27 @@ class OutboxPublisher:
                              tuple(i for r in reports for i in r.failed), sum(r.skipped for r in reports))
 
     async def _finish(self, entry: OutboxEntry) -> None:
-        """Delete a sent entry, or mark it dispatched where it is kept, on the etag it was read with."""
-        done: BatchOperation
-        if self._ttl:
-            _, mark = entry.with_changes(status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(), ttl=self._ttl)
-            done = Patch(entry.id, mark, if_match=entry.etag, etag_only=True)
-        else:
-            done = Delete(entry.id, entry.etag)
+        """Delete a sent entry, or mark it dispatched where it is kept, on the etag it was read with.
+
+        One changed since it was read (412) is read again: still pending, and still the message that was sent
+        (a writer set a field of the entry that is not the message's: ``due`` by ``sbctl index backfill``, another
+        writer's own field), it is finished on its new etag, since it went out; otherwise it is left (gone;
+        finished by another publisher; or its message changed, which its next change-feed delivery or the sweep
+        sends)."""
+        sent = outgoing_message(entry)
         for tries_left in range(FINISH_TRIES - 1, -1, -1):
             try:
-                await self._store.execute_batch(entry.partition, [done])
+                await self._store.execute_batch(entry.partition, [self._done(entry)])
                 break
             except BatchFailed as exc:
-                if isinstance(exc.error, PreconditionFailed | NotFound):
-                    # Changed or gone since this copy was read: another publisher sent it and deleted or marked it
-                    # (and a mark's ttl may have run out since), or a writer changed it and the sweep sends it
-                    # again. Resending is harmless.
-                    break
+                if isinstance(exc.error, NotFound):
+                    break  # gone: another publisher sent it and deleted it (or its mark's ttl ran out)
+                if isinstance(exc.error, PreconditionFailed):
+                    current = await self._still_sent(entry, sent)
+                    if current is None or not tries_left:
+                        break
+                    entry = current
+                    continue
                 if not isinstance(exc.error, TransientStoreError) or not tries_left:
                     raise
             except TransientStoreError:
@@ -178,6 +183,25 @@ class OutboxPublisher:
                     raise
         logger.info("outbox %s dispatched messageId=%s", entry.id, entry.message_id,
                     extra={"outboxId": entry.id, "messageId": entry.message_id})
+
+
+    def _done(self, entry: OutboxEntry) -> BatchOperation:
+        """The entry's finish, on its etag: its delete, or its mark where sent entries are kept."""
+        if self._ttl:
+            _, mark = entry.with_changes(status=OutboxStatus.DISPATCHED, dispatched_at=self._clock(), ttl=self._ttl)
+            return Patch(entry.id, mark, if_match=entry.etag, etag_only=True)
+        return Delete(entry.id, entry.etag)
+
+    async def _still_sent(self, entry: OutboxEntry, sent: OutgoingMessage) -> OutboxEntry | None:
+        """The entry as it stands now, if it is still pending and still the message ``sent``; else None."""
+        try:
+            current = OutboxEntry.from_document(await self._store.read(entry.id, entry.partition))
+        except (NotFound, UnreadableDocument):
+            return None
+        if current.status is not OutboxStatus.PENDING or current.destination != entry.destination \
+                or outgoing_message(current) != sent:
+            return None
+        return current
 
 
 def _chunks(entries: list[OutboxEntry]) -> Iterator[list[OutboxEntry]]:

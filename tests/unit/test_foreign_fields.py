@@ -16,6 +16,7 @@ import pytest
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.ordered.operator import drop, force_release
 from idempotent_consumer.outcomes import Outcome, Result
+from idempotent_consumer.ports.store import Patch
 from idempotent_consumer.testing.memory import InMemoryStore, RecordingSender
 from shared import bootstrap
 from shared.adapters.memory import InMemoryFulfilment
@@ -215,12 +216,17 @@ def test_marking_an_outbox_entry_dispatched_where_sent_entries_are_kept_keeps_it
     assert_kept(store, "outbox")
 
 
-def test_a_sent_outbox_entry_is_deleted_only_as_it_was_read(app: bootstrap.App, store: InMemoryStore) -> None:
+def test_a_sent_outbox_entry_is_deleted_as_it_was_read_or_as_it_stands_while_its_message_is_the_one_sent(
+        app: bootstrap.App, store: InMemoryStore) -> None:
     place(app)
     [read] = of_type(store, "outbox")
-    add_foreign(store, "outbox")  # another writer changes it after the publisher read it
-    assert len(run(app.publisher().publish([read])).dispatched) == 1  # sent; its delete refused (412)
-    assert_kept(store, "outbox")  # so nothing the other writer put there is lost, and it is still pending
-    assert of_type(store, "outbox")[0]["status"] == "pending"
-    assert len(run(app.publisher().publish(of_type(store, "outbox"))).dispatched) == 1  # sent again, as changed
+    add_foreign(store, "outbox")  # another writer sets fields of its own after the publisher read it
+    assert len(run(app.publisher().publish([read])).dispatched) == 1  # sent; its delete refused (412), read again:
+    assert of_type(store, "outbox") == []  # its message is the one sent, so it is deleted on its new etag
+    place(app, "ord-2")
+    [read] = of_type(store, "outbox")
+    [changed] = run(store.execute_batch("ord-2", [Patch(read["id"], {"payload/channel": "web"})]))
+    assert len(run(app.publisher().publish([read])).dispatched) == 1  # sent as it was read; its delete refused:
+    assert of_type(store, "outbox")[0]["payload"]["channel"] == "web"  # its message changed, so it stays pending
+    assert len(run(app.publisher().publish([changed])).dispatched) == 1  # and goes out as it stands
     assert of_type(store, "outbox") == []

@@ -151,3 +151,39 @@ def test_a_sent_entry_whose_delete_keeps_failing_is_left_pending_for_the_sweep()
     report = run(app.publisher().publish([entry]))
     assert (report.dispatched, report.failed) == ((), (entry["id"],))
     assert [d["status"] for d in store.documents() if d["type"] == "outbox"] == ["pending"]
+
+
+class WrittenUnderTheSend(RecordingSender):
+    """Sends; meanwhile another writer patches the entry (its ``fields``), as ``sbctl index backfill`` sets ``due``
+    or an enrichment job adds a field of its own, or the message itself (a ``payload/`` path)."""
+
+    def __init__(self, store: InMemoryStore, fields: dict[str, Any]) -> None:
+        super().__init__()
+        self.store, self.fields = store, fields
+
+    async def send(self, destination: str, messages: Sequence[OutgoingMessage]) -> None:
+        await super().send(destination, messages)
+        for entry in _outbox(self.store):
+            await self.store.execute_batch(entry["orderId"], [Patch(entry["id"], self.fields)])
+
+
+def test_a_sent_entry_changed_under_its_send_but_not_in_its_message_is_deleted_on_its_new_etag() -> None:
+    for fields in ({"due": 1.0}, {"enrichedBy": "crm"}):
+        store = InMemoryStore(default_ttl=-1)
+        sender = WrittenUnderTheSend(store, fields)
+        app = bootstrap.build(SETTINGS, store=store, fulfilment=InMemoryFulfilment(), sender=sender)
+        run(app.handle_order(inbound(order_body("ord-1"))))
+        [entry] = _outbox(store)
+        report = run(app.publisher().publish([entry]))
+        assert (report.dispatched, _outbox(store), len(sender.sent)) == ((entry["id"],), [], 1), fields
+
+
+def test_a_sent_entry_whose_message_changed_under_its_send_is_left_for_its_new_message_to_be_sent() -> None:
+    store = InMemoryStore(default_ttl=-1)
+    sender = WrittenUnderTheSend(store, {"payload/channel": "web"})
+    app = bootstrap.build(SETTINGS, store=store, fulfilment=InMemoryFulfilment(), sender=sender)
+    run(app.handle_order(inbound(order_body("ord-1"))))
+    [entry] = _outbox(store)
+    run(app.publisher().publish([entry]))
+    [left] = _outbox(store)
+    assert left["status"] == "pending" and left["payload"]["channel"] == "web"  # the sweep or the feed sends it

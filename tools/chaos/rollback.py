@@ -9,9 +9,8 @@ that the drain, which waits for every order's reservation, sees those messages p
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import functools
-import io
 import threading
 import time
 from collections import Counter
@@ -19,8 +18,11 @@ from datetime import timedelta
 
 from azure.servicebus import ServiceBusClient
 
-from sbctl import cli, dlq
+from idempotent_consumer.migrations import set_due
+from sbctl import dlq
 from sbctl.detection import Detection
+from shared import bootstrap
+from shared.settings import Settings
 
 EVERY_SECONDS = 5.0
 SELECTION = dlq.Selection(reason="InvalidMessage", copies=True)
@@ -107,13 +109,15 @@ class MapBack:
 
 def backfill(endpoint: str, key: str) -> dict[str, int]:
     """Once the rollback is over, what an operator does for the records the release before wrote without ``due``
-    (docs/operations.md, "Indexing"): ``sbctl index backfill``, this release's, on the orders container. What it
-    did, by kind and outcome (``outbox set``, ``parked-event already``...)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = cli.main(["index", "backfill", "--cosmos-endpoint", endpoint, "--cosmos-key", key,
-                           *(["--no-verify-tls"] if endpoint.startswith("https://127.") else [])])
-    if status != 0:
-        raise RuntimeError(f"sbctl index backfill exited {status}: {out.getvalue().strip()[-300:]}")
-    return {name: int(count) for name, count in (part.rsplit(": ", 1) for part in out.getvalue().strip().split(", ")
-                                                 if ": " in part)}
+    (docs/operations.md, "Indexing"): ``sbctl index backfill``'s own work (``migrations.set_due``, through the store
+    the app builds) on the orders container. What it did, by kind and outcome (``outbox set``, ...)."""
+
+    async def run() -> dict[str, int]:
+        app = bootstrap.build(Settings(cosmos_endpoint=endpoint, cosmos_key=key,
+                                       cosmos_verify_tls=not endpoint.startswith("https://127.")))
+        try:
+            return dict(await set_due(app.store()))
+        finally:
+            await app.aclose()
+
+    return asyncio.run(run())
