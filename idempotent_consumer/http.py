@@ -3,6 +3,10 @@
     bank = JsonHttp.from_setting("BANK_URL")
     Effect("credit", lambda key: bank.post("/credits", body, idempotency_key=key))
 
+With ``scope`` (a service's application ID URI, ``api://bank/.default``) each call carries a bearer token of the
+app's managed identity (``adapters.bearer``); a 401 or 403 then says the identity is not allowed, for every message
+alike: the service is unavailable to us, and the delivery is handed on, never dead-lettered.
+
 The answer maps onto the effect's rules (``idempotent_consumer.side_effects``): a 2xx did it, and its
 ``reference`` field is kept on the record; a 4xx whose body names a ``refusal`` refused it for good (the business
 outcome, announced by ``on_refused``); a transient status (408, 429, 5xx), a 409 (the key still held by a
@@ -48,7 +52,7 @@ class JsonReply:
     @property
     def refusal(self) -> str | None:
         """The service's code for a refusal for good: the body's ``refusal``, on a 4xx other than 408, 409, 429."""
-        if 400 <= self.status < 500 and self.status not in (408, 409, 429):
+        if 400 <= self.status < 500 and self.status not in (401, 403, 408, 409, 429):
             return _text(self.body.get("refusal"))
         return None
 
@@ -57,8 +61,14 @@ class JsonHttp:
     """POST JSON to ``{base_url}{path}`` with an Idempotency-Key; connect and read timeouts bound each call."""
 
     def __init__(self, base_url: str | None = None, *, setting: str | None = None, connect_timeout: float = 3.0,
-                 read_timeout: float = 10.0, proxy_from_environment: bool = False) -> None:
+                 read_timeout: float = 10.0, proxy_from_environment: bool = False, scope: str | None = None) -> None:
         self._base_url, self._setting = base_url, setting
+        # With a scope, each call carries a bearer token of the app's managed identity for it (BearerToken).
+        self._token: Any = None
+        if scope:
+            from idempotent_consumer.adapters.bearer import BearerToken  # noqa: PLC0415 - an adapter, only with a scope
+
+            self._token = BearerToken(scope)
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
         self._trust_env = proxy_from_environment
         self._session: Any = None
@@ -88,8 +98,8 @@ class JsonHttp:
             timeout = aiohttp.ClientTimeout(total=self._connect_timeout + self._read_timeout,
                                             sock_connect=self._connect_timeout, sock_read=self._read_timeout)
             self._session = aiohttp.ClientSession(timeout=timeout, trust_env=self._trust_env)
+        headers = {IDEMPOTENCY_HEADER: idempotency_key, **(await self._token.header() if self._token else {})}
         try:
-            headers = {IDEMPOTENCY_HEADER: idempotency_key}
             async with self._session.post(url, json=dict(body), headers=headers) as answer:
                 status = answer.status
                 try:
@@ -103,9 +113,11 @@ class JsonHttp:
         return JsonReply(status, found if isinstance(found, dict) else {})
 
     async def close(self) -> None:
-        """Close the pooled session."""
+        """Close the pooled session (and the token's credential)."""
         if self._session is not None:
             await self._session.close()
+        if self._token is not None:
+            await self._token.close()
 
 
 def _text(value: Any) -> str | None:

@@ -34,10 +34,22 @@ def is_transient(status: int | None) -> bool:
 KEY_IN_USE = 409
 
 
+# What a service behind Entra ID (or a gateway) answers when the app's identity is not allowed: the same for every
+# message, so it is no message's fault. The service is unavailable to us, as in an outage: the delivery is handed
+# on and its breaker counts it, until the identity is given its role (docs/design.md, "Who calls").
+NOT_ALLOWED = frozenset({401, 403})
+
+
+def is_unavailable(status: int | None) -> bool:
+    """Whether a downstream's status says it is out of our reach for now: transient, or the app not allowed."""
+    return is_transient(status) or status in NOT_ALLOWED
+
+
 def is_transient_under_key(status: int | None) -> bool:
-    """Whether a call made under an idempotency key may succeed if made again later: a transient status, or
-    the key still held by a concurrent request (the first call's, which a redelivery's takeover may overlap)."""
-    return is_transient(status) or status == KEY_IN_USE
+    """Whether a call made under an idempotency key may succeed if made again later: a transient status, the app
+    not allowed (yet), or the key still held by a concurrent request (the first call's, which a redelivery's
+    takeover may overlap)."""
+    return is_unavailable(status) or status == KEY_IN_USE
 
 
 # An abandon must reach the broker while the lock still holds, or the message waits out the lock.

@@ -69,6 +69,9 @@ param cosmosOrdersIndexing string = 'lean'
 @description('Base URL of the fulfilment service that process_order calls; no default, so azd asks for it.')
 param fulfillmentUrl string
 
+@description('The fulfilment service\'s token scope (its application ID URI with /.default): each call carries a bearer token of the app\'s managed identity for it. Empty: no Authorization header.')
+param fulfillmentTokenScope string = ''
+
 @description('Name of this consumer; part of every inbox marker and downstream idempotency key.')
 param consumerName string = 'order-projection'
 
@@ -206,6 +209,7 @@ module functionApp 'modules/functionapp.bicep' = {
       OUTBOX_REJECTED_DESTINATION: outboxRejectedDestinationName
       CONSUMER_NAME: consumerName
       FULFILLMENT_URL: fulfillmentUrl
+      FULFILLMENT_TOKEN_SCOPE: fulfillmentTokenScope
       // Derived from the parameters that configure the queues, so app and queues cannot disagree.
       SERVICEBUS_LOCK_DURATION_SECONDS: string(lockDurationSeconds)
       SERVICEBUS_MAX_DELIVERY_COUNT: string(maxDeliveryCount)

@@ -99,6 +99,7 @@ class App(Runtime):
                     settings.need("fulfillment_url"), connect_timeout=settings.fulfillment_connect_timeout_seconds,
                     read_timeout=settings.fulfillment_read_timeout_seconds,
                     proxy_from_environment=settings.http_proxy_from_environment,
+                    scope=settings.fulfillment_token_scope,
                 ))
             return self._fulfilment
 

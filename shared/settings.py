@@ -76,6 +76,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                                                            "Connect timeout of the fulfilment call.")
     fulfillment_read_timeout_seconds: Seconds = setting("FULFILLMENT_READ_TIMEOUT_SECONDS", 10,
                                                         "Read timeout of the fulfilment call.")
+    fulfillment_token_scope: str | None = setting(
+        "FULFILLMENT_TOKEN_SCOPE", None, "The fulfilment service's token scope (its application ID URI with "
+        "`/.default`, `api://fulfilment/.default`): each call carries a bearer token of the app's managed identity "
+        "for it, and a 401 or 403 is the service out of reach, not a bad message. Unset: no Authorization header.",
+        in_azure=True)
     http_proxy_from_environment: bool = setting(
         "HTTP_PROXY_FROM_ENVIRONMENT", False, "Read `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY` and `.netrc` from the "
         "environment on every Cosmos DB and fulfilment request (aiohttp's `trust_env`); `true` behind a proxy. Off, "

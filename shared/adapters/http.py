@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from idempotent_consumer.adapters.bearer import BearerToken
 from idempotent_consumer.errors import DownstreamUnavailable
 from shared.ports.fulfilment import IDEMPOTENCY_HEADER, RESERVATIONS_PATH, Reply
 
@@ -19,8 +20,10 @@ class HttpFulfilment:
     """POST {base_url}/reservations; one pooled session per process, made in the event loop on first call."""
 
     def __init__(self, base_url: str, *, connect_timeout: float, read_timeout: float,
-                 proxy_from_environment: bool = False) -> None:
+                 proxy_from_environment: bool = False, scope: str | None = None) -> None:
         self._url = base_url.rstrip("/") + RESERVATIONS_PATH
+        # FULFILLMENT_TOKEN_SCOPE: each call carries a bearer token of the app's managed identity for it.
+        self._token = BearerToken(scope) if scope else None
         # sock_read bounds each wait for bytes, as requests' read timeout did; total bounds the whole call,
         # which requests never did, so that an answer trickling in cannot hold a delivery past its lock.
         self._timeout = aiohttp.ClientTimeout(total=connect_timeout + read_timeout, sock_connect=connect_timeout,
@@ -32,10 +35,9 @@ class HttpFulfilment:
         """Send the reservation; timeouts and connection errors raise DownstreamUnavailable."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=self._timeout, trust_env=self._trust_env)
+        headers = {IDEMPOTENCY_HEADER: idempotency_key, **(await self._token.header() if self._token else {})}
         try:
-            async with self._session.post(
-                self._url, json=dict(request), headers={IDEMPOTENCY_HEADER: idempotency_key}
-            ) as response:
+            async with self._session.post(self._url, json=dict(request), headers=headers) as response:
                 status = response.status
                 try:
                     body = await response.json(content_type=None)
@@ -51,6 +53,8 @@ class HttpFulfilment:
         return Reply(status, body if isinstance(body, dict) else {})
 
     async def close(self) -> None:
-        """Close the pooled session."""
+        """Close the pooled session (and the token's credential)."""
         if self._session is not None:
             await self._session.close()
+        if self._token is not None:
+            await self._token.close()

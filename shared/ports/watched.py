@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from idempotent_consumer.errors import DownstreamUnavailable
-from idempotent_consumer.outcomes import is_transient
+from idempotent_consumer.outcomes import is_unavailable
 from idempotent_consumer.ports.watched import note
 from shared.ports.fulfilment import FulfilmentService, Reply
 
@@ -27,7 +27,7 @@ class _WatchedFulfilment:
         except DownstreamUnavailable as exc:
             note(FULFILMENT, up=exc.slow)
             raise
-        note(FULFILMENT, up=not is_transient(reply.status))
+        note(FULFILMENT, up=not is_unavailable(reply.status))
         return reply
 
 

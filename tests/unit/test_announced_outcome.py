@@ -142,9 +142,9 @@ def test_a_copy_of_a_rejected_order_is_rejected_again_without_a_call() -> None:
     assert len(fulfilment.calls) == 1 and len(of_type(store, "outbox")) == 1
 
 
-@pytest.mark.parametrize("reply", [Reply(422, {"reason": KEY_REUSED}), Reply(400), Reply(401), Reply(404),
+@pytest.mark.parametrize("reply", [Reply(422, {"reason": KEY_REUSED}), Reply(400), Reply(404),
                                    Reply(501), Reply(422, {"refusal": "", "reason": "empty code"})],
-                         ids=["422 key reused", "400", "401", "404", "501", "422 empty refusal"])
+                         ids=["422 key reused", "400", "404", "501", "422 empty refusal"])
 def test_a_refused_call_announces_nothing_and_leaves_the_claim_for_a_resubmission(reply: Reply) -> None:
     store = InMemoryStore()
     fulfilment = Scripted(reply)
@@ -258,3 +258,19 @@ def test_a_refused_call_whose_record_another_delivery_finished_meanwhile_takes_t
 
     result = place(store, FinishedUnderTheCall(), order_body("ord-1"))
     assert result.outcome is Outcome.CREATED  # the effect happened: completed, not dead-lettered DownstreamRejected
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_service_that_does_not_allow_the_app_is_out_of_reach_not_a_refused_call(status: int) -> None:
+    # The same answer for every message: the app's identity lacks its role. Not the message's fault, so not
+    # dead-lettered: the claim's lease ends, the dependency counts as down (its breaker), nothing is announced.
+    store = InMemoryStore()
+    fulfilment = Scripted(Reply(status, {"refusal": "forbidden", "reason": "the caller lacks the role"}))
+    result = place(store, fulfilment, order_body("ord-1"))
+    assert (result.outcome, result.dependency_up) == (Outcome.TRANSIENT, False)
+    assert of_type(store, "outbox") == []
+    [record] = of_type(store, "side-effect")
+    assert record["status"] == "in_progress"
+    # Once the role is granted, the next delivery (a redelivery, or the handed-on copy) takes over and reserves.
+    assert place(store, fulfilment, order_body("ord-1")).outcome is Outcome.DUPLICATE
+    assert [e["subject"] for e in of_type(store, "outbox")] == ["OrderAccepted"]

@@ -1,0 +1,53 @@
+"""A bearer token for the app's managed identity, on the calls an effect makes to a service behind Entra ID.
+
+With a scope (a service's application ID URI, ``api://fulfilment/.default``), each call carries
+``Authorization: Bearer <token>`` from the credential the data planes use (``credentials.managed_identity``:
+the managed identity in Azure, read through ``IDENTITY_ENDPOINT`` and ``IDENTITY_HEADER``; the developer's
+sign-in elsewhere). azure-identity caches the token per credential and refreshes it before it expires, so one
+``BearerToken`` per client, for the process's life: its credential is made on the first call, in the worker's
+event loop.
+
+A token that cannot be had (the identity endpoint unreachable or failing, the identity refused) is the service
+being unavailable to us, for every message alike: ``DownstreamUnavailable``, whose delivery is handed on and
+counted by its breaker, never dead-lettered. Its message names the scope and what failed, never a token: the
+token is in the header alone, and no log line or error here holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from idempotent_consumer.adapters.credentials import TokenFailure, managed_identity, token_failure
+from idempotent_consumer.errors import DownstreamUnavailable
+
+AUTHORIZATION = "Authorization"
+
+
+class BearerToken:
+    """``Authorization: Bearer`` for ``scope``, from the app's credential, cached and refreshed by azure-identity."""
+
+    def __init__(self, scope: str, credential: Callable[[], Any] = managed_identity) -> None:
+        self.scope = scope
+        self._make = credential
+        self._credential: Any = None
+
+    async def header(self) -> dict[str, str]:
+        """The header for one call; DownstreamUnavailable when no token can be had now."""
+        if self._credential is None:
+            self._credential = self._make()
+        failed: DownstreamUnavailable | None = None
+        try:
+            token = await self._credential.get_token(self.scope)
+        except Exception as exc:  # any failure of the credential: the service is out of our reach
+            kind = token_failure(exc)
+            why = "the identity was refused" if kind is TokenFailure.CONFIGURATION else "the token endpoint failed"
+            failed = DownstreamUnavailable(f"no token for {self.scope}: {why} ({type(exc).__name__})")
+        if failed is not None:  # raised here, outside the handler: no cause or context whose text might hold a secret
+            raise failed
+        return {AUTHORIZATION: f"Bearer {token.token}"}
+
+    async def close(self) -> None:
+        """Close the credential, if one was made."""
+        if self._credential is not None and hasattr(self._credential, "close"):
+            await self._credential.close()
