@@ -23,6 +23,9 @@ caller's retry paths:
   request under one reserves again; each new reservation takes a processing time (drawn from a range)
   while it holds its key, and a repeat is answered from the stored reply at once. Every reservation
   made is kept for counting, a forgotten key's too.
+* A token mode (``tokens`` and ``audience``): a reservation without a bearer token that ``tokens`` issued for
+  ``audience`` (devservers.identity, the local managed-identity endpoint), unexpired, is answered 401 and
+  recorded, and reserves nothing, as a service behind Entra ID answers a caller it does not admit.
 * An outage (:meth:`FulfilmentServer.outage`): for a number of seconds every reservation request is
   answered 503 (or the status given), recorded, and reserves nothing; queued faults wait for its end.
 * Out-of-process control: ``POST /_control`` with ``{"fail": {"status": 503, "count": 2, "reason":
@@ -72,6 +75,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from devservers._child import port_number
+from devservers.identity import Tokens
 from shared.adapters.reservations import ReservationLedger
 from shared.ports.fulfilment import IDEMPOTENCY_HEADER, RESERVATIONS_PATH, Reply
 
@@ -141,7 +145,8 @@ class FulfilmentServer:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, ietf: bool = False,
-                 forget_keys_after: float | None = None, processing_seconds: tuple[float, float] = (0.0, 0.0)) -> None:
+                 forget_keys_after: float | None = None, processing_seconds: tuple[float, float] = (0.0, 0.0),
+                 tokens: Tokens | None = None, audience: str | None = None) -> None:
         _check_loopback(host)
         if forget_keys_after is not None and forget_keys_after <= 0:
             raise ValueError("forget_keys_after must be positive")
@@ -150,6 +155,9 @@ class FulfilmentServer:
         self.host = host
         self.port = port
         self.processing_seconds = processing_seconds
+        # The token mode: every reservation needs a bearer token ``tokens`` issued for ``audience`` (the app's
+        # managed identity's, from the local identity endpoint, devservers.identity); else 401, nothing reserved.
+        self.tokens, self.audience = tokens, audience
         self._random = random.Random()  # a test double's processing time, not security
         self._lock = threading.Lock()  # makes a reservation and its Call record one step for observers
         self._ledger = ReservationLedger(conflict_in_flight=ietf, forget_after_seconds=forget_keys_after)
@@ -321,6 +329,9 @@ class FulfilmentServer:
             body = _json_object(request.get_data())
         except RequestEntityTooLarge as err:
             return self._answer(key, {}, Reply(413, {"reason": err.description}))
+        if self.tokens is not None and (refused := self.tokens.verify(request.headers.get("Authorization"),
+                                                                        str(self.audience))) is not None:
+            return self._answer(key, body or {}, Reply(401, {"reason": f"not allowed: {refused}"}))
         with self._lock:
             down = self._down if self._down is not None and time.time() < self._down[0] else None
             fault = self._faults.popleft() if self._faults and down is None else None
