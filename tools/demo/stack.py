@@ -22,10 +22,13 @@ from devservers.azurite import Azurite, start_azurite
 from devservers.cosmos import CosmosServer, start_cosmos_server
 from devservers.cosmos_setup import container_specs, ensure_containers, make_client
 from devservers.fulfilment import FulfilmentServer
+from devservers.identity import IdentityServer
 from devservers.servicebus import Broker, start_broker
 
 ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/
 DETECTION_WINDOW_SECONDS = 10
+# The fulfilment stand-in's application ID URI: the app asks the local identity endpoint for a token for it.
+FULFILMENT_AUDIENCE = "api://fulfilment"
 LOCK_SECONDS = 10
 
 
@@ -99,6 +102,9 @@ class Stack:
     values: dict[str, str]
     hosts: list[HostProcess] = field(default_factory=list)
     retired: list[HostProcess] = field(default_factory=list)
+    # The local managed-identity endpoint the hosts' workers read (IDENTITY_ENDPOINT, IDENTITY_HEADER), as on
+    # Functions: the fulfilment stand-in admits only its tokens for FULFILMENT_AUDIENCE.
+    identity: IdentityServer | None = None
     events_sessions: bool = True  # the events queue: order-events with sessions, or order-events-plain without
 
     @property
@@ -115,7 +121,8 @@ class Stack:
         broker = start_broker(broker_config(lock_seconds))
         cosmos = start_cosmos_server()
         ensure_containers(make_client(cosmos.endpoint, verify_tls=False), "sales", container_specs())
-        server = FulfilmentServer(**(fulfilment or {})).start()
+        identity = IdentityServer().start()
+        server = FulfilmentServer(**(fulfilment or {}), tokens=identity.tokens, audience=FULFILMENT_AUDIENCE).start()
         azurite = start_azurite()
         values = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
         values.update(
@@ -128,8 +135,10 @@ class Stack:
             AzureFunctionsWebHost__hostid=f"stack-{uuid.uuid4().hex[:12]}",
             ORDER_EVENTS_QUEUE="order-events" if events_sessions else "order-events-plain",
             ORDER_EVENTS_SESSIONS=str(events_sessions).lower(),
+            FULFILLMENT_TOKEN_SCOPE=f"{FULFILMENT_AUDIENCE}/.default", **identity.environment(),
         )
-        return cls(broker, cosmos, server, azurite, settings_file(values), values, events_sessions=events_sessions)
+        return cls(broker, cosmos, server, azurite, settings_file(values), values, events_sessions=events_sessions,
+                   identity=identity)
 
     def start_host(self, settings: Path | None = None, app_dir: Path = ROOT) -> HostProcess:
         """Start one more host process, competing with the others; wait until it listens.
@@ -184,6 +193,8 @@ class Stack:
         """Stop the hosts, then the servers."""
         self.stop_hosts()
         self.fulfilment.stop()
+        if self.identity is not None:
+            self.identity.stop()
         self.azurite.stop()
         self.cosmos.stop()
         self.broker.stop()
