@@ -52,6 +52,8 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
     # came after the service forgot its key.
     service = figures["fulfilment service"]
     assert service["answered 409, key in flight"] > 0 and service["keys forgotten, then asked for again"] == 0
+    # The stand-in ran in its token mode: every call carried the managed identity's token from the local endpoint.
+    assert service["calls"] > 0 and service["answered 401, no valid token"] == 0
     faults = figures["faults"]
     for kind in ("throttle", "unavailable", "reset", "delay", "lose_response"):
         assert faults.get(f"cosmos {kind}", 0) > 0, kind

@@ -259,7 +259,9 @@ def _fulfilment_figures(stack: Stack, behaviour: str) -> dict[str, Any]:
     statuses = Counter(call.status for key in keys for call in server.calls(key))
     return {"behaviour": behaviour, **FULFILMENT_BEHAVIOURS[behaviour],
             "answered 409, key in flight": statuses.get(409, 0), "keys forgotten, then asked for again":
-                server.forgotten_keys(), "calls": sum(statuses.values())}
+                server.forgotten_keys(), "calls": sum(statuses.values()),
+            # The stand-in admits only the app's managed identity's token (its token mode): a 401 is a call without.
+            "answered 401, no valid token": statuses.get(401, 0)}
 
 
 def _outage_figures(chaos: Chaos, stack: Stack) -> list[dict[str, Any]]:

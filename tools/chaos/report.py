@@ -66,9 +66,7 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
     })
     if run.fulfilment is not None:
         result.figures["fulfilment service"] = run.fulfilment
-        if run.fulfilment["keys forgotten, then asked for again"]:
-            result.violations.append(f"{run.fulfilment['keys forgotten, then asked for again']} reservation keys were"
-                                     " used again after the service forgot them")
+        result.violations += _fulfilment_violations(run.fulfilment)
     if run.outages is not None:
         result.figures["outages"] = run.outages
         result.figures["handed on"] = outcomes.get("handed_on", 0)
@@ -98,6 +96,18 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
     if outcomes.get("error"):
         result.violations.append(f"{outcomes['error']} deliveries ended with outcome error (an unexpected exception)")
     return result
+
+
+def _fulfilment_violations(service: dict[str, Any]) -> list[str]:
+    """What the stand-in's answers say went wrong: calls without the app's token; keys used after it forgot them."""
+    found = []
+    if service.get("answered 401, no valid token"):
+        found.append(f"{service['answered 401, no valid token']} fulfilment calls carried no valid token of the app's"
+                     " managed identity")
+    if service["keys forgotten, then asked for again"]:
+        found.append(f"{service['keys forgotten, then asked for again']} reservation keys were used again after the"
+                     " service forgot them")
+    return found
 
 
 def _storm(scenario: Scenario, seen: demo_report.Observed, dead_letters: dict[str, int]) -> dict[str, int]:
