@@ -38,6 +38,10 @@ KEY_IN_USE = 409
 # message, so it is no message's fault. The service is unavailable to us, as in an outage: the delivery is handed
 # on and its breaker counts it, until the identity is given its role (docs/design.md, "Who calls").
 NOT_ALLOWED = frozenset({401, 403})
+# What a delivery's detail says then, or when the app has no token to call with: the `identity` alert reads it
+# (infra/modules/alerts.bicep), which tells this apart from an outage of the service.
+IDENTITY_MARK = "app identity:"
+IDENTITY_REFUSED = f"{IDENTITY_MARK} not allowed, grant it the service's role"
 
 
 def is_unavailable(status: int | None) -> bool:

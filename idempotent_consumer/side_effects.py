@@ -54,7 +54,14 @@ from idempotent_consumer.errors import (
     TransientStoreError,
 )
 from idempotent_consumer.messages import InboundMessage
-from idempotent_consumer.outcomes import Outcome, Result, is_transient_under_key, is_unavailable
+from idempotent_consumer.outcomes import (
+    IDENTITY_REFUSED,
+    NOT_ALLOWED,
+    Outcome,
+    Result,
+    is_transient_under_key,
+    is_unavailable,
+)
 from idempotent_consumer.ports.store import ABSENT, MAX_RACES, BatchOperation, Create, Document, DocumentStore, Patch
 from idempotent_consumer.records import DUE_FIELD, PARTITION_FIELD, TYPE_FIELD, EffectStatus, SideEffectRecord
 
@@ -356,7 +363,8 @@ class _Run:
             return Result(Outcome.TRANSIENT, f"{self.name}: {exc}", dependency_up=exc.slow)
         if is_transient_under_key(reply.status):  # 409: the first call, which this one overlaps, still runs
             await self._release(record)
-            return Result(Outcome.TRANSIENT, f"{self.name}: HTTP {reply.status}",
+            return Result(Outcome.TRANSIENT, f"{self.name}: HTTP {reply.status}" + (
+                f", {IDENTITY_REFUSED}" if reply.status in NOT_ALLOWED else ""),
                           dependency_up=not is_unavailable(reply.status))
         if 200 <= reply.status < 300 or reply.refusal is not None:
             return await self._finish(record, reply)

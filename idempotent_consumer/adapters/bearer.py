@@ -20,6 +20,7 @@ from typing import Any
 
 from idempotent_consumer.adapters.credentials import TokenFailure, managed_identity, token_failure
 from idempotent_consumer.errors import DownstreamUnavailable
+from idempotent_consumer.outcomes import IDENTITY_MARK
 
 AUTHORIZATION = "Authorization"
 
@@ -42,7 +43,7 @@ class BearerToken:
         except Exception as exc:  # any failure of the credential: the service is out of our reach
             kind = token_failure(exc)
             why = "the identity was refused" if kind is TokenFailure.CONFIGURATION else "the token endpoint failed"
-            failed = DownstreamUnavailable(f"no token for {self.scope}: {why} ({type(exc).__name__})")
+            failed = DownstreamUnavailable(f"{IDENTITY_MARK} no token for {self.scope}, {why} ({type(exc).__name__})")
         if failed is not None:  # raised here, outside the handler: no cause or context whose text might hold a secret
             raise failed
         return {AUTHORIZATION: f"Bearer {token.token}"}

@@ -104,6 +104,16 @@ traces
 '''
   }
   {
+    name: 'identity'
+    displayName: 'The app\'s identity cannot call a service it depends on'
+    description: 'A delivery found the fulfilment service refusing the app\'s managed identity (401 or 403), or could not get a token for it (the identity endpoint failing): the same for every message, so they are handed on as in an outage and the breaker opens. Grant the identity its role at the service, or check FULFILLMENT_TOKEN_SCOPE; see docs/operations.md, In an outage.'
+    query: '''
+traces
+| where message startswith "delivery " and message contains " app identity: "
+| project timestamp, message
+'''
+  }
+  {
     name: 'settlements'
     displayName: 'Failed settlements'
     description: 'A complete, abandon or dead-letter call failed (usually a lost lock); Service Bus redelivers the message. Many in a row point at lock durations or a struggling host.'

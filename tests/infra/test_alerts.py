@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
+from azure.core.exceptions import ServiceRequestError
 
+from idempotent_consumer.adapters.bearer import BearerToken
 from idempotent_consumer.breaker import Breaker
 from idempotent_consumer.delivery import run_delivery
 from idempotent_consumer.messages import InboundMessage
@@ -17,13 +21,18 @@ from idempotent_consumer.outcomes import Outcome, Result
 from idempotent_consumer.ports.watched import Reach
 from idempotent_consumer.reports import report_stuck
 from idempotent_consumer.side_effects import SideEffect
+from idempotent_consumer.telemetry import record_delivery
 from idempotent_consumer.testing.memory import InMemoryStore
+from shared.adapters.memory import InMemoryFulfilment
 from shared.domain.lifecycle import ORDER_SHIPPED
 from shared.handlers.apply_event import apply_order_event
+from shared.handlers.place_order import OrderServices, place_order
+from shared.ports.fulfilment import Reply
 from shared.ports.watched import FULFILMENT
 from shared.settings import Settings
 from tests.infra.bicep import Scope, Unresolved, expand, main_scope
 from tests.support.events import encode_event, event_body
+from tests.support.orders import inbound, order_body
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTION_GROUP = "/subscriptions/s/resourceGroups/ops/providers/Microsoft.Insights/actionGroups/on-call"
@@ -70,11 +79,11 @@ def test_a_dead_letter_alert_per_queue_on_its_entity_name(alerts: Scope) -> None
         assert properties["enabled"] is True
 
 
-def test_four_log_alerts_on_application_insights_routed_to_the_action_group(alerts: Scope) -> None:
+def test_five_log_alerts_on_application_insights_routed_to_the_action_group(alerts: Scope) -> None:
     rules = copies(alerts, "logAlertRules")
     assert [rule["name"] for rule in rules] == [
         "alert-<resourceToken>-parked", "alert-<resourceToken>-side-effects", "alert-<resourceToken>-breaker",
-        "alert-<resourceToken>-settlements"]
+        "alert-<resourceToken>-identity", "alert-<resourceToken>-settlements"]
     for rule in rules:
         properties = rule["properties"]
         assert rule["kind"] == "LogAlert"
@@ -115,6 +124,43 @@ def matches(query: str, record: logging.LogRecord) -> bool:
 def queries(alerts: Scope) -> dict[str, str]:
     return {rule["name"].removeprefix("alert-<resourceToken>-"): rule["properties"]["criteria"]["allOf"][0]["query"]
             for rule in copies(alerts, "logAlertRules")}
+
+
+class Refusing(InMemoryFulfilment):
+    """A fulfilment service that does not allow the app's identity."""
+
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        return Reply(403, {"reason": "the caller lacks the role"})
+
+
+class Tokenless(InMemoryFulfilment):
+    """A fulfilment client whose identity endpoint fails: no token to call with."""
+
+    class Down:
+        async def get_token(self, *_: str) -> Any:
+            raise ServiceRequestError("identity endpoint unreachable")
+
+        async def close(self) -> None:
+            return None
+
+    async def reserve(self, idempotency_key: str, request: Mapping[str, Any]) -> Reply:
+        await BearerToken("api://fulfilment/.default", credential=Tokenless.Down).header()
+        raise AssertionError("a token from a failing endpoint")
+
+
+def not_allowed_deliveries(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The delivery records of an order placed against a service refusing the app's identity, and against one the
+    app has no token for."""
+    records = []
+    for service in (Refusing(), Tokenless()):
+        store = InMemoryStore()
+        message = inbound(order_body("ord-refused"))
+        result = asyncio.run(place_order(message, OrderServices(store, service, Settings())))
+        assert result.outcome is Outcome.TRANSIENT, result
+        caplog.clear()
+        record_delivery("process_order", message, result, 1.0)
+        records += [r for r in caplog.records if r.getMessage().startswith("delivery ")]
+    return records
 
 
 class Clock:
@@ -163,6 +209,7 @@ def app_records(caplog: pytest.LogCaptureFixture) -> dict[str, list[logging.LogR
         breaker.record(True, clock.now)
         breaker.record(False, clock.now + 30, probe=True, reach=Reach(answered={FULFILMENT}))  # reached it: up
         records["breaker"] = list(caplog.records)
+        records["identity"] = not_allowed_deliveries(caplog)
     return records
 
 
@@ -173,10 +220,13 @@ def test_each_log_query_matches_the_app_s_own_record_and_no_other(alerts: Scope,
     [settlement] = records["settlement"]
     [delivery] = records["delivery"]
     opened, closed = records["breaker"]
+    refused, tokenless = records["identity"]
     every = {"parked": overdue["parked"], "side-effects": overdue["side-effect"], "settlements": settlement,
-             "delivery": delivery, "breaker": opened, "breaker closed": closed}
+             "delivery": delivery, "breaker": opened, "breaker closed": closed, "identity": refused,
+             "identity, no token": tokenless}
     for name, query in queries(alerts).items():
-        assert [kind for kind, record in every.items() if matches(query, record)] == [name], name
+        wanted = [name, "identity, no token"] if name == "identity" else [name]
+        assert [kind for kind, record in every.items() if matches(query, record)] == wanted, name
 
 
 def test_docs_show_each_query_as_deployed(alerts: Scope) -> None:
