@@ -21,7 +21,7 @@ from tests.host.conftest import NEEDS_313, WHOLE_STACK, WHOLE_STACK_B
 SMOKE = ("--orders", "80", "--rate", "6", "--hosts", "4")
 # Outages far shorter than the full run's 3 and 2 minutes, and still longer than MaxDeliveryCount deliveries take
 # here (the lock is 6 s and unrenewed, so the waits inside it are about 1 s): only the delayed retries carry them.
-OUTAGES = ("--fulfilment-outage", "30", "--cosmos-outage", "20")
+OUTAGES = ("--fulfilment-outage", "30", "--not-allowed", "10", "--identity-outage", "20", "--cosmos-outage", "20")
 STORM = ("--storm-orders", "1", "--storm-copies", "30")  # 60 copies and 15 events past the end, for one order
 
 
@@ -88,8 +88,13 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
     assert latency["probes"] > 10 and latency["stalled"] == 0 and latency["point read ms"]["max"] > 0
     # The outage phase: both dependencies down, messages handed on and processed once after (the invariants
     # above), none dead-lettered by it (the dead letters are the planned ones), and the breakers opened.
-    assert [(o["dependency"], o["seconds"]) for o in figures["outages"]] == [("fulfilment", 30), ("cosmos", 20)]
+    assert [(o["dependency"], o["answered"], o["seconds"]) for o in figures["outages"]] == [
+        ("fulfilment", "503", 30), ("fulfilment", "401, then 403", 10), ("identity endpoint", "500", 20),
+        ("cosmos", "503", 20)]
     assert all(o["requests received while down"] > 0 for o in figures["outages"])
+    # Through the identity endpoint's outage the hosts' tokens (10 s here) expired, and they asked for new ones:
+    # after it, tokens again, and no call ever went out without one (above).
+    assert service["tokens issued by the identity endpoint"] > 4
     assert figures["handed on"] > 0 and figures["breakers opened"] > 0
     assert "MaxDeliveryCountExceeded" not in figures["dead letters"]
     assert figures["dead letters"] == figures["dead letters planned"]
@@ -103,7 +108,8 @@ def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_comman
     # The events go through the queue without sessions, where one order's events run on any host: every violation
     # must be the planted bug's, so that the rest of the run, that queue's events among it, kept every invariant.
     run = _chaos(tmp_path, "--seed", "3", "--orders", "40", "--hosts", "2", "--plant", "fresh-reservation-key",
-                 "--events-queue", "plain", "--storm-orders", "0", "--fulfilment-outage", "0", "--cosmos-outage", "0")
+                 "--events-queue", "plain", "--storm-orders", "0", "--fulfilment-outage", "0", "--not-allowed", "0",
+                 "--identity-outage", "0", "--cosmos-outage", "0")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     # The bug's mark: an order reserved twice or more, announced once; or, cancelled while its reservation ran, closed
@@ -116,7 +122,8 @@ def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_comman
     others = set(figures["violations"]) - set(found) - {report.NO_KILL}
     assert found and not others, figures["violations"][:10]
     replay = ("python -m chaos --orders 40 --hosts 2 --seed 3 --rate 6 --plant fresh-reservation-key"
-              " --events-queue plain --storm-orders 0 --fulfilment-outage 0 --cosmos-outage 0")
+              " --events-queue plain --storm-orders 0 --fulfilment-outage 0 --not-allowed 0 --identity-outage 0"
+              " --cosmos-outage 0")
     assert f"with seed 3; replay: {replay}" in run.stdout and figures["replay"] == replay
     assert figures["events parked"] > 0
     logs = (tmp_path / "hosts.log").read_text()

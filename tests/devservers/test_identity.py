@@ -69,8 +69,14 @@ def test_the_apps_credential_gets_a_token_once_and_every_call_carries_it(
 def test_the_stand_in_refuses_a_token_for_another_audience_or_expired(identity: IdentityServer) -> None:
     with FulfilmentServer(tokens=identity.tokens, audience="api://another-service") as service:
         assert reserve(service.url, SCOPE) == [401]
+        assert service.refused_tokens == {"a token for another audience": 1}
     token, _ = identity.tokens.issue(AUDIENCE, now=0.0)  # expired long ago
     assert identity.tokens.verify(f"Bearer {token}", AUDIENCE) == "an expired token"
+    # Taken up to the leeway past its expiry (a call sent just before), not a second more.
+    token, expires = identity.tokens.issue(AUDIENCE, now=1000.0)
+    leeway = identity.tokens.leeway
+    assert identity.tokens.verify(f"Bearer {token}", AUDIENCE, now=expires + leeway - 1) is None
+    assert identity.tokens.verify(f"Bearer {token}", AUDIENCE, now=expires + leeway) == "an expired token"
     assert identity.tokens.verify(f"Bearer {token}x", AUDIENCE) == "a token this identity endpoint did not issue"
     assert Tokens().verify(f"Bearer {identity.tokens.issue(AUDIENCE)[0]}", AUDIENCE) is not None  # another key's
 
@@ -81,3 +87,4 @@ def test_an_identity_endpoint_that_is_down_is_the_service_out_of_reach(identity:
         with pytest.raises(DownstreamUnavailable, match=r"no token for api://fulfilment/\.default"):
             reserve(service.url, SCOPE)
         assert service.calls("key-0") == []  # no call was made without its token
+    assert identity.refused > 0

@@ -5,8 +5,9 @@ hosts, each behind its own Cosmos and fulfilment fault proxies (chaos/faults.py)
 scenario (orders, producer retries inside and outside the detection window, reused ids, malformed
 messages, events out of order within their sessions, and a storm phase: a few orders held back while
 their events are rebuilt and resent under new ids, then the orders) while requests fail at random and hosts and
-workers are killed, at random moments and at chosen ones, and, in an outage phase, the fulfilment service and
-then Cosmos DB are down for minutes (the delayed retries carry the messages over); from half-way through the
+workers are killed, at random moments and at chosen ones, and, in an outage phase, the fulfilment service is down,
+then refuses the app's identity (401, 403), then the identity endpoint fails so that no host has a token, then
+Cosmos DB is down, for minutes each (the delayed retries carry the messages over); from half-way through the
 sending, replaces
 the hosts one by one by hosts on a generated next version of the app (a rolling upgrade, while the
 old ones still run: chaos/versions.py), and as the fulfilment service comes back rolls one host back to
@@ -21,7 +22,8 @@ observed (what could not be checked is said instead of the table).
 
     python -m chaos [--orders 3500] [--hosts 4] [--seed 1] [--rate 24] [--results results/chaos] [--plant NAME]
                     [--no-upgrade] [--events-queue sessions|plain] [--storm-orders 4] [--storm-copies 120]
-                    [--fulfilment standard|ietf] [--fulfilment-outage 180] [--cosmos-outage 120]
+                    [--fulfilment standard|ietf] [--fulfilment-outage 180] [--not-allowed 60]
+                    [--identity-outage 120] [--cosmos-outage 120]
 """
 
 from __future__ import annotations
@@ -76,9 +78,14 @@ FULFILMENT_BEHAVIOURS: dict[str, dict[str, Any]] = {
 # Where the hosts write a new order's reservation claim (``--claims``), as the run's first line says it.
 CLAIMS = {"both": "inside the order on every other slot, of their own on the rest", "in-order": "inside the order",
           "own": "documents of their own"}
-# The outage phase: the fulfilment stand-in refuses everything, then, after a pause, every host's Cosmos proxy;
+# The outage phase: the fulfilment stand-in refuses everything (503); then, after a pause each, it refuses the app's
+# identity (401, then 403), the identity endpoint fails (500), and every host's Cosmos proxy refuses everything;
 # from this share of the sending time on, the pause a tenth of it.
 OUTAGE_FROM_SHARE, OUTAGE_GAP_SHARE = 0.15, 0.1
+# The hosts' tokens live a third of the identity endpoint's outage (at least 10 s; hours in Azure), so that most of
+# it passes with every token expired: azure-identity keeps using a token it holds while the endpoint fails, so an
+# outage shorter than a token's life would never be seen. Without an identity outage, an hour.
+TOKEN_LIFETIME_SHARE, TOKEN_LIFETIME_LEAST = 1 / 3, 10.0
 
 
 def replay_command(options: Options) -> str:
@@ -92,6 +99,8 @@ def replay_command(options: Options) -> str:
             + ("" if options.fulfilment == "standard" else f" --fulfilment {options.fulfilment}")
             + ("" if options.fulfilment_outage == FULFILMENT_OUTAGE
                else f" --fulfilment-outage {options.fulfilment_outage:g}")
+            + ("" if options.not_allowed == NOT_ALLOWED else f" --not-allowed {options.not_allowed:g}")
+            + ("" if options.identity_outage == IDENTITY_OUTAGE else f" --identity-outage {options.identity_outage:g}")
             + ("" if options.cosmos_outage == COSMOS_OUTAGE else f" --cosmos-outage {options.cosmos_outage:g}")
             + ("" if options.claims == "both" else f" --claims {options.claims}"))
 
@@ -114,9 +123,24 @@ class Options:
     fulfilment_outage: float = 180.0
     cosmos_outage: float = 120.0
     claims: str = "both"
+    not_allowed: float = 60.0
+    identity_outage: float = 120.0
+
+    def outages(self) -> list[tuple[str, float]]:
+        """The outage phase's plan: each kind (faults.OUTAGE_KINDS) with its seconds, in order; those of 0 left out."""
+        return [(kind, seconds) for kind, seconds in (
+            ("fulfilment", self.fulfilment_outage), ("not-allowed", self.not_allowed),
+            ("identity", self.identity_outage), ("cosmos", self.cosmos_outage)) if seconds > 0]
+
+    def token_lifetime(self) -> float:
+        """How long the local identity endpoint's tokens live in this run."""
+        if not self.identity_outage:
+            return 3600.0
+        return max(TOKEN_LIFETIME_LEAST, self.identity_outage * TOKEN_LIFETIME_SHARE)
 
 
 FULFILMENT_OUTAGE, COSMOS_OUTAGE = Options.fulfilment_outage, Options.cosmos_outage
+NOT_ALLOWED, IDENTITY_OUTAGE = Options.not_allowed, Options.identity_outage
 
 
 def run(options: Options) -> int:
@@ -136,7 +160,8 @@ def run(options: Options) -> int:
     phase = "the start of the stack"
     try:
         stack = Stack.start(lock_seconds=LOCK_SECONDS, events_sessions=options.events_sessions,
-                            fulfilment=FULFILMENT_BEHAVIOURS[options.fulfilment])
+                            fulfilment=FULFILMENT_BEHAVIOURS[options.fulfilment],
+                            token_lifetime=options.token_lifetime())
         opened += [functools.partial(_keep_logs, stack, results), stack.stop]
         chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant), RETRY_SETTINGS,
                       claims=options.claims)
@@ -227,9 +252,7 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
     upgrader = _start_upgrade(chaos, options, next_version, halfway, sending_seconds=sending)
     first_after = OUTAGE_FROM_SHARE * sending
     outages = chaos.outage_phase(
-        [(name, seconds) for name, seconds in (("fulfilment", options.fulfilment_outage),
-                                               ("cosmos", options.cosmos_outage)) if seconds > 0],
-        first_after=first_after, gap=OUTAGE_GAP_SHARE * sending,
+        options.outages(), first_after=first_after, gap=OUTAGE_GAP_SHARE * sending,
         after_rollback=chaos.rolled_forward if _rolls_back(options) else None)
     rollback = None
     if _rolls_back(options):
@@ -260,8 +283,10 @@ def _fulfilment_figures(stack: Stack, behaviour: str) -> dict[str, Any]:
     return {"behaviour": behaviour, **FULFILMENT_BEHAVIOURS[behaviour],
             "answered 409, key in flight": statuses.get(409, 0), "keys forgotten, then asked for again":
                 server.forgotten_keys(), "calls": sum(statuses.values()),
-            # The stand-in admits only the app's managed identity's token (its token mode): a 401 is a call without.
-            "answered 401, no valid token": statuses.get(401, 0)}
+            # The stand-in admits only the app's managed identity's token (its token mode): a call refused for its
+            # token carried none, or none valid (the 401s of the outage phase, to every call, are not these).
+            "answered 401, no valid token": sum(server.refused_tokens.values()),
+            "tokens issued by the identity endpoint": stack.identity.issued if stack.identity else 0}
 
 
 def _outage_figures(chaos: Chaos, stack: Stack) -> list[dict[str, Any]]:
@@ -269,9 +294,10 @@ def _outage_figures(chaos: Chaos, stack: Stack) -> list[dict[str, Any]]:
     calls; the Cosmos proxies' requests refused)."""
     keys = stack.fulfilment.keys()
     calls = [call for key in keys for call in stack.fulfilment.calls(key)]
-    refused = sum(slot.cosmos.counts.get(OUTAGE, 0) for slot in chaos.slots)
-    return [{"dependency": outage.dependency, "seconds": round(outage.end - outage.start),
-             "requests received while down": refused if outage.dependency == "cosmos" else
+    refused = {"cosmos": sum(slot.cosmos.counts.get(OUTAGE, 0) for slot in chaos.slots),
+               "identity": stack.identity.refused if stack.identity else 0}
+    return [{"dependency": outage.dependency, "answered": outage.answered, "seconds": round(outage.end - outage.start),
+             "requests received while down": refused[outage.kind] if outage.kind in refused else
              sum(outage.start <= call.time < outage.end for call in calls)} for outage in chaos.outages]
 
 
@@ -351,23 +377,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fulfilment-outage", type=float, default=FULFILMENT_OUTAGE, metavar="SECONDS",
                         help="the outage phase: the fulfilment stand-in refuses every reservation for this long, from"
                              " 15%% of the sending on (default 180; 0: none)")
+    parser.add_argument("--not-allowed", type=float, default=NOT_ALLOWED, metavar="SECONDS",
+                        help="then, after a pause of a tenth of the sending, the stand-in refuses the app's identity"
+                             " for this long, 401 for the first half and 403 for the second (default 60; 0: none)")
+    parser.add_argument("--identity-outage", type=float, default=IDENTITY_OUTAGE, metavar="SECONDS",
+                        help="then, after the same pause, the local identity endpoint fails (500) for this long; the"
+                             " hosts' tokens live a third of it, at least 10 s (default 120; 0: none, and tokens"
+                             " live an hour)")
     parser.add_argument("--cosmos-outage", type=float, default=COSMOS_OUTAGE, metavar="SECONDS",
-                        help="then, after a pause of a tenth of the sending, every host's Cosmos proxy refuses every"
-                             " request for this long (default 120; 0: none)")
+                        help="then, after the same pause, every host's Cosmos proxy refuses every request for this long"
+                             " (default 120; 0: none)")
     parser.add_argument("--claims", choices=sorted(CLAIMS), default="both",
                         help="where the hosts write a new order's reservation claim (RESERVATION_CLAIM_IN_ORDER):"
                              " both (default: every other slot inside the order, as while the setting rolls out),"
                              " in-order, or own (a document of its own)")
     args = parser.parse_args(argv)
-    if args.fulfilment_outage < 0 or args.cosmos_outage < 0:
-        parser.error("--fulfilment-outage and --cosmos-outage must not be negative")
+    if min(args.fulfilment_outage, args.not_allowed, args.identity_outage, args.cosmos_outage) < 0:
+        parser.error("--fulfilment-outage, --not-allowed, --identity-outage and --cosmos-outage must not be negative")
     if args.orders < 1 or args.hosts < 2 or args.rate <= 0 or not 0 <= args.storms <= args.orders \
             or args.storm_copies < 0:
         parser.error("--orders must be at least 1, --hosts at least 2, --rate above 0, --storm-orders from 0 to"
                      " --orders and --storm-copies at least 0")
     return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant, args.upgrade,
                        args.events_queue == "sessions", args.storms, args.storm_copies, args.fulfilment,
-                       args.fulfilment_outage, args.cosmos_outage, args.claims))
+                       args.fulfilment_outage, args.cosmos_outage, args.claims, args.not_allowed,
+                       args.identity_outage))
 
 
 if __name__ == "__main__":

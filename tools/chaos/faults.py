@@ -73,13 +73,30 @@ class Slot:
     upgrading: bool = False  # its host is being replaced by one on the next version
 
 
+# The outage phase's kinds: what goes down, and what it answers meanwhile.
+OUTAGE_KINDS = {
+    "fulfilment": ("fulfilment", "503"),  # the stand-in refuses every reservation
+    "not-allowed": ("fulfilment", "401, then 403"),  # the stand-in refuses the app's identity, half the time each
+    "identity": ("identity endpoint", "500"),  # no host gets a token once the one it holds expires
+    "cosmos": ("cosmos", "503"),  # every slot's Cosmos proxy refuses every request
+}
+
+
 @dataclass(frozen=True)
 class Outage:
-    """A dependency down for a stretch of the run: every request to it refused (503)."""
+    """A dependency down for a stretch of the run, answering every request with a failure."""
 
-    dependency: str  # "fulfilment" (the stand-in itself) or "cosmos" (every slot's Cosmos proxy)
+    kind: str  # one of OUTAGE_KINDS
     start: float
     end: float
+
+    @property
+    def dependency(self) -> str:
+        return OUTAGE_KINDS[self.kind][0]
+
+    @property
+    def answered(self) -> str:
+        return OUTAGE_KINDS[self.kind][1]
 
 
 @dataclass
@@ -172,32 +189,44 @@ class Chaos:
 
     def outage_phase(self, plan: list[tuple[str, float]], *, first_after: float, gap: float,
                      after_rollback: threading.Event | None = None) -> threading.Thread:
-        """In the background: ``first_after`` seconds from now, take each dependency of ``plan`` down for its
-        seconds, one after the other, ``gap`` seconds apart: the fulfilment stand-in refuses every reservation, or
-        every slot's Cosmos proxy every request (503). With ``after_rollback``, an outage after the first begins
-        only once that is set (the rolled-back host is forward again): the release before has no delayed retries,
-        so an outage while it runs would spin its deliveries into MaxDeliveryCountExceeded, which is that
-        release's known weakness (docs/proof.md), not what the rollback is there to prove."""
+        """In the background: ``first_after`` seconds from now, each outage of ``plan`` (a kind of OUTAGE_KINDS,
+        and its seconds), one after the other, ``gap`` seconds apart. With ``after_rollback``, an outage after the
+        first begins only once that is set (the rolled-back host is forward again): the release before has no
+        delayed retries, so an outage while it runs would spin its deliveries into MaxDeliveryCountExceeded, which
+        is that release's known weakness (docs/proof.md), not what the rollback is there to prove."""
         def run() -> None:  # on whether the killing has stopped or not: the drain waits for the phase's end
             time.sleep(first_after)
-            for index, (dependency, seconds) in enumerate(plan):
+            for index, (kind, seconds) in enumerate(plan):
                 time.sleep(gap if index else 0.0)
                 if index and after_rollback is not None:
                     after_rollback.wait(ROLLBACK_WAIT_LIMIT_SECONDS)
-                start = time.time()
-                if dependency == "fulfilment":
-                    self.stack.fulfilment.outage(seconds)
-                else:
-                    for slot in self.slots:
-                        slot.cosmos.outage(seconds)
-                print(f"chaos: {dependency} down for {seconds:.0f} s", flush=True)
-                self.outages.append(Outage(dependency, start, start + seconds))
-                time.sleep(seconds)
-                print(f"chaos: {dependency} back", flush=True)
+                outage = Outage(kind, time.time(), time.time() + seconds)
+                print(f"chaos: {outage.dependency} down for {seconds:.0f} s, answering {outage.answered}", flush=True)
+                self.outages.append(outage)
+                self._take_down(kind, seconds)
+                print(f"chaos: {outage.dependency} back", flush=True)
 
         thread = threading.Thread(target=run, name="chaos-outages", daemon=True)
         thread.start()
         return thread
+
+    def _take_down(self, kind: str, seconds: float) -> None:
+        """One outage of ``kind`` for ``seconds``; returns once it is over."""
+        if kind == "fulfilment":
+            self.stack.fulfilment.outage(seconds)
+        elif kind == "not-allowed":
+            self.stack.fulfilment.outage(seconds / 2, status=401)
+            time.sleep(seconds / 2)
+            seconds /= 2
+            self.stack.fulfilment.outage(seconds, status=403)
+        elif kind == "identity" and self.stack.identity is not None:
+            self.stack.identity.outage(seconds)
+        elif kind == "cosmos":
+            for slot in self.slots:
+                slot.cosmos.outage(seconds)
+        else:
+            raise ValueError(f"no outage of kind {kind!r} on this stack")
+        time.sleep(seconds)
 
     def upgrade(self, app_dir: Path, every_seconds: float) -> None:
         """A rolling upgrade: one slot after another, stop its host as the platform does (it finishes what

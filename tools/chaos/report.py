@@ -209,7 +209,7 @@ def _outage_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
     outages = f.get("outages")
     if not outages:
         return [("outage phase", "off")]
-    return [*[(f"outage: {o['dependency']} down / requests it received meanwhile",
+    return [*[(f"outage: {o['dependency']} answering {o['answered']} / requests it received meanwhile",
                f"{o['seconds']} s / {o['requests received while down']}") for o in outages],
             ("&nbsp;&nbsp;handed on for a delayed retry (untried, breaker open) / breakers opened",
              f"{f['handed on']} ({f['handed on untried (breaker open)']}) / {f['breakers opened']}"),

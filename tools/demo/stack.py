@@ -22,7 +22,7 @@ from devservers.azurite import Azurite, start_azurite
 from devservers.cosmos import CosmosServer, start_cosmos_server
 from devservers.cosmos_setup import container_specs, ensure_containers, make_client
 from devservers.fulfilment import FulfilmentServer
-from devservers.identity import IdentityServer
+from devservers.identity import IdentityServer, Tokens
 from devservers.servicebus import Broker, start_broker
 
 ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/
@@ -114,14 +114,15 @@ class Stack:
 
     @classmethod
     def start(cls, lock_seconds: int = LOCK_SECONDS, *, events_sessions: bool = True,
-              fulfilment: Mapping[str, Any] | None = None) -> Stack:
+              fulfilment: Mapping[str, Any] | None = None, token_lifetime: float = 3600.0) -> Stack:
         """Start the broker, the Cosmos server (database and containers made) and the fulfilment stand-in (with
         ``fulfilment``'s keywords: its behaviours, ``FulfilmentServer``); the app's events go to a session queue,
-        or with ``events_sessions`` false to a plain one."""
+        or with ``events_sessions`` false to a plain one. The local identity endpoint's tokens live
+        ``token_lifetime`` seconds (a managed identity's live for hours in Azure)."""
         broker = start_broker(broker_config(lock_seconds))
         cosmos = start_cosmos_server()
         ensure_containers(make_client(cosmos.endpoint, verify_tls=False), "sales", container_specs())
-        identity = IdentityServer().start()
+        identity = IdentityServer(Tokens(lifetime=token_lifetime)).start()
         server = FulfilmentServer(**(fulfilment or {}), tokens=identity.tokens, audience=FULFILMENT_AUDIENCE).start()
         azurite = start_azurite()
         values = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]

@@ -64,7 +64,7 @@ import socket
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import FrameType, TracebackType
@@ -158,6 +158,7 @@ class FulfilmentServer:
         # The token mode: every reservation needs a bearer token ``tokens`` issued for ``audience`` (the app's
         # managed identity's, from the local identity endpoint, devservers.identity); else 401, nothing reserved.
         self.tokens, self.audience = tokens, audience
+        self.refused_tokens: Counter[str] = Counter()  # the token mode's 401s, by why (Tokens.verify's reason)
         self._random = random.Random()  # a test double's processing time, not security
         self._lock = threading.Lock()  # makes a reservation and its Call record one step for observers
         self._ledger = ReservationLedger(conflict_in_flight=ietf, forget_after_seconds=forget_keys_after)
@@ -263,6 +264,7 @@ class FulfilmentServer:
             self._faults.clear()
             self._calls.clear()
             self._ledger.clear()
+            self.refused_tokens.clear()
 
     # -- inspection ------------------------------------------------------------------------------
 
@@ -331,6 +333,8 @@ class FulfilmentServer:
             return self._answer(key, {}, Reply(413, {"reason": err.description}))
         if self.tokens is not None and (refused := self.tokens.verify(request.headers.get("Authorization"),
                                                                         str(self.audience))) is not None:
+            with self._lock:
+                self.refused_tokens[refused] += 1
             return self._answer(key, body or {}, Reply(401, {"reason": f"not allowed: {refused}"}))
         with self._lock:
             down = self._down if self._down is not None and time.time() < self._down[0] else None

@@ -34,9 +34,13 @@ TOKEN_PATH = "/msi/token"
 
 @dataclass
 class Tokens:
-    """Issues and checks the local tokens: ``lifetime`` seconds each, signed with a key made per instance."""
+    """Issues and checks the local tokens: ``lifetime`` seconds each, signed with a key made per instance. A token is
+    taken up to ``leeway`` seconds past its expiry, as a service allows for clocks that differ
+    (Microsoft.IdentityModel's default clock skew is 5 minutes): the time a call sent just before its token expired
+    may take to arrive."""
 
     lifetime: float = 3600.0
+    leeway: float = 60.0
     subject: str = "local-app"
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
 
@@ -59,7 +63,7 @@ class Tokens:
             return "a token that does not decode"
         if body.get("aud") != audience:
             return "a token for another audience"
-        if int(body.get("exp", 0)) <= (time.time() if now is None else now):
+        if int(body.get("exp", 0)) + self.leeway <= (time.time() if now is None else now):
             return "an expired token"
         return None
 
@@ -74,6 +78,7 @@ class IdentityServer:
         self.tokens = tokens or Tokens()
         self.header = secrets.token_urlsafe(24)  # IDENTITY_HEADER: what a caller must send back
         self.issued = 0
+        self.refused = 0  # requests answered 500 in an outage
         self._host = host
         self._down_until = 0.0
         self._httpd: BaseWSGIServer | None = None
@@ -122,6 +127,7 @@ class IdentityServer:
         if request.method != "GET" or request.path != TOKEN_PATH:
             return 404, {"error": "not_found"}
         if time.time() < self._down_until:
+            self.refused += 1
             return 500, {"error": "unavailable", "error_description": "the identity endpoint is down (an outage)"}
         if not hmac.compare_digest(request.headers.get("X-IDENTITY-HEADER", ""), self.header):
             return 401, {"error": "unauthorized", "error_description": "X-IDENTITY-HEADER is missing or wrong"}
