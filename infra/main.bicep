@@ -16,8 +16,21 @@ param location string
   'Standard'
   'Premium'
 ])
-@description('Service Bus tier. Basic has no duplicate detection and no sessions, so it is not offered.')
+@description('Service Bus tier. Basic has no duplicate detection and no sessions, so it is not offered. With privateNetwork, Premium whatever this says: only Premium takes private endpoints.')
 param serviceBusSku string = 'Standard'
+
+@allowed([
+  1
+  2
+  4
+  8
+  16
+])
+@description('Messaging units of a Premium namespace (billed per unit and hour; docs/deploy.md, "A closed network", sizes them).')
+param serviceBusMessagingUnits int = 1
+
+@description('true: a closed network. The function app is integrated into a virtual network, Storage (blob, queue, table), Cosmos DB and Service Bus are reached through private endpoints with private DNS zones, and their public network access is disabled; Service Bus is then Premium. Operators reach the data planes from inside the network (docs/deploy.md, "A closed network"). false (the default): public endpoints, Entra ID tokens only.')
+param privateNetwork bool = false
 
 @description('Duplicate-detection history window of every queue (ISO 8601 duration, 20 s to 7 days).')
 param duplicateDetectionWindow string = 'PT10M'
@@ -118,6 +131,8 @@ var ordersQueueName = 'orders'
 var eventsQueueName = eventsSessions ? 'order-events' : 'order-events-plain'
 var outboxDestinationName = 'order-accepted'
 var outboxRejectedDestinationName = 'order-rejected'
+// Only Premium takes private endpoints (and public network access disabled).
+var serviceBusTier = privateNetwork ? 'Premium' : serviceBusSku
 
 resource rg 'Microsoft.Resources/resourceGroups@2025-04-01' = {
   name: 'rg-${environmentName}'
@@ -142,6 +157,7 @@ module storage 'modules/storage.bicep' = {
     location: location
     tags: tags
     resourceToken: resourceToken
+    publicAccess: !privateNetwork
   }
 }
 
@@ -152,7 +168,9 @@ module serviceBus 'modules/servicebus.bicep' = {
     location: location
     tags: tags
     resourceToken: resourceToken
-    sku: serviceBusSku
+    sku: serviceBusTier
+    messagingUnits: serviceBusMessagingUnits
+    publicAccess: !privateNetwork
     duplicateDetectionWindow: duplicateDetectionWindow
     lockDurationSeconds: lockDurationSeconds
     maxDeliveryCount: maxDeliveryCount
@@ -180,6 +198,21 @@ module cosmos 'modules/cosmos.bicep' = {
     ordersContainerName: ordersContainerName
     leasesContainerName: leasesContainerName
     ordersIndexing: cosmosOrdersIndexing
+    publicAccess: !privateNetwork
+  }
+}
+
+// The closed network: made only with privateNetwork.
+module network 'modules/network.bicep' = if (privateNetwork) {
+  name: 'network'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    resourceToken: resourceToken
+    storageAccountName: storage.outputs.name
+    cosmosAccountName: cosmos.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.name
   }
 }
 
@@ -194,6 +227,7 @@ module functionApp 'modules/functionapp.bicep' = {
     storageAccountName: storage.outputs.name
     deploymentContainerUrl: storage.outputs.deploymentContainerUrl
     applicationInsightsConnectionString: monitoring.outputs.applicationInsightsConnectionString
+    virtualNetworkSubnetId: privateNetwork ? network.outputs.appSubnetId : ''
     appSettings: {
       ServiceBusConnection__fullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
       CosmosDBConnection__accountEndpoint: cosmos.outputs.endpoint

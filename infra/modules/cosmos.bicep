@@ -2,6 +2,8 @@
 param location string
 param tags object
 param resourceToken string
+@description('false: the account takes no traffic from the internet, only through its private endpoint (main.bicep\'s privateNetwork).')
+param publicAccess bool = true
 param capacityMode string
 param autoscaleMaxThroughput int
 param databaseName string
@@ -18,8 +20,8 @@ var leanPolicy = loadJsonContent('../orders-indexing-policy.json')
 var migratingPolicy = loadJsonContent('../orders-indexing-policy-migrating.json')
 
 resource account 'Microsoft.DocumentDB/databaseAccounts@2026-03-15' = {
-  // checkov:skip=CKV_AZURE_101: no VNet or private endpoint in this template; the data plane accepts Entra ID tokens only (disableLocalAuth)
-  // checkov:skip=CKV_AZURE_99: as above; add ipRules or a private endpoint when the app is VNet-integrated
+  // checkov:skip=CKV_AZURE_101: public only with privateNetwork false (the default, for a first deploy), Entra ID tokens only (disableLocalAuth); with it true, public access is disabled and a private endpoint serves the app
+  // checkov:skip=CKV_AZURE_99: as above: without privateNetwork no ipRules either, Entra ID tokens only
   name: 'cosmos-${resourceToken}'
   location: location
   tags: tags
@@ -29,7 +31,7 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2026-03-15' = {
     disableLocalAuth: true
     disableKeyBasedMetadataWriteAccess: true
     minimalTlsVersion: 'Tls12'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicAccess ? 'Enabled' : 'Disabled'
     consistencyPolicy: {
       defaultConsistencyLevel: 'Session'
     }

@@ -6,6 +6,8 @@ param pythonVersion string
 param storageAccountName string
 param deploymentContainerUrl string
 param applicationInsightsConnectionString string
+@description('The subnet the app is integrated into (delegated to Microsoft.App/environments); empty: none.')
+param virtualNetworkSubnetId string = ''
 
 @description('The settings the code reads, identity-based; merged with the host settings below.')
 param appSettings object
@@ -45,6 +47,8 @@ resource site 'Microsoft.Web/sites@2025-03-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
+    // On Flex Consumption an integrated app sends all its outbound traffic through the network.
+    virtualNetworkSubnetId: empty(virtualNetworkSubnetId) ? null : virtualNetworkSubnetId
     // Flex Consumption refuses siteConfig.ftpsState (ARM BadRequest 51021) and does not document http20Enabled: both are
     // left out (tests/infra/flex_consumption.py lists what Flex refuses or ignores, with the sources). Flex has no FTP
     // endpoint to disable: deployment goes to the blob container below.

@@ -3,6 +3,10 @@ param location string
 param tags object
 param resourceToken string
 param sku string
+@description('Premium only: the namespace\'s messaging units.')
+param messagingUnits int = 1
+@description('false: the namespace takes no traffic from the internet, only through its private endpoint (Premium; main.bicep\'s privateNetwork).')
+param publicAccess bool = true
 param duplicateDetectionWindow string
 param lockDurationSeconds int
 param maxDeliveryCount int
@@ -27,14 +31,19 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
   name: 'sb-${resourceToken}'
   location: location
   tags: tags
-  sku: {
+  // A Premium namespace is sized in messaging units; the other tiers take none.
+  sku: (sku == 'Premium') ? {
+    name: sku
+    tier: sku
+    capacity: messagingUnits
+  } : {
     name: sku
     tier: sku
   }
   properties: {
     disableLocalAuth: true
     minimumTlsVersion: '1.2'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicAccess ? 'Enabled' : 'Disabled'
   }
 }
 

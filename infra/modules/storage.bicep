@@ -2,11 +2,13 @@
 param location string
 param tags object
 param resourceToken string
+@description('false: the account takes no traffic from the internet, only through its private endpoints (main.bicep\'s privateNetwork).')
+param publicAccess bool = true
 
 var deploymentContainerName = 'app-package'
 
 resource account 'Microsoft.Storage/storageAccounts@2026-04-01' = {
-  // checkov:skip=CKV_AZURE_35: no VNet in this template, so the host reaches the account over its public endpoint; access is Entra ID only (allowSharedKeyAccess false)
+  // checkov:skip=CKV_AZURE_35: public only with privateNetwork false (the default, for a first deploy): the host then reaches the account over its public endpoint, Entra ID only (allowSharedKeyAccess false); with it true, public access is disabled and the network rules deny
   // checkov:skip=CKV_AZURE_59: as above; anonymous blob access is off (allowBlobPublicAccess false) and keys are disabled
   // checkov:skip=CKV_AZURE_206: the account holds only host state and the deployment package, both recreated by a redeploy; LRS keeps idle cost lowest
   // checkov:skip=CKV_AZURE_43: the name is 'st' + uniqueString(): 15 lower-case letters and digits, which checkov cannot evaluate
@@ -23,7 +25,11 @@ resource account 'Microsoft.Storage/storageAccounts@2026-04-01' = {
     defaultToOAuthAuthentication: true
     minimumTlsVersion: 'TLS1_2'
     supportsHttpsTrafficOnly: true
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicAccess ? 'Enabled' : 'Disabled'
+    networkAcls: {
+      defaultAction: publicAccess ? 'Allow' : 'Deny'
+      bypass: 'None'
+    }
   }
 }
 

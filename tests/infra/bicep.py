@@ -4,7 +4,8 @@ Enough of Bicep to check what matters statically: parameters with their defaults
 module parameters, conditions (``if``), string interpolation of names and property paths
 (``${a.b}``), ``union``, ``string``, ``empty`` and ``!``. Anything else (resource properties known
 only at deployment, such as endpoints) evaluates to an ``Unresolved`` marker: a property of a
-resource reads as ``Unresolved("<resource>.<property>")``, an item of a resource loop as
+resource reads as ``Unresolved("<resource>.<property>")`` (of a nested child, ``<parent>::<child>.<property>``),
+an item of a resource loop as
 ``Unresolved("<resource>[<index>]")``, ``guid(a, b)`` as ``Unresolved("guid(a, b)")`` with its
 arguments evaluated, and an unresolved part of a string as ``<a.b>``.
 
@@ -146,6 +147,10 @@ class Scope:
                 return self.evaluate(operands["true_value"] if condition else operands["false_value"])
         if operator["type"] == "property_accessor":
             return _access(self.evaluate(operator["operands"]["operand_1"]), operator["operands"]["operand_2"])
+        if operator["type"] == "nested_resource_accessor":  # parent::child.property, a child resource's property
+            child = operator["operands"]["operand_2"]["operator"]["operands"]
+            parent, name, key = operands["operand_1"], child["operand_1"], child["operand_2"]
+            return Unresolved(f"{_text(parent)}::{_text(name)}.{_text(key)}")
         if operator["type"] == "index_accessor":
             target = self.evaluate(operator["operands"]["operand_1"])
             index = self.evaluate(operator["operands"]["operand_2"])

@@ -43,6 +43,7 @@ def test_main_targets_the_subscription_and_creates_a_resource_group(main: Scope)
         "serviceBus",
         "cosmos",
         "functionApp",
+        "network",
         "roles",
         "alerts",
         "workbook",
@@ -286,3 +287,88 @@ def test_operator_gets_the_cosmos_data_contributor_role_on_the_database() -> Non
     assert properties["principalId"] == OPERATOR
     assert properties["roleDefinitionId"].endswith(f"/sqlRoleDefinitions/{COSMOS_DATA_CONTRIBUTOR}")
     assert properties["scope"] == "<cosmos.id>/dbs/sales"
+
+
+# The closed network (privateNetwork): off by default, so that a first deploy stays simple.
+
+PRIVATE_ENDPOINTS = {  # groupId: (the module whose resource it reaches, its private DNS zone)
+    "blob": ("storage", "privatelink.blob.core.windows.net"),
+    "table": ("storage", "privatelink.table.core.windows.net"),
+    "Sql": ("cosmos", "privatelink.documents.azure.com"),
+    "namespace": ("serviceBus", "privatelink.servicebus.windows.net"),
+}
+DATA_PLANES = {"storage": "account", "cosmos": "account", "serviceBus": "namespace"}
+
+
+def test_open_by_default_no_network_and_every_data_plane_public_with_entra_id_only(main: Scope) -> None:
+    assert main.params["privateNetwork"] is False
+    assert main.deploys_module("network") is False
+    for module, resource in DATA_PLANES.items():
+        assert resources(main.module(module))[resource]["config"]["properties"]["publicNetworkAccess"] == "Enabled"
+    assert main.module("functionApp").params["virtualNetworkSubnetId"] == ""
+    assert resources(main.module("functionApp"))["site"]["config"]["properties"]["virtualNetworkSubnetId"] is None
+
+
+def test_closed_every_data_plane_refuses_public_traffic() -> None:
+    closed = main_scope(privateNetwork=True)
+    for module, resource in DATA_PLANES.items():
+        properties = resources(closed.module(module))[resource]["config"]["properties"]
+        assert properties["publicNetworkAccess"] == "Disabled", module
+    storage = resources(closed.module("storage"))["account"]["config"]["properties"]
+    assert storage["networkAcls"] == {"defaultAction": "Deny", "bypass": "None"}
+    assert storage["allowSharedKeyAccess"] is False  # still Entra ID only inside the network
+
+
+def test_closed_a_private_endpoint_with_its_dns_zone_for_each_data_plane() -> None:
+    closed = main_scope(privateNetwork=True)
+    assert closed.deploys_module("network") is True
+    network = closed.module("network")
+    assert network.params["storageAccountName"] == Unresolved("storage.outputs.name")
+    found = resources(network)
+    endpoints = expand(network, found["privateEndpoints"])
+    groups = {c["properties"]["privateLinkServiceConnections"][0]["properties"]["groupIds"][0]: c for c in endpoints}
+    assert set(groups) == set(PRIVATE_ENDPOINTS)
+    targets = {"storage": Unresolved("storage.id"), "cosmos": Unresolved("cosmos.id"),
+               "serviceBus": Unresolved("serviceBus.id")}
+    for group, (module, _) in PRIVATE_ENDPOINTS.items():
+        connection = groups[group]["properties"]["privateLinkServiceConnections"][0]["properties"]
+        assert connection["privateLinkServiceId"] == targets[module], group
+        assert groups[group]["properties"]["subnet"] == {"id": Unresolved("vnet::endpointSubnet.id")}
+    assert all(found[name]["existing"] for name in ("storage", "cosmos", "serviceBus"))
+    # Each endpoint's name resolves in its zone, linked to the network, without auto-registration.
+    zones = [z["name"] for z in expand(network, found["zones"])]
+    assert zones == [zone for _, zone in PRIVATE_ENDPOINTS.values()]
+    configs = [g["properties"]["privateDnsZoneConfigs"] for g in expand(network, found["zoneGroups"])]
+    assert [c[0]["properties"]["privateDnsZoneId"] for c in configs] == [
+        Unresolved(f"zones[{i}].id") for i in range(len(zones))]
+    links = expand(network, found["zoneLinks"])
+    assert all(link["properties"] == {"registrationEnabled": False, "virtualNetwork": {"id": Unresolved("vnet.id")}}
+               for link in links) and len(links) == len(zones)
+
+
+def test_closed_the_app_is_integrated_through_a_subnet_delegated_to_flex_consumption() -> None:
+    closed = main_scope(privateNetwork=True)
+    assert closed.module("functionApp").params["virtualNetworkSubnetId"] == Unresolved("network.outputs.appSubnetId")
+    subnet = "/subscriptions/s/resourceGroups/rg-dev/providers/Microsoft.Network/virtualNetworks/vnet-t/subnets/app"
+    given = {**closed.module("functionApp").params, "virtualNetworkSubnetId": subnet}
+    site = resources(Scope.with_defaults("modules/functionapp.bicep", given))["site"]["config"]["properties"]
+    assert site["virtualNetworkSubnetId"] == subnet
+    vnet = resources(closed.module("network"))["vnet"]["config"]["properties"]
+    app, endpoints = vnet["subnets"]
+    assert app["properties"]["delegations"] == [
+        {"name": "flex-consumption", "properties": {"serviceName": "Microsoft.App/environments"}}]
+    assert "_" not in app["name"]  # Flex Consumption refuses a subnet name with an underscore
+    prefix = int(app["properties"]["addressPrefix"].split("/")[1])
+    assert prefix <= 27  # Microsoft's recommendation for one app: Flex takes at most 27 addresses per subnet
+    assert "delegations" not in endpoints["properties"]  # the app's subnet holds no private endpoint
+    assert endpoints["properties"]["privateEndpointNetworkPolicies"] == "Disabled"
+
+
+def test_closed_service_bus_is_premium_whatever_the_tier_parameter_says() -> None:
+    # Only Premium takes private endpoints; a Premium namespace is sized in messaging units (1 by default).
+    closed = resources(main_scope(privateNetwork=True).module("serviceBus"))["namespace"]["config"]
+    assert closed["sku"] == {"name": "Premium", "tier": "Premium", "capacity": 1}
+    sized = resources(main_scope(privateNetwork=True, serviceBusMessagingUnits=2).module("serviceBus"))
+    assert sized["namespace"]["config"]["sku"]["capacity"] == 2
+    open_standard = resources(main_scope().module("serviceBus"))["namespace"]["config"]
+    assert open_standard["sku"] == {"name": "Standard", "tier": "Standard"}
