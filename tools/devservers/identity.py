@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 API_VERSION = "2019-08-01"
@@ -71,6 +71,13 @@ class Tokens:
         return _b64(hmac.new(self._key, claims.encode(), hashlib.sha256).digest())
 
 
+class _Quiet(WSGIRequestHandler):
+    """werkzeug's request handler without its per-request log line: the hosts ask for tokens all along."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
 class IdentityServer:
     """The endpoint; start with ``start`` (or ``with``), stop with ``stop``."""
 
@@ -101,7 +108,7 @@ class IdentityServer:
 
     def start(self) -> Self:
         """Serve on a background thread."""
-        self._httpd = make_server(self._host, 0, self._wsgi, threaded=True)
+        self._httpd = make_server(self._host, 0, self._wsgi, threaded=True, request_handler=_Quiet)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="identity-endpoint", daemon=True)
         self._thread.start()
         return self
