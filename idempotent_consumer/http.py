@@ -3,8 +3,9 @@
     bank = JsonHttp.from_setting("BANK_URL")
     Effect("credit", lambda key: bank.post("/credits", body, idempotency_key=key))
 
-With ``scope`` (a service's application ID URI, ``api://bank/.default``) each call carries a bearer token of the
-app's managed identity (``adapters.bearer``); a 401 or 403 then says the identity is not allowed, for every message
+With ``scope`` (a service's application ID URI, ``api://bank/.default``), or ``scope_setting`` (an app setting that
+holds one: unset or empty, no token), each call carries a bearer token of the app's managed identity
+(``adapters.bearer``); a 401 or 403 then says the identity is not allowed, for every message
 alike: the service is unavailable to us, and the delivery is handed on, never dead-lettered.
 
 The answer maps onto the effect's rules (``idempotent_consumer.side_effects``): a 2xx did it, and its
@@ -61,14 +62,13 @@ class JsonHttp:
     """POST JSON to ``{base_url}{path}`` with an Idempotency-Key; connect and read timeouts bound each call."""
 
     def __init__(self, base_url: str | None = None, *, setting: str | None = None, connect_timeout: float = 3.0,
-                 read_timeout: float = 10.0, proxy_from_environment: bool = False, scope: str | None = None) -> None:
+                 read_timeout: float = 10.0, proxy_from_environment: bool = False, scope: str | None = None,
+                 scope_setting: str | None = None) -> None:
         self._base_url, self._setting = base_url, setting
-        # With a scope, each call carries a bearer token of the app's managed identity for it (BearerToken).
+        # With a scope (or the app setting ``scope_setting`` naming one, read on the first call; unset or empty:
+        # none), each call carries a bearer token of the app's managed identity for it (BearerToken).
+        self._scope, self._scope_setting = scope, scope_setting
         self._token: Any = None
-        if scope:
-            from idempotent_consumer.adapters.bearer import BearerToken  # noqa: PLC0415 - an adapter, only with a scope
-
-            self._token = BearerToken(scope)
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
         self._trust_env = proxy_from_environment
         self._session: Any = None
@@ -88,6 +88,17 @@ class JsonHttp:
             self._base_url = value
         return self._base_url.rstrip("/")
 
+    def bearer(self) -> Any:
+        """The token for this client's scope (``adapters.bearer.BearerToken``), made on first use; None without a
+        scope."""
+        if self._token is None:
+            scope = self._scope or os.environ.get(self._scope_setting or "", "").strip()
+            if scope:
+                from idempotent_consumer.adapters.bearer import BearerToken  # noqa: PLC0415 - an adapter, with a scope
+
+                self._token = BearerToken(scope)
+        return self._token
+
     async def post(self, path: str, body: Mapping[str, Any], *, idempotency_key: str) -> JsonReply:
         """Send one request; a timeout or a connection error raises DownstreamUnavailable (``slow`` when the
         service took the request and was slow to answer)."""
@@ -98,7 +109,8 @@ class JsonHttp:
             timeout = aiohttp.ClientTimeout(total=self._connect_timeout + self._read_timeout,
                                             sock_connect=self._connect_timeout, sock_read=self._read_timeout)
             self._session = aiohttp.ClientSession(timeout=timeout, trust_env=self._trust_env)
-        headers = {IDEMPOTENCY_HEADER: idempotency_key, **(await self._token.header() if self._token else {})}
+        token = self.bearer()
+        headers = {IDEMPOTENCY_HEADER: idempotency_key, **(await token.header() if token else {})}
         try:
             async with self._session.post(url, json=dict(body), headers=headers) as answer:
                 status = answer.status

@@ -134,3 +134,25 @@ def test_without_a_scope_no_authorization_header_is_sent(service: str) -> None:
     app = bootstrap.build(settings, store=InMemoryStore(), sender=RecordingSender())
     assert asyncio.run(app.handle_order(inbound(order_body("ord-1")))).outcome is Outcome.CREATED
     assert Service.seen == [None]
+
+
+def test_a_library_client_takes_its_scope_from_an_app_setting_read_on_the_first_call(
+        service: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from idempotent_consumer.http import JsonHttp  # noqa: PLC0415 - the library's client, as an app uses it
+
+    async def call(client: JsonHttp) -> int:
+        try:
+            return (await client.post("/credits", {"amount": "1.00"}, idempotency_key="k-1")).status
+        finally:
+            await client.close()
+
+    monkeypatch.delenv("BANK_TOKEN_SCOPE", raising=False)
+    unset = JsonHttp(service, scope_setting="BANK_TOKEN_SCOPE")
+    assert asyncio.run(call(unset)) == 201 and unset.bearer() is None  # unset: no token asked for, no header
+    monkeypatch.setenv("BANK_TOKEN_SCOPE", "api://bank/.default")
+    client = JsonHttp(service, scope_setting="BANK_TOKEN_SCOPE")
+    credential = Credential()
+    client.bearer()._make = lambda: credential  # the app's credential, stood in for
+    assert asyncio.run(call(client)) == 201
+    assert credential.scopes == ["api://bank/.default"] and credential.closed
+    assert Service.seen == [None, f"Bearer {SECRET}"]
