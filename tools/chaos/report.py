@@ -202,7 +202,9 @@ def _fulfilment_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
     return [("fulfilment service", service["behaviour"]),
             ("&nbsp;&nbsp;calls / answered 409, key in flight / keys forgotten, then asked again",
              f"{service['calls']} / {service['answered 409, key in flight']} /"
-             f" {service['keys forgotten, then asked for again']}")]
+             f" {service['keys forgotten, then asked for again']}"),
+            ("&nbsp;&nbsp;calls without a valid token of the app's identity / tokens the identity endpoint issued",
+             f"{service['answered 401, no valid token']} / {service['tokens issued by the identity endpoint']}")]
 
 
 def _outage_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
