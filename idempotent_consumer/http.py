@@ -65,8 +65,8 @@ class JsonHttp:
                  read_timeout: float = 10.0, proxy_from_environment: bool = False, scope: str | None = None,
                  scope_setting: str | None = None) -> None:
         self._base_url, self._setting = base_url, setting
-        # With a scope (or the app setting ``scope_setting`` naming one, read on the first call; unset or empty:
-        # none), each call carries a bearer token of the app's managed identity for it (BearerToken).
+        # With a scope (or the app setting ``scope_setting`` naming one, read when a call is made until it does;
+        # unset or empty: none), each call carries a bearer token of the app's managed identity for it (BearerToken).
         self._scope, self._scope_setting = scope, scope_setting
         self._token: Any = None
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout

@@ -29,7 +29,7 @@ param serviceBusSku string = 'Standard'
 @description('Messaging units of a Premium namespace (billed per unit and hour; docs/deploy.md, "A closed network", sizes them).')
 param serviceBusMessagingUnits int = 1
 
-@description('true: a closed network. The function app is integrated into a virtual network, Storage (blob, queue, table), Cosmos DB and Service Bus are reached through private endpoints with private DNS zones, and their public network access is disabled; Service Bus is then Premium. Operators reach the data planes from inside the network (docs/deploy.md, "A closed network"). false (the default): public endpoints, Entra ID tokens only.')
+@description('true: a closed network, chosen when an environment is created (switching a running one is not in place: docs/deploy.md). The function app is integrated into a virtual network, Storage (blob, table), Cosmos DB and Service Bus are reached through private endpoints with private DNS zones, and their public network access is disabled; Service Bus is then Premium. Operators reach the data planes from inside the network (docs/deploy.md, "A closed network"). false (the default): public endpoints, Entra ID tokens only.')
 param privateNetwork bool = false
 
 @description('Duplicate-detection history window of every queue (ISO 8601 duration, 20 s to 7 days).')

@@ -106,7 +106,7 @@ traces
   {
     name: 'identity'
     displayName: 'The app\'s identity cannot call a service it depends on'
-    description: 'A delivery found the fulfilment service refusing the app\'s managed identity (401 or 403), or could not get a token for it (the identity endpoint failing): the same for every message, so they are handed on as in an outage and the breaker opens. Grant the identity its role at the service, or check FULFILLMENT_TOKEN_SCOPE; see docs/operations.md, In an outage.'
+    description: 'A delivery found the fulfilment service refusing the app\'s managed identity (401 or 403), or could not get a token for it (the identity endpoint failing): the same for every message, so they are handed on as in an outage and the breaker opens. Not allowed, or the identity refused: grant the identity its role at the service, or check FULFILLMENT_TOKEN_SCOPE; the token endpoint failing: an outage that ends by itself. See docs/operations.md, In an outage.'
     query: '''
 traces
 | where message startswith "delivery " and message contains " app identity: "

@@ -1,5 +1,5 @@
 // The closed network (main.bicep's privateNetwork): a virtual network the function app is integrated into, and for
-// each data plane it reaches (Storage's blob, queue and table, Cosmos DB, Service Bus) a private endpoint whose
+// each data plane it reaches (Storage's blob and table, Cosmos DB, Service Bus) a private endpoint whose
 // name resolves inside the network through a private DNS zone. The data planes' public access is disabled in their
 // own modules; Application Insights ingestion stays public (docs/deploy.md, "A closed network").
 param location string

@@ -1,9 +1,9 @@
 """The outages after the first wait for the rolled-back host to be forward again.
 
-The release before has no delayed retries: a Cosmos DB outage while it runs spins its deliveries through their
-MaxDeliveryCount (abandoned after a second's wait in the lock, ten times), which a full run once showed as 234
-dead letters. The rollback is there to meet copies, not outages, so the outage phase holds the next outage back
-until the rollback is over.
+The release before has no delayed retries: an outage while it runs (a Cosmos DB outage once) spins its deliveries
+through their MaxDeliveryCount (abandoned after a second's wait in the lock, ten times), which a full run once showed
+as 234 dead letters. The rollback is there to meet copies, not outages, so the outage phase holds every outage after
+the first back until the rollback is over.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from chaos.faults import Chaos, Slot
 
@@ -66,3 +68,28 @@ def test_a_rollback_that_fails_still_lets_the_outages_go_on(tmp_path: Path) -> N
     thread.start()
     thread.join(5)
     assert failed.is_set() and chaos.rolled_forward.is_set()
+
+
+def test_an_outage_this_stack_cannot_have_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    downs: list[str] = []
+    stack: Any = Stack(downs)  # no identity endpoint
+    chaos = Chaos(stack, 1, tmp_path)
+    for plan in ([("fulfilment", 0.0), ("identity", 0.0)], [("fulfilment", 0.0), ("dns", 0.0)]):
+        with pytest.raises(ValueError, match="no outage of kind"):
+            chaos.outage_phase(plan, first_after=0.0, gap=0.0)
+    assert downs == [] and chaos.outages == []
+
+
+def test_the_not_allowed_storm_answers_401_then_403_and_is_recorded_once_begun(tmp_path: Path) -> None:
+    statuses: list[int] = []
+
+    class Fulfilment:
+        def outage(self, seconds: float, status: int = 503) -> None:
+            statuses.append(status)
+
+    stack: Any = type("Stack", (), {"fulfilment": Fulfilment(), "identity": None})()
+    chaos = Chaos(stack, 1, tmp_path)
+    chaos.outage_phase([("not-allowed", 0.2)], first_after=0.0, gap=0.0).join(5)
+    assert statuses == [401, 403]
+    [outage] = chaos.outages
+    assert (outage.dependency, outage.answered) == ("fulfilment", "401, then 403")

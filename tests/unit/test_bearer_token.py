@@ -148,9 +148,9 @@ def test_a_library_client_takes_its_scope_from_an_app_setting_read_on_the_first_
 
     monkeypatch.delenv("BANK_TOKEN_SCOPE", raising=False)
     unset = JsonHttp(service, scope_setting="BANK_TOKEN_SCOPE")
+    client = JsonHttp(service, scope_setting="BANK_TOKEN_SCOPE")  # made, as at import, before the setting is read
     assert asyncio.run(call(unset)) == 201 and unset.bearer() is None  # unset: no token asked for, no header
     monkeypatch.setenv("BANK_TOKEN_SCOPE", "api://bank/.default")
-    client = JsonHttp(service, scope_setting="BANK_TOKEN_SCOPE")
     credential = Credential()
     client.bearer()._make = lambda: credential  # the app's credential, stood in for
     assert asyncio.run(call(client)) == 201

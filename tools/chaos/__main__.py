@@ -53,6 +53,7 @@ from demo.probe import LatencyProbe
 from demo.scenario import Scenario, plan
 from demo.stack import DETECTION_WINDOW_SECONDS, ROOT, Stack
 from devservers.faultproxy import OUTAGE
+from devservers.identity import Tokens
 
 SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
 UPGRADE_SHARE = 0.4  # of the sending time, from its half-way point, over which the hosts are upgraded
@@ -138,6 +139,11 @@ class Options:
             return 3600.0
         return max(TOKEN_LIFETIME_LEAST, self.identity_outage * TOKEN_LIFETIME_SHARE)
 
+    def token_leeway(self) -> float:
+        """How long past its expiry the stand-in takes a token: half its life with an identity outage, so that a
+        token's life and leeway end well inside the outage (a host still using an expired token is refused)."""
+        return self.token_lifetime() / 2 if self.identity_outage else Tokens.leeway
+
 
 FULFILMENT_OUTAGE, COSMOS_OUTAGE = Options.fulfilment_outage, Options.cosmos_outage
 NOT_ALLOWED, IDENTITY_OUTAGE = Options.not_allowed, Options.identity_outage
@@ -161,7 +167,7 @@ def run(options: Options) -> int:
     try:
         stack = Stack.start(lock_seconds=LOCK_SECONDS, events_sessions=options.events_sessions,
                             fulfilment=FULFILMENT_BEHAVIOURS[options.fulfilment],
-                            token_lifetime=options.token_lifetime())
+                            token_lifetime=options.token_lifetime(), token_leeway=options.token_leeway())
         opened += [functools.partial(_keep_logs, stack, results), stack.stop]
         chaos = Chaos(stack, seed, versions.app_dir(versions.CURRENT, journal, plant), RETRY_SETTINGS,
                       claims=options.claims)
@@ -242,7 +248,8 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
                     sent_at: dict[str, float], *, next_version: Path, previous: Path,
                     met_a_copy: Callable[[], bool]) -> None:
     """Send the scenario while the killer and the slower run, the hosts are upgraded half-way through, and the
-    outage phase takes the fulfilment service and then Cosmos DB down, one host rolled back to the release before
+    outage phase takes the fulfilment service down, has it refuse the app's identity, takes the identity
+    endpoint and then Cosmos DB down, one host rolled back to the release before
     as the fulfilment service comes back (its backlog's copies coming due), and kept back until ``met_a_copy``
     says it dead-lettered one (up to three times as long); return once all of it is over."""
     chaos.start()
@@ -285,7 +292,7 @@ def _fulfilment_figures(stack: Stack, behaviour: str) -> dict[str, Any]:
                 server.forgotten_keys(), "calls": sum(statuses.values()),
             # The stand-in admits only the app's managed identity's token (its token mode): a call refused for its
             # token carried none, or none valid (the 401s of the outage phase, to every call, are not these).
-            "answered 401, no valid token": sum(server.refused_tokens.values()),
+            "answered 401, no valid token": server.token_refusals(),
             "tokens issued by the identity endpoint": stack.identity.issued if stack.identity else 0}
 
 
@@ -296,9 +303,13 @@ def _outage_figures(chaos: Chaos, stack: Stack) -> list[dict[str, Any]]:
     calls = [call for key in keys for call in stack.fulfilment.calls(key)]
     refused = {"cosmos": sum(slot.cosmos.counts.get(OUTAGE, 0) for slot in chaos.slots),
                "identity": stack.identity.refused if stack.identity else 0}
+    issued = list(stack.identity.issued_at) if stack.identity else []
     return [{"dependency": outage.dependency, "answered": outage.answered, "seconds": round(outage.end - outage.start),
              "requests received while down": refused[outage.kind] if outage.kind in refused else
-             sum(outage.start <= call.time < outage.end for call in calls)} for outage in chaos.outages]
+             sum(outage.start <= call.time < outage.end for call in calls),
+             # The hosts' tokens expired during it, and they asked for new ones after it.
+             **({"tokens issued after it": sum(t >= outage.end for t in issued)} if outage.kind == "identity" else {})}
+            for outage in chaos.outages]
 
 
 def _keep_logs(stack: Stack, results: Path) -> None:

@@ -11,6 +11,7 @@ kills that slot's process, and its connection is reset there, so the process nev
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -193,39 +194,56 @@ class Chaos:
         and its seconds), one after the other, ``gap`` seconds apart. With ``after_rollback``, an outage after the
         first begins only once that is set (the rolled-back host is forward again): the release before has no
         delayed retries, so an outage while it runs would spin its deliveries into MaxDeliveryCountExceeded, which
-        is that release's known weakness (docs/proof.md), not what the rollback is there to prove."""
+        is that release's known weakness (docs/proof.md), not what the rollback is there to prove. A kind this
+        stack cannot take down is refused here, before anything starts (ValueError)."""
+        for kind, _ in plan:
+            if kind not in OUTAGE_KINDS or (kind == "identity" and getattr(self.stack, "identity", None) is None):
+                raise ValueError(f"no outage of kind {kind!r} on this stack")
+
         def run() -> None:  # on whether the killing has stopped or not: the drain waits for the phase's end
             time.sleep(first_after)
             for index, (kind, seconds) in enumerate(plan):
                 time.sleep(gap if index else 0.0)
                 if index and after_rollback is not None:
                     after_rollback.wait(ROLLBACK_WAIT_LIMIT_SECONDS)
-                outage = Outage(kind, time.time(), time.time() + seconds)
-                print(f"chaos: {outage.dependency} down for {seconds:.0f} s, answering {outage.answered}", flush=True)
-                self.outages.append(outage)
-                self._take_down(kind, seconds)
-                print(f"chaos: {outage.dependency} back", flush=True)
+                start = time.time()
+                outage = Outage(kind, start, start + seconds)
+                self._take_down(kind, seconds, begun=functools.partial(self._begun, outage))
+                print(f"chaos: {OUTAGE_KINDS[kind][0]} back", flush=True)
 
         thread = threading.Thread(target=run, name="chaos-outages", daemon=True)
         thread.start()
         return thread
 
-    def _take_down(self, kind: str, seconds: float) -> None:
-        """One outage of ``kind`` for ``seconds``; returns once it is over."""
+    def _begun(self, outage: Outage) -> None:
+        """Record and announce an outage once its dependency is down."""
+        self.outages.append(outage)
+        print(f"chaos: {outage.dependency} down for {outage.end - outage.start:.0f} s, answering {outage.answered}",
+              flush=True)
+
+    def _take_down(self, kind: str, seconds: float, begun: Callable[[], None]) -> None:
+        """One outage of ``kind`` (checked by ``outage_phase``) for ``seconds``; ``begun`` once it is down; returns
+        once it is over."""
         if kind == "fulfilment":
             self.stack.fulfilment.outage(seconds)
         elif kind == "not-allowed":
             self.stack.fulfilment.outage(seconds / 2, status=401)
+            begun()
             time.sleep(seconds / 2)
-            seconds /= 2
-            self.stack.fulfilment.outage(seconds, status=403)
-        elif kind == "identity" and self.stack.identity is not None:
-            self.stack.identity.outage(seconds)
+            self.stack.fulfilment.outage(seconds / 2, status=403)
+            time.sleep(seconds / 2)
+            return
+        elif kind == "identity":
+            identity = self.stack.identity
+            if identity is None:
+                raise ValueError("no identity endpoint on this stack")
+            identity.outage(seconds)
         elif kind == "cosmos":
             for slot in self.slots:
                 slot.cosmos.outage(seconds)
         else:
-            raise ValueError(f"no outage of kind {kind!r} on this stack")
+            raise ValueError(f"no outage of kind {kind!r}")
+        begun()
         time.sleep(seconds)
 
     def upgrade(self, app_dir: Path, every_seconds: float) -> None:

@@ -17,6 +17,7 @@ from chaos.versions import Upgrade
 from demo import report as demo_report
 from demo.probe import LatencyProbe
 from demo.scenario import NEVER_APPLIES, Scenario
+from idempotent_consumer.outcomes import IDENTITY_MARK
 
 _PARKED = re.compile(r"delivery process_order_event messageId=(\S+) outcome=parked")
 _HOST_FAILED = re.compile(r"devservers\.host process_\w+ messageId=\S+ outcome=Failed")
@@ -72,6 +73,10 @@ def build(scenario: Scenario, seen: demo_report.Observed, run: Run) -> demo_repo
         result.figures["handed on"] = outcomes.get("handed_on", 0)
         result.figures["handed on untried (breaker open)"] = seen.logs.count("not tried: the ")
         result.figures["breakers opened"] = seen.logs.count("breaker open function=")
+        # The app's own account of the identity's outages: deliveries the service refused it in (401, 403), and
+        # deliveries that had no token to call with (the identity endpoint failing).
+        result.figures["deliveries refused the identity"] = seen.logs.count(f"{IDENTITY_MARK} not allowed")
+        result.figures["deliveries without a token"] = seen.logs.count(f"{IDENTITY_MARK} no token for ")
     if run.rollback is not None:
         result.figures["rollback"] = run.rollback
         # The broker numbered sbctl's resubmissions too: they are sent, not duplicates it absorbed. Each one sent
@@ -213,6 +218,8 @@ def _outage_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
         return [("outage phase", "off")]
     return [*[(f"outage: {o['dependency']} answering {o['answered']} / requests it received meanwhile",
                f"{o['seconds']} s / {o['requests received while down']}") for o in outages],
+            ("&nbsp;&nbsp;deliveries refused the app's identity / deliveries without a token",
+             f"{f['deliveries refused the identity']} / {f['deliveries without a token']}"),
             ("&nbsp;&nbsp;handed on for a delayed retry (untried, breaker open) / breakers opened",
              f"{f['handed on']} ({f['handed on untried (breaker open)']}) / {f['breakers opened']}"),
             ("&nbsp;&nbsp;outcomes resent past the detection window after a Cosmos DB outage (the design's limit)",

@@ -114,15 +114,17 @@ class Stack:
 
     @classmethod
     def start(cls, lock_seconds: int = LOCK_SECONDS, *, events_sessions: bool = True,
-              fulfilment: Mapping[str, Any] | None = None, token_lifetime: float = 3600.0) -> Stack:
+              fulfilment: Mapping[str, Any] | None = None, token_lifetime: float = 3600.0,
+              token_leeway: float = Tokens.leeway) -> Stack:
         """Start the broker, the Cosmos server (database and containers made) and the fulfilment stand-in (with
         ``fulfilment``'s keywords: its behaviours, ``FulfilmentServer``); the app's events go to a session queue,
         or with ``events_sessions`` false to a plain one. The local identity endpoint's tokens live
-        ``token_lifetime`` seconds (a managed identity's live for hours in Azure)."""
+        ``token_lifetime`` seconds (a managed identity's live for hours in Azure), and the stand-in takes one up to
+        ``token_leeway`` seconds past its expiry."""
         broker = start_broker(broker_config(lock_seconds))
         cosmos = start_cosmos_server()
         ensure_containers(make_client(cosmos.endpoint, verify_tls=False), "sales", container_specs())
-        identity = IdentityServer(Tokens(lifetime=token_lifetime)).start()
+        identity = IdentityServer(Tokens(lifetime=token_lifetime, leeway=token_leeway)).start()
         server = FulfilmentServer(**(fulfilment or {}), tokens=identity.tokens, audience=FULFILMENT_AUDIENCE).start()
         azurite = start_azurite()
         values = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]

@@ -293,6 +293,11 @@ class FulfilmentServer:
         with self._lock:
             return self._ledger.count()
 
+    def token_refusals(self) -> int:
+        """Reservations the token mode refused (401): none, or none valid, of the identity endpoint's tokens."""
+        with self._lock:
+            return sum(self.refused_tokens.values())
+
     def forgotten_keys(self) -> int:
         """How many keys were forgotten (``forget_keys_after``) and then asked for again."""
         with self._lock:

@@ -84,8 +84,9 @@ class IdentityServer:
     def __init__(self, tokens: Tokens | None = None, host: str = "127.0.0.1") -> None:
         self.tokens = tokens or Tokens()
         self.header = secrets.token_urlsafe(24)  # IDENTITY_HEADER: what a caller must send back
-        self.issued = 0
+        self.issued_at: list[float] = []  # when each token was issued (epoch seconds)
         self.refused = 0  # requests answered 500 in an outage
+        self._lock = threading.Lock()  # the server answers on a thread per request
         self._host = host
         self._down_until = 0.0
         self._httpd: BaseWSGIServer | None = None
@@ -97,6 +98,12 @@ class IdentityServer:
         if self._httpd is None:
             raise RuntimeError("the identity endpoint is not running")
         return f"http://{self._host}:{self._httpd.port}{TOKEN_PATH}"
+
+    @property
+    def issued(self) -> int:
+        """Tokens issued so far."""
+        with self._lock:
+            return len(self.issued_at)
 
     def environment(self) -> dict[str, str]:
         """The settings that make azure-identity's ManagedIdentityCredential ask this endpoint, as in Azure."""
@@ -134,7 +141,8 @@ class IdentityServer:
         if request.method != "GET" or request.path != TOKEN_PATH:
             return 404, {"error": "not_found"}
         if time.time() < self._down_until:
-            self.refused += 1
+            with self._lock:
+                self.refused += 1
             return 500, {"error": "unavailable", "error_description": "the identity endpoint is down (an outage)"}
         if not hmac.compare_digest(request.headers.get("X-IDENTITY-HEADER", ""), self.header):
             return 401, {"error": "unauthorized", "error_description": "X-IDENTITY-HEADER is missing or wrong"}
@@ -142,7 +150,8 @@ class IdentityServer:
         if request.args.get("api-version") != API_VERSION or not resource:
             return 400, {"error": "invalid_request", "error_description": "api-version and resource are required"}
         token, expires = self.tokens.issue(resource)
-        self.issued += 1
+        with self._lock:
+            self.issued_at.append(time.time())
         return 200, {"access_token": token, "expires_on": str(expires), "resource": resource, "token_type": "Bearer"}
 
 
