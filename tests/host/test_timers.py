@@ -23,7 +23,7 @@ from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from devservers.azurite import Azurite
 from devservers.host.core import HostConfig, SingletonOptions
-from devservers.host.process import Function, HostError
+from devservers.host.process import Function, HostError, failure
 from devservers.host.protos import protos
 from devservers.host.singleton import (
     HOST_CONTAINER,
@@ -261,3 +261,11 @@ def test_host_json_singleton_periods_are_read_and_held_to_the_hosts_bounds(tmp_p
         config({"listenerLockPeriod": "00:01:30"}).singleton()
     with pytest.raises(HostError, match="RecoveryPollingInterval must be 15 seconds or more, not 5"):
         config({"listenerLockRecoveryPollingInterval": "00:00:05"}).singleton()
+
+
+def test_a_failed_invocation_is_logged_with_the_first_line_of_its_error_or_the_worker_gone() -> None:
+    exception = protos.RpcException(message="TransientStoreError: query of outbox entries: 503\nTraceback ...")
+    failed = protos.InvocationResponse(result=protos.StatusResult(status=protos.StatusResult.Failure,
+                                                                  exception=exception))
+    assert failure(failed) == "TransientStoreError: query of outbox entries: 503"
+    assert failure(None) == "the worker exited"

@@ -36,7 +36,7 @@ from azure.core.exceptions import AzureError
 from azure.cosmos import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosAccessConditionFailedError, CosmosResourceNotFoundError
 
-from devservers.host.process import Function, HostError
+from devservers.host.process import Function, HostError, failure
 from devservers.host.protos import protos
 
 logger = logging.getLogger("devservers.host")
@@ -223,8 +223,9 @@ class ChangeFeedListener:
         response = self._invoke(self.function, {self.function.parameter: protos.TypedData(
             json=json.dumps(documents))}, {})
         succeeded = response is not None and response.result.status == protos.StatusResult.Success
-        logger.info("%s documents=%d outcome=%s %.0f ms", self.function.name, len(documents),
-                    "Succeeded" if succeeded else "Failed", (time.perf_counter() - started) * 1000)
+        logger.info("%s documents=%d outcome=%s %.0f ms%s", self.function.name, len(documents),
+                    "Succeeded" if succeeded else "Failed", (time.perf_counter() - started) * 1000,
+                    "" if succeeded else f" error={failure(response)}")
         self._checkpoint(continuation)
         return True
 

@@ -29,6 +29,15 @@ class HostError(RuntimeError):
     """The host cannot go on; the message says what failed and why."""
 
 
+def failure(response: Any) -> str:
+    """What failed an invocation, in one line: its exception's first line (the app's errors carry ids and causes, never
+    payloads), or the worker gone."""
+    if response is None:
+        return "the worker exited"
+    message = (response.result.exception.message or "").strip().splitlines()
+    return message[0][:300] if message else "no message"
+
+
 @dataclass(frozen=True)
 class Function:
     """One indexed function: its name, the worker's id for it, and its trigger binding."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from azure.core.exceptions import AzureError
 
-from devservers.host.process import Function
+from devservers.host.process import Function, failure
 from devservers.host.protos import protos
 from devservers.host.singleton import (
     NEVER,
@@ -238,8 +238,9 @@ class TimerListener:
         response = self._invoke(self.function, {self.function.parameter: timer_info(
             self.schedule, self._status, past_due)}, {})
         succeeded = response is not None and response.result.status == protos.StatusResult.Success
-        logger.info("%s timer outcome=%s %.0f ms due=%s", self.function.name, "Succeeded" if succeeded else "Failed",
-                    (time.perf_counter() - started) * 1000, due.isoformat() if due else "startup")
+        logger.info("%s timer outcome=%s %.0f ms due=%s%s", self.function.name, "Succeeded" if succeeded else "Failed",
+                    (time.perf_counter() - started) * 1000, due.isoformat() if due else "startup",
+                    "" if succeeded else f" error={failure(response)}")
         if self._monitor is not None:
             ran = self._clock()
             if due is not None and self._status is not None and not past_due and ran < self._status.next:
