@@ -96,7 +96,7 @@ class JsonHttp:
             if scope:
                 from idempotent_consumer.adapters.bearer import BearerToken  # noqa: PLC0415 - an adapter, with a scope
 
-                self._token = BearerToken(scope)
+                self._token = BearerToken(scope, timeout=self._connect_timeout)
         return self._token
 
     async def post(self, path: str, body: Mapping[str, Any], *, idempotency_key: str) -> JsonReply:

@@ -15,6 +15,7 @@ token is in the header alone, and no log line or error here holds it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -28,10 +29,15 @@ AUTHORIZATION = "Authorization"
 class BearerToken:
     """``Authorization: Bearer`` for ``scope``, from the app's credential, cached and refreshed by azure-identity."""
 
-    def __init__(self, scope: str, credential: Callable[[], Any] = managed_identity) -> None:
+    def __init__(self, scope: str, credential: Callable[[], Any] = managed_identity, *,
+                 timeout: float | None = None) -> None:
         self.scope = scope
         self._make = credential
         self._credential: Any = None
+        # How long a call waits for its token, at most (None: as long as azure-identity's own retries take, about
+        # 5 s against an endpoint that fails): a client passes its connect timeout, since the token is part of
+        # reaching the service, and a delivery's lock is no place to sit out the identity endpoint's outage.
+        self.timeout = timeout
 
     async def header(self) -> dict[str, str]:
         """The header for one call; DownstreamUnavailable when no token can be had now."""
@@ -39,7 +45,10 @@ class BearerToken:
             self._credential = self._make()
         failed: DownstreamUnavailable | None = None
         try:
-            token = await self._credential.get_token(self.scope)
+            token = await asyncio.wait_for(self._credential.get_token(self.scope), self.timeout)
+        except TimeoutError:
+            failed = DownstreamUnavailable(f"{IDENTITY_MARK} no token for {self.scope}, the token endpoint did not"
+                                           f" answer in {self.timeout:g} s")
         except Exception as exc:  # any failure of the credential: the service is out of our reach
             kind = token_failure(exc)
             why = "the identity was refused" if kind is TokenFailure.CONFIGURATION else "the token endpoint failed"

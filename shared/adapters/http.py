@@ -23,7 +23,7 @@ class HttpFulfilment:
                  proxy_from_environment: bool = False, scope: str | None = None) -> None:
         self._url = base_url.rstrip("/") + RESERVATIONS_PATH
         # FULFILLMENT_TOKEN_SCOPE: each call carries a bearer token of the app's managed identity for it.
-        self._token = BearerToken(scope) if scope else None
+        self._token = BearerToken(scope, timeout=connect_timeout) if scope else None
         # sock_read bounds each wait for bytes, as requests' read timeout did; total bounds the whole call,
         # which requests never did, so that an answer trickling in cannot hold a delivery past its lock.
         self._timeout = aiohttp.ClientTimeout(total=connect_timeout + read_timeout, sock_connect=connect_timeout,

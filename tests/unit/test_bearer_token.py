@@ -156,3 +156,17 @@ def test_a_library_client_takes_its_scope_from_an_app_setting_read_on_the_first_
     assert asyncio.run(call(client)) == 201
     assert credential.scopes == ["api://bank/.default"] and credential.closed
     assert Service.seen == [None, f"Bearer {SECRET}"]
+
+
+def test_a_token_endpoint_slower_than_the_bound_is_the_service_out_of_reach() -> None:
+    # A client bounds the wait by its connect timeout: a delivery does not sit out azure-identity's retries in its lock.
+    class Slow(Credential):
+        async def get_token(self, scope: str) -> Any:
+            await asyncio.sleep(30)
+            raise AssertionError("not waited for")
+
+    with pytest.raises(DownstreamUnavailable) as caught:
+        asyncio.run(BearerToken("api://fulfilment/.default", credential=Slow, timeout=0.05).header())
+    assert str(caught.value) == ("app identity: no token for api://fulfilment/.default, the token endpoint did not"
+                                 " answer in 0.05 s")
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
