@@ -83,6 +83,11 @@ logger = logging.getLogger("idempotent_consumer.functions")
 M = TypeVar("M")
 #: A message body the consumer takes, at most: Service Bus Standard's message, whatever the tier.
 MAX_BODY_BYTES = 256 * 1024
+# The outbox publisher's retry policy (the Functions host runs it for the Cosmos DB trigger, the checkpoint held): a
+# batch whose invocation failed, its worker lost between a send and its entry's delete among the causes, is run
+# again 5 s later, up to 5 times, so that what it sent goes again within seconds, inside the destination's detection
+# window, rather than waiting for the sweep, a singleton timer that a lost instance holds back for up to two minutes.
+PUBLISH_RETRY_COUNT, PUBLISH_RETRY_DELAY = "5", "00:00:05"
 _PATH = re.compile(r"^/([A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -333,6 +338,7 @@ class Consumer(func.Blueprint):
         lease_prefix = f"{self.name}." if names.lease_prefix is None else names.lease_prefix
 
         @self.function_name(publish)
+        @self.retry(strategy="fixed_delay", max_retry_count=PUBLISH_RETRY_COUNT, delay_interval=PUBLISH_RETRY_DELAY)
         @self.cosmos_db_trigger(arg_name="documents", connection=cosmos_connection,
                                 database_name=settings.cosmos_database, container_name=self.container,
                                 lease_container_name=settings.cosmos_leases_container,
@@ -340,7 +346,8 @@ class Consumer(func.Blueprint):
                                 create_lease_container_if_not_exists=False)
         async def publish_outbox(documents: func.DocumentList) -> None:
             """Change feed of the container: send each pending outbox entry, then delete it (or mark it). An entry
-            that cannot be sent stays pending for the sweep; the change feed does not retry."""
+            that cannot be sent stays pending for the sweep; an invocation that fails (a worker lost mid-batch) is
+            run again by the retry policy (PUBLISH_RETRY_COUNT), the checkpoint held."""
             _log(publish, await consumer.runtime().publish(document.to_dict() for document in documents))
 
         @self.function_name(sweep)

@@ -17,7 +17,8 @@ import pytest
 from azure.cosmos import PartitionKey
 
 from devservers.host.changefeed import ChangeFeedListener
-from devservers.host.process import Function
+from devservers.host.process import Function, Retry
+from devservers.host.protos import protos
 from tests.support.cosmos import CosmosEndpoint, make_cosmos_client
 
 
@@ -175,3 +176,65 @@ def test_a_listener_made_while_cosmos_is_unreachable_connects_on_its_own_turn_an
         listener._step()  # the polling thread logs this and waits feedPollDelay
     listener._step()
     assert len(attempts) == 2 and feed.lease()["owner"] == listener.owner
+
+
+class Failing:
+    """An invoke that fails its first ``failures`` calls (a worker lost mid-batch), then succeeds; counts them."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.calls = failures, 0
+
+    def __call__(self, function: Function, data: dict[str, Any], _: dict[str, Any]) -> Any:
+        self.calls += 1
+        if self.calls <= self.failures:
+            return None  # the worker gone
+        return protos.InvocationResponse(result=protos.StatusResult(status=protos.StatusResult.Success))
+
+
+def retrying_listener(feed: Feed, invoke: Failing, retry: Retry | None) -> ChangeFeedListener:
+    function = Function(name="publish_outbox", function_id="id-publish", trigger={
+        "type": "cosmosDBTrigger", "name": "documents", "databaseName": feed.database.id, "containerName": "orders"},
+        retry=retry)
+    return ChangeFeedListener(function, lambda: (feed.monitored, feed.leases), f"{feed.database.id}.orders.0", invoke)
+
+
+def test_a_failed_batch_is_run_again_under_the_retry_policy_before_the_checkpoint_moves(feed: Feed) -> None:
+    invoke = Failing(failures=2)
+    listener = retrying_listener(feed, invoke, Retry(max_retry_count=5, fixed=True, delay=0.0))
+    listener._step()  # the first poll: "now"
+    before = feed.lease()["continuation"]
+    feed.write(3)
+    listener._step()
+    assert invoke.calls == 3 and feed.lease()["continuation"] != before  # failed twice, then done: moved on
+    listener._step()
+    assert invoke.calls == 3  # nothing left to read
+
+
+def test_without_a_retry_policy_or_once_it_is_spent_the_batch_is_left_behind_as_azure_does(feed: Feed) -> None:
+    # The Functions host checkpoints a failed batch when no retry policy runs it again; the outbox's sweep is what
+    # then finds what it left pending.
+    for retry, calls in ((None, 1), (Retry(max_retry_count=2, fixed=True, delay=0.0), 3)):
+        invoke = Failing(failures=10)
+        listener = retrying_listener(feed, invoke, retry)
+        listener._step()
+        before = feed.lease()["continuation"]
+        feed.write(2)
+        listener._step()
+        assert invoke.calls == calls and feed.lease()["continuation"] != before
+        listener.stop()
+        feed.leases.delete_item(feed.lease()["id"], partition_key=feed.lease()["id"])
+
+
+def test_the_policy_is_read_from_the_workers_metadata_as_the_functions_host_reads_it() -> None:
+    from datetime import timedelta  # noqa: PLC0415
+
+    fixed = protos.RpcFunctionMetadata(name="f", retry_options=protos.RpcRetryOptions(
+        max_retry_count=5, retry_strategy=protos.RpcRetryOptions.fixed_delay, delay_interval=timedelta(seconds=5)))
+    policy = Retry.of(fixed)
+    assert policy == Retry(5, True, 5.0, 0.0, 0.0) and policy.delay_seconds(3) == 5.0
+    backoff = protos.RpcFunctionMetadata(name="g", retry_options=protos.RpcRetryOptions(
+        max_retry_count=4, retry_strategy=protos.RpcRetryOptions.exponential_backoff,
+        minimum_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=10)))
+    policy = Retry.of(backoff)
+    assert policy is not None and [policy.delay_seconds(n) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 10.0]
+    assert Retry.of(protos.RpcFunctionMetadata(name="h")) is None

@@ -62,6 +62,12 @@ def test_the_blueprint_owns_the_triggers_settings_and_brings_its_companions() ->
     # The SDK-type binding: the worker hands the function the message and its settlement actions.
     [function] = [f for f in functions if f.get_function_name() == "note_written"]
     assert set(function.get_user_function().__annotations__) >= {"msg", "message_actions"}
+    # The publisher's batch is run again when its invocation fails (its worker lost between a send and a delete):
+    # the retry policy the Functions host runs for the Cosmos DB trigger, the checkpoint held.
+    [publisher] = [f for f in functions if f.get_function_name() == "note_keeper_publish_outbox"]
+    assert publisher.get_settings_dict("retry_policy") == {
+        "setting_name": "retry_policy", "strategy": "fixed_delay", "max_retry_count": "5", "delay_interval": "00:00:05"}
+    assert all(f.get_settings_dict("retry_policy") is None for f in functions if f is not publisher)
 
 
 def test_settings_are_read_under_the_prefix_and_every_bad_one_is_named() -> None:

@@ -219,13 +219,25 @@ class ChangeFeedListener:
             if continuation != lease.get("continuation"):
                 self._checkpoint(continuation)  # the first poll fixes "now"
             return False
-        started = time.perf_counter()
-        response = self._invoke(self.function, {self.function.parameter: protos.TypedData(
-            json=json.dumps(documents))}, {})
-        succeeded = response is not None and response.result.status == protos.StatusResult.Success
-        logger.info("%s documents=%d outcome=%s %.0f ms%s", self.function.name, len(documents),
-                    "Succeeded" if succeeded else "Failed", (time.perf_counter() - started) * 1000,
-                    "" if succeeded else f" error={failure(response)}")
+        retry, tries = self.function.retry, 0
+        while True:
+            started = time.perf_counter()
+            response = self._invoke(self.function, {self.function.parameter: protos.TypedData(
+                json=json.dumps(documents))}, {})
+            succeeded = response is not None and response.result.status == protos.StatusResult.Success
+            logger.info("%s documents=%d outcome=%s %.0f ms%s", self.function.name, len(documents),
+                        "Succeeded" if succeeded else "Failed", (time.perf_counter() - started) * 1000,
+                        "" if succeeded else f" error={failure(response)}")
+            # The function's retry policy, as the Functions host runs it for this trigger: the batch again, the
+            # checkpoint held, until it succeeds or the retries run out; a host stopping meanwhile leaves the
+            # checkpoint where it was, for the next holder of the lease to read the batch again.
+            if succeeded or retry is None or tries >= retry.max_retry_count:
+                break
+            tries += 1
+            if self._stopping.wait(retry.delay_seconds(tries)):
+                return True
+            logger.info("%s documents=%d retry %d of %d", self.function.name, len(documents), tries,
+                        retry.max_retry_count)
         self._checkpoint(continuation)
         return True
 

@@ -39,12 +39,42 @@ def failure(response: Any) -> str:
 
 
 @dataclass(frozen=True)
+class Retry:
+    """A function's retry policy (``@app.retry``; the worker's RpcRetryOptions): a failed invocation is run again
+    up to ``max_retry_count`` times, ``delay_seconds(n)`` apart, before its trigger moves on."""
+
+    max_retry_count: int
+    fixed: bool  # fixed_delay; else exponential_backoff
+    delay: float = 0.0  # fixed_delay's interval
+    minimum: float = 0.0  # exponential_backoff's first interval, doubling up to ``maximum``
+    maximum: float = 0.0
+
+    @classmethod
+    def of(cls, meta: Any) -> Retry | None:
+        """The policy an RpcFunctionMetadata carries, or None."""
+        if not meta.HasField("retry_options"):
+            return None
+        options = meta.retry_options
+        fixed = options.retry_strategy == protos.RpcRetryOptions.fixed_delay
+        return cls(options.max_retry_count, fixed, options.delay_interval.ToTimedelta().total_seconds(),
+                   options.minimum_interval.ToTimedelta().total_seconds(),
+                   options.maximum_interval.ToTimedelta().total_seconds())
+
+    def delay_seconds(self, retry: int) -> float:
+        """The wait before retry number ``retry`` (1 for the first)."""
+        if self.fixed:
+            return self.delay
+        return float(min(self.maximum, self.minimum * 2 ** (retry - 1)))
+
+
+@dataclass(frozen=True)
 class Function:
-    """One indexed function: its name, the worker's id for it, and its trigger binding."""
+    """One indexed function: its name, the worker's id for it, its trigger binding, and its retry policy."""
 
     name: str
     function_id: str
     trigger: dict[str, Any]
+    retry: Retry | None = None
 
     @property
     def trigger_type(self) -> str:
@@ -101,7 +131,7 @@ class WorkerProcess:
                 function_id=meta.function_id, metadata=meta))
             bindings = [json.loads(raw) for raw in meta.raw_bindings]
             trigger = next(b for b in bindings if str(b.get("type", "")).endswith("Trigger"))
-            functions.append(Function(meta.name, meta.function_id, trigger))
+            functions.append(Function(meta.name, meta.function_id, trigger, Retry.of(meta)))
         return functions
 
     def _ask(self, key: str, **content: Any) -> Any:
