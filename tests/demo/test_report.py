@@ -7,26 +7,47 @@ from types import SimpleNamespace
 
 from demo import report
 
-LOGS = """\
+COPY = "retry.6_ord-1." + "ab" * 32
+LOGS = f"""\
 2026-12-03 15:31:07,348 devservers.host worker [9a39c97d] idempotent_consumer: delivery process_order_event \
 messageId=evt-1 outcome=failed latencyMs=12.5 deliveryCount=None durationMs=7.2
 2026-12-03 15:31:07,373 devservers.host process_order_event messageId=evt-1 outcome=Failed settlement=abandon 9 ms
 2026-12-03 15:31:08,373 devservers.host process_order_event messageId=evt-1 outcome=Failed settlement=abandon 9 ms
 2026-12-03 15:31:08,400 devservers.host process_order_event messageId=evt-2 outcome=Succeeded settlement=complete 9 ms
+2026-12-03 15:31:09,100 devservers.host worker [9a39c97d] idempotent_consumer: delivery process_order \
+messageId=ord-1 outcome=transient latencyMs=2.0 deliveryCount=None durationMs=1.0 retryAttempt=5 detail=not this one
+2026-12-03 15:31:10,100 devservers.host worker [9a39c97d] idempotent_consumer: delivery process_order \
+messageId=ord-1 outcome=transient latencyMs=2.0 deliveryCount=None durationMs=1.0 retryAttempt=6 detail=HTTP 503
+2026-12-03 15:31:10,120 devservers.host process_order messageId={COPY} outcome=Succeeded settlement=abandon 1020 ms
+2026-12-03 15:31:17,000 devservers.host process_order messageId={COPY} outcome=Failed settlement=abandon failed 6500 ms
+2026-12-03 15:31:18,000 devservers.host process_order messageId={COPY} outcome=Failed settlement=abandon (host) 300 ms
 """
 
 
+def _dead(message_id: str, reason: str, description: str = "x") -> SimpleNamespace:
+    return SimpleNamespace(message_id=message_id, dead_letter_reason=reason, dead_letter_error_description=description)
+
+
 def test_an_unplanned_dead_letter_is_traced_through_its_deliveries_and_a_planned_one_is_not() -> None:
-    dead = [SimpleNamespace(message_id="evt-1", dead_letter_reason="MaxDeliveryCountExceeded",
-                            dead_letter_error_description="Message could not be consumed after 10 delivery attempts."),
-            SimpleNamespace(message_id="evt-2", dead_letter_reason="PayloadMismatch",
-                            dead_letter_error_description="x")]
+    dead = [_dead("evt-1", "MaxDeliveryCountExceeded", "Message could not be consumed after 10 delivery attempts."),
+            _dead("evt-2", "PayloadMismatch")]
     seen = report.Observed(documents=[], dead_letters=dead, accepted=[], broker_accepted=0, reservations=[], logs=LOGS,
                            sent_at={}, elapsed=0.0, queues_left=0)
     traced = report._traced(seen, Counter({"MaxDeliveryCountExceeded": 1}))
-    assert traced.startswith("; evt-1 MaxDeliveryCountExceeded: the app logged ['failed'], the hosts settled"
-                             " ['abandon', 'abandon'], described 'Message could not be consumed")
+    assert traced.startswith("; evt-1 MaxDeliveryCountExceeded: the app logged ['failed'] (the last at 15:31:07,348:"
+                             " ''), the hosts ran ['15:31:07,373 Failed abandon 9 ms', '15:31:08,373 Failed"
+                             " abandon 9 ms'], described 'Message could not be consumed")
     assert "evt-2" not in traced
+
+
+def test_a_copys_trace_reads_the_app_under_its_original_and_attempt_and_tells_who_settled_how() -> None:
+    seen = report.Observed(documents=[], dead_letters=[_dead(COPY, "MaxDeliveryCountExceeded")], accepted=[],
+                           broker_accepted=0, reservations=[], logs=LOGS, sent_at={}, elapsed=0.0, queues_left=0)
+    traced = report._traced(seen, Counter({"MaxDeliveryCountExceeded": 1}))
+    assert f"; {COPY} MaxDeliveryCountExceeded: the app logged ['transient'] (the last at 15:31:10,100: 'HTTP 503')" \
+        in traced
+    assert ("the hosts ran ['15:31:10,120 Succeeded abandon 1020 ms', '15:31:17,000 Failed abandon failed 6500 ms',"
+            " '15:31:18,000 Failed abandon (host) 300 ms']") in traced
 
 
 def test_the_recovery_is_the_bursts_last_reservation_after_the_return_not_the_steady_phases() -> None:

@@ -32,6 +32,14 @@ ACCEPTED_AS = "_received"  # beside each OrderAccepted body read: its MessageId 
 _DELIVERY = re.compile(r"delivery (?P<function>\w+) messageId=(?P<id>\S+) outcome=(?P<outcome>\w+)")
 _SETTLED = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) devservers\.host (?P<function>process_\w+) "
                       r"messageId=(?P<id>\S+) outcome=\w+ settlement=(?P<settlement>\w+)", re.MULTILINE)
+# For a dead letter's trace: each delivery the app logged (a copy's under its original's MessageId, with its attempt),
+# and each invocation the host ran, with its settlement in full: the app's, the host's "(host)", or one that "failed".
+_LOGGED = re.compile(r"^(?P<at>\S+ \S+) .*idempotent_consumer: delivery \w+ messageId=(?P<id>\S+)"
+                     r" outcome=(?P<outcome>\w+)(?P<rest>.*)$", re.MULTILINE)
+_ATTEMPT, _DETAIL = re.compile(r" retryAttempt=(\d+)"), re.compile(r" detail=(.*)$")
+_RAN = re.compile(r"^(?P<at>\S+ \S+) devservers\.host process_\w+ messageId=(?P<id>\S+) outcome=(?P<outcome>\w+)"
+                  r" settlement=(?P<settlement>.+?) (?P<ms>\d+) ms$", re.MULTILINE)
+_COPY_ID = re.compile(r"^retry\.(?P<attempt>\d+)_(?P<original>.+)\.[0-9a-f]{64}$")
 
 
 @dataclass
@@ -254,14 +262,27 @@ def _outcomes(scenario: Scenario, seen: Observed, by_type: dict[str, list[dict[s
 
 def _traced(seen: Observed, unplanned: Counter[str]) -> str:
     """The first few dead letters of a reason the plan has too many of, each with what its deliveries
-    logged, in order: the app's outcomes and the hosts' settlements, before the broker gave up."""
+    logged, in order: the app's outcomes (a copy's under its original's MessageId and its attempt), the last with
+    its detail, and each invocation's host outcome and settlement (``abandon`` the app's, ``abandon (host)`` after
+    a failed invocation, ``... failed`` with the lock lost), with its time and duration, before the broker gave up."""
     traced = []
     for message in [m for m in seen.dead_letters if str(m.dead_letter_reason) in unplanned][:3]:
-        outcomes = [m["outcome"] for m in _DELIVERY.finditer(seen.logs) if m["id"] == str(message.message_id)]
-        settled = [m["settlement"] for m in _SETTLED.finditer(seen.logs) if m["id"] == str(message.message_id)]
-        traced.append(f"; {message.message_id} {message.dead_letter_reason}: the app logged {outcomes}, the hosts"
-                      f" settled {settled}, described {str(message.dead_letter_error_description)[:200]!r}")
+        message_id = str(message.message_id)
+        copy = _COPY_ID.match(message_id)
+        key, attempt = (copy["original"], copy["attempt"]) if copy else (message_id, None)
+        logged = [m for m in _LOGGED.finditer(seen.logs) if m["id"] == key and _group(_ATTEMPT, m["rest"]) == attempt]
+        outcomes = [m["outcome"] for m in logged]
+        last = (_group(_DETAIL, logged[-1]["rest"]) or "")[:160] if logged else ""
+        detail = f" (the last at {logged[-1]['at'][11:]}: {last!r})" if logged else ""
+        ran = sorted(m.groups() for m in _RAN.finditer(seen.logs) if m["id"] == message_id)
+        settled = [f"{at[11:]} {outcome} {settlement} {ms} ms" for at, _, outcome, settlement, ms in ran]
+        traced.append(f"; {message_id} {message.dead_letter_reason}: the app logged {outcomes}{detail}, the hosts"
+                      f" ran {settled}, described {str(message.dead_letter_error_description)[:200]!r}")
     return "".join(traced)
+
+
+def _group(pattern: re.Pattern[str], text: str) -> str | None:
+    return match[1] if (match := pattern.search(text)) else None
 
 
 def _announced(outcomes: list[dict[str, Any]], outages: Outages, resent: list[str]) -> Counter[Any]:
