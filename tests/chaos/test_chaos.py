@@ -22,6 +22,9 @@ SMOKE = ("--orders", "80", "--rate", "6", "--hosts", "4")
 # Outages far shorter than the full run's 3 and 2 minutes, and still longer than MaxDeliveryCount deliveries take
 # here (the lock is 6 s and unrenewed, so the waits inside it are about 1 s): only the delayed retries carry them.
 OUTAGES = ("--fulfilment-outage", "30", "--not-allowed", "10", "--identity-outage", "20", "--cosmos-outage", "20")
+# The rollback a third of the full run's: the outages after the fulfilment service's wait for it, up to three times as
+# long (until it met a copy), and at this size it often meets none (below).
+ROLLBACK = ("--rollback", "15")
 STORM = ("--storm-orders", "1", "--storm-copies", "30")  # 60 copies and 15 events past the end, for one order
 
 
@@ -34,7 +37,7 @@ def _chaos(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @WHOLE_STACK
 @pytest.mark.timeout(1800)
 def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp_path: Path) -> None:
-    run = _chaos(tmp_path, "--seed", "4", *STORM, "--fulfilment", "ietf", *OUTAGES)
+    run = _chaos(tmp_path, "--seed", "4", *STORM, "--fulfilment", "ietf", *OUTAGES, *ROLLBACK)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     assert figures["violations"] == []
@@ -73,7 +76,7 @@ def test_the_smoke_run_injects_every_kind_of_fault_and_every_invariant_holds(tmp
     # As the fulfilment service came back, one host ran the release before delayed retries for a while: the copies
     # it dead-lettered were mapped back by sbctl (the dead letters below are the planned ones, and nothing is left).
     # At this size it may meet none: the copies are few, four hosts compete for them, and under load the one rolled
-    # back can start after the last is taken (it waits up to 135 s for one). make chaos, at 3,500 orders, is where
+    # back can start after the last is taken (it waits up to 45 s for one). make chaos, at 3,500 orders, is where
     # it always meets some (docs/proof.md: 535 and 508 in the runs there); tests/sbctl covers the mapping back.
     rollback = figures["rollback"]
     assert rollback["hosts rolled back to the release before"] == 1

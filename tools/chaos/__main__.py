@@ -11,7 +11,8 @@ Cosmos DB is down, for minutes each (the delayed retries carry the messages over
 sending, replaces
 the hosts one by one by hosts on a generated next version of the app (a rolling upgrade, while the
 old ones still run: chaos/versions.py), and as the fulfilment service comes back rolls one host back to
-the release before delayed retries for 45 s, whose dead-lettered copies sbctl maps back (chaos/rollback.py);
+the release before delayed retries for 45 s (``--rollback``), whose dead-lettered copies sbctl maps back
+(chaos/rollback.py);
 stops killing once everything is sent,
 waits until the queues and the outbox have drained, then checks the invariants from outside: at the
 fulfilment service, at order-accepted, in Cosmos DB, in the queues and their dead-letter queues, and
@@ -23,7 +24,7 @@ observed (what could not be checked is said instead of the table).
     python -m chaos [--orders 3500] [--hosts 4] [--seed 1] [--rate 24] [--results results/chaos] [--plant NAME]
                     [--no-upgrade] [--events-queue sessions|plain] [--storm-orders 4] [--storm-copies 120]
                     [--fulfilment standard|ietf] [--fulfilment-outage 180] [--not-allowed 60]
-                    [--identity-outage 120] [--cosmos-outage 120]
+                    [--identity-outage 120] [--cosmos-outage 120] [--rollback 45]
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ from devservers.identity import Tokens
 
 SECONDS_PER_ORDER = 0.5  # the drain deadline: 5 minutes, plus this per order
 UPGRADE_SHARE = 0.4  # of the sending time, from its half-way point, over which the hosts are upgraded
-# One host on the release before delayed retries this long, from the fulfilment service's return (longer, up to three
-# times, until the operator's map-back has found a copy it dead-lettered): the copies of its backlog come due then,
-# and those it receives are dead-lettered InvalidMessage, for the operator to map back.
+# One host on the release before delayed retries this long by default (``--rollback``), from the fulfilment service's
+# return (longer, up to three times, until the operator's map-back has found a copy it dead-lettered): the copies of
+# its backlog come due then, and those it receives are dead-lettered InvalidMessage, for the operator to map back.
+# The outages after the first wait for it to be forward again.
 ROLLBACK_SECONDS = 45.0
 STORMS, STORM_COPIES = 4, 120  # the storm phase: orders, and copies of each of their events
 # The delayed retries on the chaos hosts: the first copy due after 2 s, at most 30 s apart (Azure's defaults are
@@ -103,7 +105,8 @@ def replay_command(options: Options) -> str:
             + ("" if options.not_allowed == NOT_ALLOWED else f" --not-allowed {options.not_allowed:g}")
             + ("" if options.identity_outage == IDENTITY_OUTAGE else f" --identity-outage {options.identity_outage:g}")
             + ("" if options.cosmos_outage == COSMOS_OUTAGE else f" --cosmos-outage {options.cosmos_outage:g}")
-            + ("" if options.claims == "both" else f" --claims {options.claims}"))
+            + ("" if options.claims == "both" else f" --claims {options.claims}")
+            + ("" if options.rollback == ROLLBACK_SECONDS else f" --rollback {options.rollback:g}"))
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class Options:
     claims: str = "both"
     not_allowed: float = 60.0
     identity_outage: float = 120.0
+    rollback: float = ROLLBACK_SECONDS
 
     def outages(self) -> list[tuple[str, float]]:
         """The outage phase's plan: each kind (faults.OUTAGE_KINDS) with its seconds, in order; those of 0 left out."""
@@ -232,11 +236,11 @@ def run(options: Options) -> int:
     return _verdict(result, results, seed, replay)
 
 
-def _roll_back_then_backfill(chaos: Chaos, previous: Path, met_a_copy: Callable[[], bool]) -> None:
+def _roll_back_then_backfill(chaos: Chaos, previous: Path, met_a_copy: Callable[[], bool], seconds: float) -> None:
     """One slot on the release before for a while, then forward again; then, every host on this release, the
     operator's ``sbctl index backfill`` sets ``due`` on what the release before wrote without it (through the
     stack's own Cosmos endpoint, not a slot's proxy). A backfill that fails fails the run."""
-    chaos.rollback(previous, ROLLBACK_SECONDS, met=met_a_copy, longest=3 * ROLLBACK_SECONDS)
+    chaos.rollback(previous, seconds, met=met_a_copy, longest=3 * seconds)
     try:
         chaos.backfilled = backfill(chaos.stack.cosmos.endpoint, chaos.stack.cosmos.key)
     except Exception as exc:  # the run reports it as its failure
@@ -264,7 +268,7 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
     rollback = None
     if _rolls_back(options):
         rollback = threading.Timer(first_after + options.fulfilment_outage, _roll_back_then_backfill,
-                                   args=(chaos, previous, met_a_copy))
+                                   args=(chaos, previous, met_a_copy, options.rollback))
         rollback.daemon = True
         rollback.start()
     for thread in senders:
@@ -278,8 +282,8 @@ def _send_and_shake(chaos: Chaos, options: Options, client: ServiceBusClient, sc
 
 def _rolls_back(options: Options) -> bool:
     """Whether the run rolls a host back to the release before: with the upgrade, when there are copies in flight
-    for it to meet (the fulfilment outage's)."""
-    return options.upgrade and options.fulfilment_outage > 0
+    for it to meet (the fulfilment outage's), unless ``--rollback 0``."""
+    return options.upgrade and options.fulfilment_outage > 0 and options.rollback > 0
 
 
 def _fulfilment_figures(stack: Stack, behaviour: str) -> dict[str, Any]:
@@ -370,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-upgrade", dest="upgrade", action="store_false",
                         help="leave out the rolling upgrade (by default, from half-way through the sending, the hosts"
                              " are replaced one by one by hosts on a generated next version of the app) and the"
-                             " rollback (one host on the release before delayed retries for 45 s as the fulfilment"
-                             " service comes back, its dead-lettered copies mapped back by sbctl)")
+                             " rollback (one host on the release before delayed retries as the fulfilment service"
+                             " comes back, its dead-lettered copies mapped back by sbctl)")
     parser.add_argument("--events-queue", choices=("sessions", "plain"), default="sessions",
                         help="the app's events on a session queue (default) or on a plain one, where one order's"
                              " events run at once on different hosts (ORDER_EVENTS_SESSIONS false)")
@@ -402,9 +406,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the hosts write a new order's reservation claim (RESERVATION_CLAIM_IN_ORDER):"
                              " both (default: every other slot inside the order, as while the setting rolls out),"
                              " in-order, or own (a document of its own)")
+    parser.add_argument("--rollback", type=float, default=ROLLBACK_SECONDS, metavar="SECONDS",
+                        help="as the fulfilment service comes back, one host runs the release before delayed retries"
+                             " for this long, up to three times as long until it has dead-lettered a copy for sbctl to"
+                             " map back; the outages after the first wait for it (default 45; 0: no rollback)")
     args = parser.parse_args(argv)
-    if min(args.fulfilment_outage, args.not_allowed, args.identity_outage, args.cosmos_outage) < 0:
-        parser.error("--fulfilment-outage, --not-allowed, --identity-outage and --cosmos-outage must not be negative")
+    if min(args.fulfilment_outage, args.not_allowed, args.identity_outage, args.cosmos_outage, args.rollback) < 0:
+        parser.error("--fulfilment-outage, --not-allowed, --identity-outage, --cosmos-outage and --rollback must not"
+                     " be negative")
     if args.orders < 1 or args.hosts < 2 or args.rate <= 0 or not 0 <= args.storms <= args.orders \
             or args.storm_copies < 0:
         parser.error("--orders must be at least 1, --hosts at least 2, --rate above 0, --storm-orders from 0 to"
@@ -412,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     return run(Options(args.orders, args.hosts, args.seed, args.rate, args.results, args.plant, args.upgrade,
                        args.events_queue == "sessions", args.storms, args.storm_copies, args.fulfilment,
                        args.fulfilment_outage, args.cosmos_outage, args.claims, args.not_allowed,
-                       args.identity_outage))
+                       args.identity_outage, args.rollback))
 
 
 if __name__ == "__main__":
