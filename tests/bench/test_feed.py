@@ -12,7 +12,7 @@ import pytest
 
 from bench.feed import FeedCounter, Rate
 from tests.devservers.helptext import REPO_ROOT, run_module
-from tests.host.conftest import NEEDS_313, WHOLE_STACK
+from tests.host.conftest import LIGHT_STACK, NEEDS_313
 
 
 def test_the_counter_counts_feed_pages_items_empty_polls_and_lease_writes_only_while_a_rate_runs() -> None:
@@ -30,7 +30,7 @@ def test_the_counter_counts_feed_pages_items_empty_polls_and_lease_writes_only_w
 
 
 @NEEDS_313
-@WHOLE_STACK  # beside the chaos smoke run, the shortest of the stack groups
+@LIGHT_STACK  # with the shorter stack runs: the chaos smoke run, the longest, has its group to itself
 @pytest.mark.timeout(600)
 def test_the_smoke_run_counts_what_the_feed_read_and_wrote_per_order(tmp_path: Path) -> None:
     out = tmp_path / "feed.json"

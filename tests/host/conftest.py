@@ -36,8 +36,8 @@ NEEDS_313 = pytest.mark.skipif(sys.version_info < (3, 13),
 WHOLE_STACK = pytest.mark.xdist_group("whole-stack")
 WHOLE_STACK_B = pytest.mark.xdist_group("whole-stack-b")
 # The shorter stack runs go beside them, in a group of their own, one after the other: the outage benchmark (one
-# host, a few dozen orders, an outage and a breaker to wait out: about 15 s of CPU in 110 s) and the events
-# benchmark (a burst, then a steady rate, about a minute).
+# host, a few dozen orders, an outage and a breaker to wait out: about 15 s of CPU in 110 s), the events
+# benchmark (a burst, then a steady rate, about a minute), the host-path and the change-feed benchmarks.
 LIGHT_STACK = pytest.mark.xdist_group("light-stack")
 
 ROOT = Path(__file__).resolve().parents[2]
