@@ -175,6 +175,7 @@ def test_two_hosts_with_16_competing_copies_of_one_order_give_one_document_and_o
     assert peek(broker, "orders-plain", dead_letters=True) == []
 
 
+@pytest.mark.timeout(300)  # two hosts started and stopped, and waits of up to 90 s: past the 120 s default when busy
 def test_a_restarted_host_resumes_the_change_feed_where_it_stopped(
     broker: Broker, store: Store, fulfilment_service: FulfilmentServer, start_host: Callable[..., HostProcess]
 ) -> None:
