@@ -1,4 +1,5 @@
-"""The drivers' sender opens its link again when a loaded local broker does not accept it in time."""
+"""The drivers' sender opens its link again when a loaded local broker does not accept it in time, and a drain poll
+it did not answer is polled again."""
 
 from __future__ import annotations
 
@@ -47,3 +48,32 @@ def test_a_broker_that_never_accepts_ends_the_run_with_its_error(monkeypatch: py
     with pytest.raises(ServiceBusConnectionError):
         observe._opened(client, "orders")
     assert len(client.senders) == observe.OPEN_ATTEMPTS
+
+
+def test_a_drain_poll_the_broker_did_not_answer_is_polled_again(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    answers: list[Any] = [ServiceBusConnectionError(message="timed out"), False, True]
+
+    def drained(*args: Any) -> bool:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return bool(answer)
+
+    monkeypatch.setattr("demo.observe.drained", drained)
+    monkeypatch.setattr("demo.observe.time.sleep", lambda seconds: None)
+    stack: Any = object()
+    assert observe.wait_drained(stack, None, None, deadline=0.0, label="chaos")  # type: ignore[arg-type]
+    assert answers == []
+    assert "chaos: the broker did not answer a drain poll (ServiceBusConnectionError); polling again" \
+        in capsys.readouterr().err
+
+
+def test_any_other_failure_of_a_drain_poll_ends_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    def drained(*args: Any) -> bool:
+        raise ValueError("a bug in the poll")
+
+    monkeypatch.setattr("demo.observe.drained", drained)
+    stack: Any = object()
+    with pytest.raises(ValueError, match="a bug in the poll"):
+        observe.wait_drained(stack, None, None, deadline=0.0, label="chaos")  # type: ignore[arg-type]
