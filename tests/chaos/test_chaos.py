@@ -4,6 +4,7 @@ command that replays it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from chaos import report, versions
+from chaos.__main__ import Options, replay_command
 from chaos.faults import Moment
 from tests.devservers.helptext import REPO_ROOT, options_without_help, run_module
 from tests.host.conftest import NEEDS_313, WHOLE_STACK, WHOLE_STACK_B
@@ -191,6 +193,8 @@ def test_the_upgrade_check_finds_a_next_versions_field_lost_inside_a_payload_or_
     (["--hosts", "1"], "--hosts at least 2"),
     (["--plant", "nonsense"], "invalid choice: 'nonsense'"),
     (["--rate", "0"], "--rate above 0"),
+    (["--rollback", "-1"], "--rollback must not be negative"),
+    (["--rollback", "181"], "--rollback at most 180"),
 ])
 def test_bad_usage_is_one_line_and_exit_status_2(arguments: list[str], message: str) -> None:
     run = run_module("chaos", *arguments)
@@ -203,3 +207,10 @@ def test_the_help_names_every_option_and_every_moment_of_a_kill() -> None:
     assert "fresh-reservation-key" in run.stdout
     proof = (REPO_ROOT / "docs" / "proof.md").read_text()  # the chaos run and its five moments of a kill
     assert all(moment.value in proof for moment in Moment)
+
+
+def test_the_replay_command_carries_a_rollback_of_its_own_length_and_leaves_the_default_out(tmp_path: Path) -> None:
+    options = Options(80, 4, 4, 6.0, tmp_path, None, fulfilment_outage=30.0)
+    assert "--rollback" not in replay_command(options)
+    assert replay_command(dataclasses.replace(options, rollback=15.0)).endswith(" --rollback 15")
+    assert replay_command(dataclasses.replace(options, rollback=0.0)).endswith(" --rollback 0")

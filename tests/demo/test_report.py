@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from demo import report
+from idempotent_consumer import retries
 
 COPY = "retry.6_ord-1." + "ab" * 32
 LOGS = f"""\
@@ -21,11 +23,15 @@ messageId=ord-1 outcome=transient latencyMs=2.0 deliveryCount=None durationMs=1.
 2026-12-03 15:31:10,120 devservers.host process_order messageId={COPY} outcome=Succeeded settlement=abandon 1020 ms
 2026-12-03 15:31:17,000 devservers.host process_order messageId={COPY} outcome=Failed settlement=abandon failed 6500 ms
 2026-12-03 15:31:18,000 devservers.host process_order messageId={COPY} outcome=Failed settlement=abandon (host) 300 ms
-"""
+2026-12-03 15:31:09,500 devservers.host worker [1b2c3d4e] idempotent_consumer: delivery process_order \
+messageId=ord-1 outcome=handed_on latencyMs=2.0 deliveryCount=None durationMs=1.0 retryAttempt=6 detail=another host
+"""  # the last line another host's, earlier: the stack's logs are each host's in turn
 
 
-def _dead(message_id: str, reason: str, description: str = "x") -> SimpleNamespace:
-    return SimpleNamespace(message_id=message_id, dead_letter_reason=reason, dead_letter_error_description=description)
+def _dead(message_id: str, reason: str, description: str = "x", properties: dict[bytes, bytes] | None = None) \
+        -> SimpleNamespace:
+    return SimpleNamespace(message_id=message_id, dead_letter_reason=reason, dead_letter_error_description=description,
+                           application_properties=properties)
 
 
 def test_an_unplanned_dead_letter_is_traced_through_its_deliveries_and_a_planned_one_is_not() -> None:
@@ -41,11 +47,13 @@ def test_an_unplanned_dead_letter_is_traced_through_its_deliveries_and_a_planned
 
 
 def test_a_copys_trace_reads_the_app_under_its_original_and_attempt_and_tells_who_settled_how() -> None:
-    seen = report.Observed(documents=[], dead_letters=[_dead(COPY, "MaxDeliveryCountExceeded")], accepted=[],
+    chain = retries.copy_properties(retries.Chain("ord-1", "77", 5, datetime(2026, 12, 3, tzinfo=UTC)), "HTTP 503")
+    copy = _dead(COPY, "MaxDeliveryCountExceeded", properties={k.encode(): v.encode() for k, v in chain.items()})
+    seen = report.Observed(documents=[], dead_letters=[copy], accepted=[],
                            broker_accepted=0, reservations=[], logs=LOGS, sent_at={}, elapsed=0.0, queues_left=0)
     traced = report._traced(seen, Counter({"MaxDeliveryCountExceeded": 1}))
-    assert f"; {COPY} MaxDeliveryCountExceeded: the app logged ['transient'] (the last at 15:31:10,100: 'HTTP 503')" \
-        in traced
+    assert f"; {COPY} MaxDeliveryCountExceeded: the app logged ['handed_on', 'transient'] (the last at 15:31:10,100:" \
+        " 'HTTP 503')" in traced
     assert ("the hosts ran ['15:31:10,120 Succeeded abandon 1020 ms', '15:31:17,000 Failed abandon failed 6500 ms',"
             " '15:31:18,000 Failed abandon (host) 300 ms']") in traced
 

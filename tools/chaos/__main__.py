@@ -63,6 +63,7 @@ UPGRADE_SHARE = 0.4  # of the sending time, from its half-way point, over which 
 # its backlog come due then, and those it receives are dead-lettered InvalidMessage, for the operator to map back.
 # The outages after the first wait for it to be forward again.
 ROLLBACK_SECONDS = 45.0
+LONGEST_ROLLBACK = 180.0  # three times this, and a host's start, stay inside faults.ROLLBACK_WAIT_LIMIT_SECONDS
 STORMS, STORM_COPIES = 4, 120  # the storm phase: orders, and copies of each of their events
 # The delayed retries on the chaos hosts: the first copy due after 2 s, at most 30 s apart (Azure's defaults are
 # 10 s and 15 minutes), so that a run's copies come back within it and are tried more often (with a 6 s lock there
@@ -409,11 +410,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollback", type=float, default=ROLLBACK_SECONDS, metavar="SECONDS",
                         help="as the fulfilment service comes back, one host runs the release before delayed retries"
                              " for this long, up to three times as long until it has dead-lettered a copy for sbctl to"
-                             " map back; the outages after the first wait for it (default 45; 0: no rollback)")
+                             " map back; the outages after the first wait for it (default 45, at most 180; 0: no"
+                             " rollback)")
     args = parser.parse_args(argv)
     if min(args.fulfilment_outage, args.not_allowed, args.identity_outage, args.cosmos_outage, args.rollback) < 0:
         parser.error("--fulfilment-outage, --not-allowed, --identity-outage, --cosmos-outage and --rollback must not"
                      " be negative")
+    if args.rollback > LONGEST_ROLLBACK:
+        parser.error(f"--rollback at most {LONGEST_ROLLBACK:g}: the outages after the first wait for the rollback,"
+                     " up to three times as long, and no longer than faults.ROLLBACK_WAIT_LIMIT_SECONDS")
     if args.orders < 1 or args.hosts < 2 or args.rate <= 0 or not 0 <= args.storms <= args.orders \
             or args.storm_copies < 0:
         parser.error("--orders must be at least 1, --hosts at least 2, --rate above 0, --storm-orders from 0 to"

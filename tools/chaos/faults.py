@@ -51,7 +51,8 @@ KILL_EVERY_SECONDS = 4.0  # mean pause between two kills
 SLOW_EVERY_SECONDS = 15.0
 SLOW_FOR_SECONDS = (2.0, 10.0)
 # How long an outage after the first waits for the rolled-back host to be forward again, at most (a rollback stays
-# back three times its 45 s at most, and a host takes seconds to start under load).
+# back three times its length at most, 45 s by default and 180 s at the most, and a host takes seconds to start under
+# load).
 ROLLBACK_WAIT_LIMIT_SECONDS = 600.0
 ARMED_FOR_SECONDS = 15.0  # a chosen moment not reached by then is given up (counted as missed)
 KILLS_PER_ORDER = 2  # chosen kills on behalf of one order (its messages, copies and events alike), at most

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from demo.scenario import NEVER_APPLIES, Scenario
+from idempotent_consumer import retries
 from idempotent_consumer.messages import InboundMessage
 from idempotent_consumer.side_effects import stored_claims
+from sbctl import dlq
 from shared.domain.documents import event_records
 from shared.domain.lifecycle import KINDS, OPEN_STATUSES, RESERVABLE_STATUSES
 from shared.domain.orders import parse_order
@@ -39,7 +41,6 @@ _LOGGED = re.compile(r"^(?P<at>\S+ \S+) .*idempotent_consumer: delivery \w+ mess
 _ATTEMPT, _DETAIL = re.compile(r" retryAttempt=(\d+)"), re.compile(r" detail=(.*)$")
 _RAN = re.compile(r"^(?P<at>\S+ \S+) devservers\.host process_\w+ messageId=(?P<id>\S+) outcome=(?P<outcome>\w+)"
                   r" settlement=(?P<settlement>.+?) (?P<ms>\d+) ms$", re.MULTILINE)
-_COPY_ID = re.compile(r"^retry\.(?P<attempt>\d+)_(?P<original>.+)\.[0-9a-f]{64}$")
 
 
 @dataclass
@@ -268,9 +269,10 @@ def _traced(seen: Observed, unplanned: Counter[str]) -> str:
     traced = []
     for message in [m for m in seen.dead_letters if str(m.dead_letter_reason) in unplanned][:3]:
         message_id = str(message.message_id)
-        copy = _COPY_ID.match(message_id)
-        key, attempt = (copy["original"], copy["attempt"]) if copy else (message_id, None)
-        logged = [m for m in _LOGGED.finditer(seen.logs) if m["id"] == key and _group(_ATTEMPT, m["rest"]) == attempt]
+        chain = retries.chain_of(dlq.text_properties(message))
+        key, attempt = (chain.original_message_id, str(chain.attempt)) if chain else (message_id, None)
+        logged = sorted((m for m in _LOGGED.finditer(seen.logs) if m["id"] == key
+                         and _group(_ATTEMPT, m["rest"]) == attempt), key=lambda m: m["at"])  # the hosts' logs, merged
         outcomes = [m["outcome"] for m in logged]
         last = (_group(_DETAIL, logged[-1]["rest"]) or "")[:160] if logged else ""
         detail = f" (the last at {logged[-1]['at'][11:]}: {last!r})" if logged else ""
