@@ -17,6 +17,7 @@ from collections import Counter
 from datetime import timedelta
 
 from azure.servicebus import ServiceBusClient
+from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusConnectionError
 
 from idempotent_consumer.migrations import set_due
 from sbctl import dlq
@@ -25,6 +26,7 @@ from shared import bootstrap
 from shared.settings import Settings
 
 EVERY_SECONDS = 5.0
+FINAL_ATTEMPTS = 4
 SELECTION = dlq.Selection(reason="InvalidMessage", copies=True)
 
 
@@ -53,13 +55,24 @@ class MapBack:
         self._thread.start()
 
     def stop(self) -> int:
-        """Stop the background passes, then make one more: how many that last pass resubmitted."""
+        """Stop the background passes, then make one more: how many that last pass resubmitted. A last pass the local
+        broker did not answer in time is made again, up to FINAL_ATTEMPTS times in all (a loaded 2-core machine's
+        broker has refused connections past the SDK's retries while the hosts drained on); past that, it raises."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        resubmitted = self.once()
-        self._client.close()
-        return resubmitted
+        try:
+            for attempt in range(1, FINAL_ATTEMPTS + 1):
+                try:
+                    return self.once()
+                except (ServiceBusConnectionError, OperationTimeoutError) as exc:
+                    if attempt == FINAL_ATTEMPTS:
+                        raise
+                    print(f"chaos: the last map-back pass failed ({type(exc).__name__}); trying again", flush=True)
+                    time.sleep(EVERY_SECONDS)
+            return 0  # not reached: the last attempt returned or raised
+        finally:
+            self._client.close()
 
     def once(self) -> int:
         """One pass over every queue: how many copies it resubmitted (those the detection window still holds wait
