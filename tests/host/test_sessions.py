@@ -98,6 +98,23 @@ def test_a_host_holding_an_idle_session_stops_without_waiting_out_the_try_timeou
     assert "released after 1 messages" in host.output()
 
 
+@NEEDS_313
+def test_a_host_whose_session_slot_waits_on_its_accept_stops_without_waiting_out_the_try_timeout(
+    broker: Broker, sessions_host: Callable[..., HostProcess]
+) -> None:
+    host = sessions_host()  # its one slot asks for a session for the try timeout, 60 s, with none to give
+    eventually(lambda: "host ready" in host.output(), what="the host ready")
+    assert host.terminate(timeout=20) == 0
+    # What comes after the stop was not taken by the slot's wait: it is delivered for the first time.
+    session, message_id = f"s-{uuid.uuid4()}", f"m-{uuid.uuid4()}"
+    send(broker, (session, message_id))
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+            client.get_queue_receiver("in-sessions", session_id=session, max_wait_time=5) as receiver:
+        [message] = receiver.receive_messages(max_wait_time=5)
+        assert (message.message_id, message.delivery_count) == (message_id, 0)
+        receiver.complete_message(message)
+
+
 def started(journal: Path, message_id: str) -> int:
     return sum(1 for line in journal.read_text().splitlines() if json.loads(line) == {
         "function": "slow_sessions", "messageId": message_id, "event": "started"}) if journal.exists() else 0

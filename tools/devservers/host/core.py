@@ -242,7 +242,7 @@ class Host:
     def stop(self, grace: float = 30.0) -> None:
         """Stop receiving, let in-flight invocations finish, stop the worker and the server."""
         self._stopping.set()
-        # All at once: each waits for its in-flight invocations, and a session slot for its accept (up to 5 s).
+        # All at once: each waits for its in-flight invocations (not for a session slot still waiting on an accept).
         stopping = [threading.Thread(target=listener.stop, name="stop-listener") for listener in self._listeners]
         for thread in stopping:
             thread.start()

@@ -42,9 +42,6 @@ RECEIVE_WAIT_SECONDS = 1.0
 # The client's TryTimeout when host.json's clientRetryOptions leaves it unset: ServiceBusRetryOptions.TryTimeout,
 # "The default timeout is 1 minute" (learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusretryoptions).
 TRY_TIMEOUT_SECONDS = 60.0
-# A session slot asks for the next session in slices of this long, so that a stop is seen between them;
-# an accept that finds no session simply asks again, as the host's session processor does.
-ACCEPT_SLICE_SECONDS = 5.0
 # A fault for the chaos suite, off unless set: the share of session messages whose session the slot lets go
 # while the function still runs (azure-sdk-for-python #42187), so that another slot or host takes the session
 # and the same message in parallel. The platform has no such setting.
@@ -146,6 +143,8 @@ class ServiceBusListener:
         self._invoke = invoke
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._asking: set[threading.Thread] = set()  # session slots waiting on the accept of a session
+        self._asking_lock = threading.Lock()
         trigger = function.trigger
         self.entity = str(trigger.get("queueName") or f"{trigger['topicName']}/{trigger['subscriptionName']}")
         self._sessions = bool(trigger.get("isSessionsEnabled"))
@@ -167,17 +166,24 @@ class ServiceBusListener:
             self._threads.append(thread)
 
     def stop(self) -> None:
-        """Stop receiving; the messages being handled finish first."""
-        self._stopping.set()
-        for thread in self._threads:
+        """Stop receiving; the messages being handled finish first. A session slot still waiting on its accept holds
+        nothing and is not waited for: a session it is then given it lets go without receiving, and the host's
+        process ends its wait when it exits."""
+        with self._asking_lock:
+            self._stopping.set()
+            waiting = [thread for thread in self._threads if thread not in self._asking]
+        for thread in waiting:
             thread.join()
         self._closer.shutdown(wait=True)
 
     def _receiver(self) -> Any:
         trigger = self.function.trigger
-        # For a session queue the receiver's max_wait_time is how long opening it waits for a session.
+        # For a session queue the receiver's max_wait_time is how long opening it waits for a session: the TryTimeout,
+        # as the host's session processor waits, asking again when none came. A stop does not wait for a slot still
+        # asking, which holds nothing (``stop``). Asking in slices of a few seconds instead made each idle slot open a
+        # connection that often: most of an idle host's CPU and the broker's, which starved the stack runs on 2 cores.
         options: dict[str, Any] = {"prefetch_count": self._options.prefetch_count,
-                                   "max_wait_time": ACCEPT_SLICE_SECONDS if self._sessions else None}
+                                   "max_wait_time": self._options.try_timeout_seconds if self._sessions else None}
         if self._sessions:
             options["session_id"] = NEXT_AVAILABLE_SESSION
         if trigger.get("queueName"):
@@ -186,16 +192,24 @@ class ServiceBusListener:
                                                       **options)
 
     def _slot(self) -> None:
+        me = threading.current_thread()
         while not self._stopping.is_set():
             began = time.monotonic()
             receiver = self._receiver()
+            with self._asking_lock:
+                if self._stopping.is_set():
+                    break
+                self._asking.add(me)
             try:
                 receiver.__enter__()  # on a session queue, the accept of the next session with messages
             except ServiceBusError as exc:
-                self._closer.submit(self._close, receiver)
+                self._close_later(receiver)
                 if not isinstance(exc, OperationTimeoutError):  # that one only says no session had messages
                     self._failed(exc)
                 continue
+            finally:
+                with self._asking_lock:
+                    self._asking.discard(me)
             accepted = time.monotonic()
             renewal = self._session_renewal(receiver) if self._sessions else None
             try:
@@ -206,7 +220,7 @@ class ServiceBusListener:
             finally:
                 if renewal is not None:
                     renewal.stop()
-                self._closer.submit(self._close, receiver)
+                self._close_later(receiver)
             if self._sessions:
                 logger.info("%s session %s released after %d messages, %.2f s idle, %.2f s held, accepted in %.2f s",
                             self.function.name, receiver.session.session_id, handled, idle,
@@ -297,6 +311,13 @@ class ServiceBusListener:
             self._released.add(id(receiver))  # the slot takes a new session after this message
         logger.info("%s messageId=%s: %s", self.function.name, message.message_id, RELEASED_MID_INVOCATION)
         self._close(receiver)
+
+    def _close_later(self, receiver: Any) -> None:
+        """Close a receiver on the closer's threads, or here once the stop has shut them down."""
+        try:
+            self._closer.submit(self._close, receiver)
+        except RuntimeError:  # a slot that was still asking when the listener stopped
+            self._close(receiver)
 
     def _close(self, receiver: Any) -> None:
         """Close a receiver once, whichever of the slot and the fault comes first."""
