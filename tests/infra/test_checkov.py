@@ -8,9 +8,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 # Checkov pins libraries that clash with the test tools, so `make setup` gives it a venv of its own.
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
+# One scan read by both tests: they go to one pytest worker together under make test's --dist loadgroup.
+pytestmark = pytest.mark.xdist_group("checkov")
 
 
 @cache

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from collections import Counter
+from functools import cache
 
 import pytest
 
-from simulation.run import simulate
+from simulation.report import RunReport
+from simulation.run import simulate as simulate_seed
 
 SMOKE_SEEDS = 160  # storms make a seed heavier: a quarter of them hold hundreds of events for one order
+# A seed's run is the same run each time (test_a_seed_replays_its_run_step_for_step), so the tests below read one run
+# of each seed, made once: they go to one pytest worker together under make test's --dist loadgroup.
+pytestmark = pytest.mark.xdist_group("simulation-smoke")
+
+
+@cache
+def simulate(seed: int) -> RunReport:
+    """The run of ``seed`` without a trace, made once for this module's tests (which only read it)."""
+    return simulate_seed(seed)
 
 
 # CPU-bound: about 50 s on an idle 2-core machine, over the 120 s default on a busy one beside the stack runs.
@@ -45,13 +56,13 @@ def test_the_smoke_runs_reach_the_limits_storms_full_batches_and_pages_past_the_
 
 
 def test_a_seed_replays_its_run_step_for_step() -> None:
-    first, again = simulate(7, trace=True), simulate(7, trace=True)
+    first, again = simulate_seed(7, trace=True), simulate_seed(7, trace=True)
     assert first.trace and first.trace == again.trace
     assert (first.steps, first.outcomes, first.faults) == (again.steps, again.outcomes, again.faults)
 
 
 def test_another_seed_makes_another_run() -> None:
-    assert simulate(7, trace=True).trace != simulate(8, trace=True).trace
+    assert simulate_seed(7, trace=True).trace != simulate_seed(8, trace=True).trace
 
 
 def test_some_seeds_run_the_events_queue_without_sessions_and_then_one_orders_events_run_at_once() -> None:
