@@ -41,9 +41,15 @@ def parse(relative: str) -> BicepJson:
     return parse_text((INFRA / relative).read_text())
 
 
+@cache
+def _parser() -> BicepParser:
+    """One parser for every parse: building pycep's Lark parser takes most of a second, a parse far less."""
+    return BicepParser()
+
+
 def parse_text(text: str) -> BicepJson:
     """The pycep parse of Bicep source text."""
-    return BicepParser().parse(text=text)
+    return _parser().parse(text=text)
 
 
 def declaration(config: Any) -> tuple[dict[str, Any] | None, Any, Any]:
