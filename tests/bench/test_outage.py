@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.devservers.helptext import options_without_help, run_module
-from tests.host.conftest import LIGHT_STACK, NEEDS_313, ROOT
+from tests.host.conftest import LIGHT_STACK_B, NEEDS_313, ROOT
 
 
 @NEEDS_313
-@LIGHT_STACK
+@LIGHT_STACK_B
 @pytest.mark.timeout(600)
 def test_the_smoke_run_counts_what_the_service_received_while_down_with_the_breaker_and_without(
     tmp_path: Path,

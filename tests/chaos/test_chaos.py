@@ -117,8 +117,8 @@ def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_comman
     # must be the planted bug's, so that the rest of the run, that queue's events among it, kept every invariant.
     # Without the rolling upgrade, which the smoke run above has: finding the bug needs no second version.
     run = _chaos(tmp_path, "--seed", "3", "--orders", "40", "--hosts", "2", "--plant", "fresh-reservation-key",
-                 "--no-upgrade", "--events-queue", "plain", "--storm-orders", "0", "--fulfilment-outage", "0", "--not-allowed", "0",
-                 "--identity-outage", "0", "--cosmos-outage", "0")
+                 "--no-upgrade", "--events-queue", "plain", "--storm-orders", "0", "--fulfilment-outage", "0",
+                 "--not-allowed", "0", "--identity-outage", "0", "--cosmos-outage", "0")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "chaos.json").read_text())
     # The bug's mark: an order reserved twice or more, announced once; or, cancelled while its reservation ran, closed
@@ -131,8 +131,8 @@ def test_a_planted_bug_is_found_and_the_failure_names_its_seed_and_replay_comman
     others = set(figures["violations"]) - set(found) - {report.NO_KILL}
     assert found and not others, figures["violations"][:10]
     replay = ("python -m chaos --orders 40 --hosts 2 --seed 3 --rate 6 --plant fresh-reservation-key"
-              " --no-upgrade --events-queue plain --storm-orders 0 --fulfilment-outage 0 --not-allowed 0 --identity-outage 0"
-              " --cosmos-outage 0")
+              " --no-upgrade --events-queue plain --storm-orders 0 --fulfilment-outage 0 --not-allowed 0"
+              " --identity-outage 0 --cosmos-outage 0")
     assert f"with seed 3; replay: {replay}" in run.stdout and figures["replay"] == replay
     assert figures["events parked"] > 0
     logs = (tmp_path / "hosts.log").read_text()

@@ -35,10 +35,11 @@ NEEDS_313 = pytest.mark.skipif(sys.version_info < (3, 13),
 # chaos smoke run, the longest, alone in one, the demo and the chaos suite's planted bug in the other.
 WHOLE_STACK = pytest.mark.xdist_group("whole-stack")
 WHOLE_STACK_B = pytest.mark.xdist_group("whole-stack-b")
-# The shorter stack runs go beside them, in a group of their own, one after the other: the outage benchmark (one
-# host, a few dozen orders, an outage and a breaker to wait out: about 15 s of CPU in 110 s), the events
-# benchmark (a burst, then a steady rate, about a minute), the host-path and the change-feed benchmarks.
+# The shorter stack runs go beside them, in a group of their own, one after the other: the events benchmark (a
+# burst, then a steady rate, about a minute), the host-path and the change-feed benchmarks.
 LIGHT_STACK = pytest.mark.xdist_group("light-stack")
+# The outage benchmark beside them, in a group of its own: it mostly waits out its outage and its breaker.
+LIGHT_STACK_B = pytest.mark.xdist_group("light-stack-b")
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_APP = Path(__file__).resolve().parent / "rules_app"
