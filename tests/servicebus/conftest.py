@@ -58,6 +58,7 @@ QUEUES: dict[str, dict[str, Any]] = {
     "sessions-locked": {"RequiresSession": True},
     "sessions-state": {"RequiresSession": True, "LockDuration": "PT5S"},
     "sessions-empty": {"RequiresSession": True},
+    "sessions-waiting": {"RequiresSession": True},
     "sessions-expiry": {"RequiresSession": True, "LockDuration": "PT2S"},
     "sessions-closed": {"RequiresSession": True, "MaxDeliveryCount": 10},
     "sessions-required": {"RequiresSession": True},

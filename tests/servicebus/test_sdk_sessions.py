@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import threading
+import time
 
 import pytest
-from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceiver
 from azure.servicebus.exceptions import (
     OperationTimeoutError,
     ServiceBusError,
@@ -82,6 +84,33 @@ def test_next_available_session_times_out_when_no_session_has_messages(sb: Handl
     with pytest.raises(OperationTimeoutError):
         receiver.__enter__()
     receiver.close()
+
+
+def test_receivers_waiting_for_a_session_each_take_one_as_sessions_come_and_the_one_left_over_times_out(
+    sb: Handlers,
+) -> None:
+    queue = "sessions-waiting"
+    receivers = [sb.receiver(queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=8) for _ in range(3)]
+    outcomes: list[str] = []
+
+    def accept(receiver: ServiceBusReceiver) -> None:
+        try:
+            receiver.__enter__()
+            outcomes.append(receiver.session.session_id)
+        except OperationTimeoutError:
+            outcomes.append("timed out")
+
+    threads = [threading.Thread(target=accept, args=(receiver,)) for receiver in receivers]
+    for thread in threads:
+        thread.start()
+    time.sleep(1)  # the three are waiting (if one is not yet, it takes a session on its attach: the same outcome)
+    with opened(sb.sender(queue)) as (sender,):
+        sender.send_messages(_messages(("first", "1"), ("second", "2")))
+    for thread in threads:
+        thread.join(30)
+    for receiver in receivers:
+        receiver.close()
+    assert sorted(outcomes) == ["first", "second", "timed out"]
 
 
 def test_expired_session_lock_loses_the_session_and_its_messages(sb: Handlers) -> None:

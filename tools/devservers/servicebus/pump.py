@@ -90,13 +90,20 @@ class DeliveryPump:
     def run(self) -> None:
         """Deliver available messages to every receiver with credit (and hand out waiting sessions)."""
         now = time.time()
+        # The entities that had no session to give in this run: their other waiting links are not asked again, since
+        # nothing in a run makes a session available (each ask reads every session of the entity; with a few hosts'
+        # session slots waiting, asking each made the broker's busiest path).
+        none_left: set[int] = set()
         for link, info in self._table.receivers():
             if info.closed or info.entity is None:
                 continue
             try:
                 if info.session_wait_deadline is not None:
+                    if id(info.entity) in none_left:
+                        continue
                     info.session = info.entity.sessions.accept(None, info, now)
                     if info.session is None:
+                        none_left.add(id(info.entity))
                         continue
                     self._router.open_session_link(link, info)
                 self._fill(link, info, now)
