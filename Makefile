@@ -22,10 +22,10 @@ installs: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(DOCS_VENV)/.installed 
 		$(AZURITE_DIR)/node_modules/.installed
 	@:
 
-# Every install compiles its packages to bytecode (--compile-bytecode): uv does not by default, and where
+# The test venv's install compiles its packages to bytecode (--compile-bytecode): uv does not by default, and where
 # PYTHONDONTWRITEBYTECODE is set (as on the CI machine) nothing is cached at run time either, so each of the
 # hundreds of Python processes the tests start (hosts, workers, the tools) compiled the SDKs from source again:
-# 1.6 s of CPU a host, on 2 cores.
+# 1.6 s of CPU a host, on 2 cores. Not Checkov's and MkDocs' venvs: each runs once, and compiles only what it imports.
 # The test environment runs exactly what is deployed: requirements-dev.txt (the tools' and tests' pins, and the
 # app's ranges through tools/requirements.txt) under the constraint of requirements.txt, the app's lock. uv
 # (pinned in requirements-dev.txt) installs it. The tools (tools/*) are installed into the venv by a path file,
@@ -40,7 +40,7 @@ $(VENV)/.installed: requirements.txt requirements.in tools/requirements.txt requ
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements-dev.txt)"
-	$(CHECKOV_VENV)/bin/uv pip install --quiet --compile-bytecode --python $(CHECKOV_VENV)/bin/python -r requirements-checkov.txt
+	$(CHECKOV_VENV)/bin/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python -r requirements-checkov.txt
 	touch $@
 
 # The docs site's tools (requirements-docs.txt), in a venv of their own; tests/unit/test_docs_site.py builds the
@@ -48,7 +48,7 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 $(DOCS_VENV)/.installed: requirements-docs.txt
 	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
 	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements-dev.txt)"
-	$(DOCS_VENV)/bin/uv pip install --quiet --compile-bytecode --python $(DOCS_VENV)/bin/python -r requirements-docs.txt
+	$(DOCS_VENV)/bin/uv pip install --quiet --python $(DOCS_VENV)/bin/python -r requirements-docs.txt
 	touch $@
 
 $(COSMOS_DIR)/node_modules/.installed: $(COSMOS_DIR)/package.json $(COSMOS_DIR)/package-lock.json
