@@ -143,7 +143,8 @@ class ServiceBusListener:
         self._invoke = invoke
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._asking: set[threading.Thread] = set()  # session slots waiting on the accept of a session
+        # slots opening their receiver: on a session queue, waiting on the accept of a session for the try timeout
+        self._asking: set[threading.Thread] = set()
         self._asking_lock = threading.Lock()
         trigger = function.trigger
         self.entity = str(trigger.get("queueName") or f"{trigger['topicName']}/{trigger['subscriptionName']}")
