@@ -39,6 +39,13 @@ from devservers.host.settlement import RELEASE_REQUESTED, Deliveries, Delivery
 
 logger = logging.getLogger("devservers.host")
 RECEIVE_WAIT_SECONDS = 1.0
+# How many of a session trigger's slots wait on an accept at once; the others wait for a turn, holding nothing. The
+# SDK polls an accept's socket five times a second: 32 idle slots asking at once were half an idle host's CPU and a
+# third of the broker's. The extension's processor has every free slot ask (one link each on one connection, no
+# polling); here a burst of new sessions is taken two at a time, a connection's handshake each (milliseconds
+# locally), and the sessions taken are then held and handled up to maxConcurrentSessions at once, as there.
+ACCEPTS_AT_ONCE = 2
+TURN_CHECK_SECONDS = 5.0  # how often a slot waiting for its turn looks for the stop (which does not wait for it)
 # The client's TryTimeout when host.json's clientRetryOptions leaves it unset: ServiceBusRetryOptions.TryTimeout,
 # "The default timeout is 1 minute" (learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusretryoptions).
 TRY_TIMEOUT_SECONDS = 60.0
@@ -158,6 +165,7 @@ class ServiceBusListener:
         self._released: set[int] = set()  # receivers let go mid-invocation: their slot takes a new session
         self._close_lock = threading.Lock()
         self._rng = random.Random()
+        self._accept_turns = threading.Semaphore(ACCEPTS_AT_ONCE)
 
     def start(self) -> None:
         """Start the concurrency slots."""
@@ -167,9 +175,9 @@ class ServiceBusListener:
             self._threads.append(thread)
 
     def stop(self) -> None:
-        """Stop receiving; the messages being handled finish first. A session slot still waiting on its accept holds
-        nothing and is not waited for: a session it is then given it lets go without receiving, and the host's
-        process ends its wait when it exits."""
+        """Stop receiving; the messages being handled finish first. A session slot still waiting on its accept, or for
+        its turn to ask, holds nothing and is not waited for: a session it is then given it lets go without receiving,
+        and the host's process ends its wait when it exits."""
         with self._asking_lock:
             self._stopping.set()
             waiting = [thread for thread in self._threads if thread not in self._asking]
@@ -202,7 +210,8 @@ class ServiceBusListener:
                     break
                 self._asking.add(me)
             try:
-                receiver.__enter__()  # on a session queue, the accept of the next session with messages
+                if not self._open(receiver):
+                    break  # the stop came while the slot waited for its turn to ask
             except ServiceBusError as exc:
                 self._close_later(receiver)
                 if not isinstance(exc, OperationTimeoutError):  # that one only says no session had messages
@@ -226,6 +235,23 @@ class ServiceBusListener:
                 logger.info("%s session %s released after %d messages, %.2f s idle, %.2f s held, accepted in %.2f s",
                             self.function.name, receiver.session.session_id, handled, idle,
                             time.monotonic() - accepted, accepted - began)
+
+    def _open(self, receiver: Any) -> bool:
+        """Open the slot's receiver; on a session queue, the accept of the next session with messages, once it is
+        this slot's turn to ask (ACCEPTS_AT_ONCE). False when the listener stopped first."""
+        if not self._sessions:
+            receiver.__enter__()
+            return True
+        while not self._accept_turns.acquire(timeout=TURN_CHECK_SECONDS):
+            if self._stopping.is_set():
+                return False
+        try:
+            if self._stopping.is_set():
+                return False
+            receiver.__enter__()
+            return True
+        finally:
+            self._accept_turns.release()
 
     def _session_renewal(self, receiver: Any) -> LockRenewal:
         """Renew the session lock from its acceptance, for maxAutoLockRenewalDuration counted once from then."""
