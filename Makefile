@@ -24,6 +24,10 @@ installs: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(DOCS_VENV)/.installed 
 		$(AZURITE_DIR)/node_modules/.installed
 	@:
 
+# The test venv's install compiles its packages to bytecode (--compile-bytecode; uv does not by default): compiled
+# as the tests first import them, the SDKs were compiled again by every host, worker and tool process that the 6
+# workers start at once (a fresh-clone run here took 26 s more CPU than with them compiled at install). Not Checkov's
+# and MkDocs' venvs: each runs once, and compiles only what it imports.
 # The test environment runs exactly what is deployed: requirements-dev.txt (the tools' and tests' pins, and the
 # app's ranges through tools/requirements.txt) under the constraint of requirements.txt, the app's lock. uv
 # (pinned in requirements-dev.txt) installs it. The tools (tools/*) are installed into the venv by a path file,
@@ -31,7 +35,7 @@ installs: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(DOCS_VENV)/.installed 
 $(VENV)/.installed: requirements.txt requirements.in tools/requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements-dev.txt)"
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements-dev.txt -c requirements.txt
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements-dev.txt -c requirements.txt
 	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "idempotent_consumer_tools.pth").write_text(str(pathlib.Path("tools").resolve()) + "\n")'
 	touch $@
 
@@ -73,11 +77,11 @@ typecheck: setup
 	$(BIN)/mypy
 
 # Bytecode is written whatever PYTHONDONTWRITEBYTECODE says (set on the CI machine; an empty value is unset):
-# otherwise each of the hundreds of Python processes the tests start (hosts, workers, the tools) compiled the SDKs
-# from source again (1.6 s of CPU a host, on 2 cores), and each of the 6 workers rewrote every test module's asserts
-# again (7 s of CPU a worker). The project's modules are compiled first (__pycache__ is ignored by git), then one
-# collection compiles what the tests import and writes the rewritten test modules, which the workers then read.
-# Its output goes nowhere; the run after it reports what it reports.
+# otherwise each of the hundreds of Python processes the tests start (hosts, workers, the tools) compiled from source
+# again what was not compiled (1.6 s of CPU a host for the SDKs), and each of the 6 workers rewrote every test
+# module's asserts again (7 s of CPU a worker). The project's modules are compiled first (__pycache__ is ignored by
+# git), then one collection writes the rewritten test modules, which the workers then read. Its output goes
+# nowhere; the run after it reports what it reports.
 pytest: export PYTHONDONTWRITEBYTECODE :=
 pytest: setup
 	$(BIN)/python -m compileall -q -j 0 -x node_modules idempotent_consumer shared consumers tools examples function_app.py
