@@ -111,6 +111,19 @@ class DeliveryPump:
                 log.exception("failed to deliver to %s", info.address)
                 self._router.close(link, info, INTERNAL_ERROR, "The broker failed to deliver a message.")
 
+    def fill(self, link: Link, info: LinkInfo) -> None:
+        """Deliver to one receiver within its credit: what its flow asks for. A flow makes nothing deliverable to any
+        other receiver, and a receiver still waiting for a session is given one by ``run``, on what makes one
+        available. (A pass over every receiver on each flow cost the broker in proportion to the square of the
+        receivers: each idle receive loop flows once a second, and a few hosts hold a hundred receivers.)"""
+        if info.closed or info.entity is None or info.session_wait_deadline is not None:
+            return
+        try:
+            self._fill(link, info, time.time())
+        except Exception:
+            log.exception("failed to deliver to %s", info.address)
+            self._router.close(link, info, INTERNAL_ERROR, "The broker failed to deliver a message.")
+
     def settle(self, delivery: Delivery, info: LinkInfo) -> None:
         """The client settled a delivery we sent: apply it, then echo the outcome, settled."""
         token = getattr(delivery, "sb_token", None)

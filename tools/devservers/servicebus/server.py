@@ -223,7 +223,10 @@ class BrokerHandler(Handler):
         info = info_of(link)
         if info is not None and info.pending_replies:
             self._requests.flush(link, info)
-        self._pump.run()
+        if info is not None and info.kind is Kind.RECEIVE:
+            self._pump.fill(link, info)
+        else:
+            self._pump.run()
 
     @_guarded
     def on_delivery(self, event: Event) -> None:
