@@ -95,31 +95,31 @@ class DeliveryPump:
         # session slots waiting, asking each made the broker's busiest path).
         none_left: set[int] = set()
         for link, info in self._table.receivers():
-            if info.closed or info.entity is None:
-                continue
-            try:
-                if info.session_wait_deadline is not None:
-                    if id(info.entity) in none_left:
-                        continue
-                    info.session = info.entity.sessions.accept(None, info, now)
-                    if info.session is None:
-                        none_left.add(id(info.entity))
-                        continue
-                    self._router.open_session_link(link, info)
-                self._fill(link, info, now)
-            except Exception:
-                log.exception("failed to deliver to %s", info.address)
-                self._router.close(link, info, INTERNAL_ERROR, "The broker failed to deliver a message.")
+            self._deliver(link, info, now, none_left)
 
     def fill(self, link: Link, info: LinkInfo) -> None:
         """Deliver to one receiver within its credit: what its flow asks for. A flow makes nothing deliverable to any
         other receiver, and a receiver still waiting for a session is given one by ``run``, on what makes one
         available. (A pass over every receiver on each flow cost the broker in proportion to the square of the
         receivers: each idle receive loop flows once a second, and a few hosts hold a hundred receivers.)"""
-        if info.closed or info.entity is None or info.session_wait_deadline is not None:
+        if info.session_wait_deadline is None:
+            self._deliver(link, info, time.time(), set())
+
+    def _deliver(self, link: Link, info: LinkInfo, now: float, none_left: set[int]) -> None:
+        """One receiver's part of a pass: the session it waits for, if one is there, then messages within its credit;
+        a receiver whose delivery fails is closed with the reason."""
+        if info.closed or info.entity is None:
             return
         try:
-            self._fill(link, info, time.time())
+            if info.session_wait_deadline is not None:
+                if id(info.entity) in none_left:
+                    return
+                info.session = info.entity.sessions.accept(None, info, now)
+                if info.session is None:
+                    none_left.add(id(info.entity))
+                    return
+                self._router.open_session_link(link, info)
+            self._fill(link, info, now)
         except Exception:
             log.exception("failed to deliver to %s", info.address)
             self._router.close(link, info, INTERNAL_ERROR, "The broker failed to deliver a message.")
