@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -81,6 +82,17 @@ def test_sigterm_lets_the_invocation_in_flight_finish_then_exits_0(
     assert rules_host.terminate() == 0
     assert [e["event"] for e in entries(journal, message_id)] == ["started", "completed"]
     assert not [m for m in peek(broker, "slow") if m.message_id == message_id]
+
+
+def test_a_sigterm_the_kernel_hands_to_another_of_the_hosts_threads_still_stops_it(rules_host: HostProcess) -> None:
+    # The kernel gives a process's SIGTERM to whichever of its threads takes it first; here it is given to one
+    # receiving slot, on purpose. A main thread asleep in Event.wait() never woke for it (the host then waited out
+    # the test's stop timeout), because Python runs the handler only on the main thread, once that is awake.
+    pid = rules_host.process.pid
+    other = next(int(tid) for tid in sorted(os.listdir(f"/proc/{pid}/task")) if int(tid) != pid)
+    assert ctypes.CDLL(None, use_errno=True).tgkill(pid, other, signal.SIGTERM) == 0
+    assert rules_host.process.wait(20) == 0
+    assert "stopping: no new messages" in rules_host.output()
 
 
 def test_function_timeout_restarts_the_worker_and_the_message_in_flight_is_abandoned(

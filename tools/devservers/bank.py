@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import socket
 import threading
 from collections.abc import Iterable
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Self
 
 from werkzeug.serving import BaseWSGIServer, make_server
 from werkzeug.wrappers import Request, Response
 
 from devservers.fulfilment import _Handler
+from devservers.stopsignal import StopSignals
 
 
 class BankServer:
@@ -113,13 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devservers.bank", description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=7073)
     args = parser.parse_args(argv)
-    stop = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = StopSignals()
     with BankServer(args.port) as bank:
         print(f"listening on {bank.url}", flush=True)
         stop.wait()

@@ -40,7 +40,6 @@ import http.client
 import json
 import random
 import re
-import signal
 import socket
 import struct
 import sys
@@ -48,13 +47,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from devservers._child import port_number
+from devservers.stopsignal import StopSignals
 
 __all__ = ["Fault", "FaultProxy", "Kind", "Observer", "RandomFaults", "Tap", "fault_proxy"]
 
@@ -347,12 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot listen on 127.0.0.1:{args.port} ({err.strerror}); choose another --port "
               "(0 = any free)", file=sys.stderr)
         return 1
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: stopped.set())
+    stopped = StopSignals()  # SIGTERM, and Ctrl-C
     with proxy:
         print(f"listening on {proxy.url}", flush=True)
-        with suppress(KeyboardInterrupt):
-            stopped.wait()
+        stopped.wait()
     injected = " ".join(f"{kind}={count}" for kind, count in sorted(proxy.counts.items())) or "none"
     print(f"faults injected: {injected} (of {len(proxy.requests)} requests)", file=sys.stderr)
     return 0

@@ -59,7 +59,6 @@ import ipaddress
 import json
 import logging
 import random
-import signal
 import socket
 import sys
 import threading
@@ -67,7 +66,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from werkzeug.exceptions import BadRequest, HTTPException, RequestEntityTooLarge
@@ -76,6 +75,7 @@ from werkzeug.wrappers import Request, Response
 
 from devservers._child import port_number
 from devservers.identity import Tokens
+from devservers.stopsignal import StopSignals
 from shared.adapters.reservations import ReservationLedger
 from shared.ports.fulfilment import IDEMPOTENCY_HEADER, RESERVATIONS_PATH, Reply
 
@@ -476,13 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    done = threading.Event()
-
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    done = StopSignals()
     try:
         server = FulfilmentServer(args.host, args.port, ietf=args.ietf, forget_keys_after=args.forget_keys_after,
                                   processing_seconds=tuple(args.processing_seconds)).start()
@@ -494,8 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         print(f"listening on {server.url}", flush=True)
-        while not done.wait(0.5):
-            pass
+        done.wait()
     finally:
         server.stop()
     return 0

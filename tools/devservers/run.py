@@ -15,12 +15,11 @@ import argparse
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import IO
 
 from devservers._child import ChildStartupError, start_until_listening
+from devservers.stopsignal import StopSignals
 
 ROOT = Path(__file__).resolve().parents[2]  # the project root, above tools/
 SERVERS = (
@@ -41,13 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", type=Path, default=ROOT / "local.settings.sample.json",
                         help="the host's settings (default: local.settings.sample.json)")
     args = parser.parse_args(argv)
-    stop = threading.Event()
-
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = StopSignals()
     running: list[tuple[str, subprocess.Popen[str], IO[bytes]]] = []
     try:
         for name, command in (*SERVERS, ("local Functions host", ["-m", "devservers.host", "--app-dir", str(ROOT),
@@ -76,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _follow(log: IO[bytes], stop: threading.Event) -> None:
+def _follow(log: IO[bytes], stop: StopSignals) -> None:
     """Copy the host's log to our stderr until told to stop."""
     position = 0
     while not stop.wait(0.5):

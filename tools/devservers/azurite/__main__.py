@@ -9,12 +9,12 @@ services listen; stop it with Ctrl-C. Errors are one line on stderr with exit st
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
 from devservers._child import port_number
 from devservers.azurite import DEFAULT_PORTS, AzuriteError, start_azurite
+from devservers.stopsignal import StopSignals
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -38,14 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     except AzuriteError as err:
         print(f"error: {err} (is a port in use? another Azurite?)", file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: azurite.stop())
+    stop = StopSignals()  # the thread that drains Azurite's output may be the one handed the signal
     print(f"listening on {azurite.endpoints['Blob']}", flush=True)
     print(f"AzureWebJobsStorage={azurite.connection_string}", file=sys.stderr, flush=True)
-    try:
-        return azurite.wait()
-    except KeyboardInterrupt:
-        azurite.stop()
-        return 0
+    while azurite.running:
+        if stop.wait(0.5):
+            azurite.stop()
+            return 0
+    return azurite.wait()
 
 
 if __name__ == "__main__":

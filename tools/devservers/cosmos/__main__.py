@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     # Node shares the terminal: it prints `listening on ...` and its errors, and gets Ctrl-C itself.
     # Its stdin is a pipe from us, so it also exits if we die without stopping it.
     process = subprocess.Popen([*command, "--exit-on-stdin-close"], cwd=PACKAGE_DIR, stdin=subprocess.PIPE)
+    # One thread, so the kernel hands the signal to it and the handler runs (devservers.stopsignal is for the others).
     signal.signal(signal.SIGTERM, lambda _signum, _frame: process.terminate())
     try:
         return process.wait()

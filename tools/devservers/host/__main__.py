@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 
 from devservers.host.core import Host, HostConfig
 from devservers.host.process import HostError
+from devservers.stopsignal import StopSignals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,13 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.INFO if args.verbose else logging.WARNING)
     app_dir = args.app_dir.resolve()
     settings = args.settings or (app_dir / "local.settings.json")
-    stop = threading.Event()
-
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = StopSignals()  # any of the host's threads may be handed the signal; a signal while it starts counts
     try:
         host = Host(HostConfig.load(app_dir, settings if settings.is_file() or args.settings else None))
         host.start()

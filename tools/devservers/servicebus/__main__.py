@@ -12,15 +12,13 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 
 from devservers._child import port_number
 from devservers.servicebus import READY_PREFIX, Broker, ConfigError
 from devservers.servicebus.config import NamespaceConfig, load_config
+from devservers.stopsignal import StopSignals
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,13 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"error: {_cannot_listen(args.host, args.port, err)}", file=sys.stderr)
         return 1
-    stop = threading.Event()
-
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = StopSignals()
     broker.start()
     print(f"{READY_PREFIX}{broker.host}:{broker.port}", flush=True)
     while not stop.wait(0.5):
