@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +16,14 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from devservers.host.core import HostConfig
-from devservers.host.servicebus import RELEASE_RATE_SETTING, RELEASED_MID_INVOCATION, TRY_TIMEOUT_SECONDS
+from devservers.host.servicebus import (
+    ACCEPTS_AT_ONCE,
+    QUICK_ACCEPT_SECONDS,
+    RELEASE_RATE_SETTING,
+    RELEASED_MID_INVOCATION,
+    TRY_TIMEOUT_SECONDS,
+    AcceptTurns,
+)
 from devservers.servicebus import Broker
 from tests.host.conftest import NEEDS_313, RULES_APP, HostProcess, eventually, peek
 
@@ -113,6 +123,52 @@ def test_a_host_whose_session_slot_waits_on_its_accept_stops_without_waiting_out
         [message] = receiver.receive_messages(max_wait_time=5)
         assert (message.message_id, message.delivery_count) == (message_id, 0)
         receiver.complete_message(message)
+
+
+def asked(records: list[logging.LogRecord], queue: str, *, senders: int) -> int:
+    """The receivers that asked the broker for a session of ``queue``: each opens a connection of its own and puts a
+    token for the queue before it attaches (the broker logs an attach only once it has given the session), as each
+    of the test's ``senders`` did."""
+    return sum(1 for r in records if r.name == "devservers.servicebus.requests"
+               and re.fullmatch(rf"put-token \S+/{queue}: 200", r.getMessage())) - senders
+
+
+@NEEDS_313
+def test_a_hosts_session_slots_ask_for_a_session_two_at_a_time_and_hold_every_session_they_took_at_once(
+    broker: Broker, sessions_host: Callable[..., HostProcess], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="devservers.servicebus.requests")
+    host = sessions_host(maxConcurrentSessions="8")  # the idle timeout unset: a slot holds an idle session 60 s
+    eventually(lambda: asked(caplog.records, "in-sessions", senders=0) >= ACCEPTS_AT_ONCE, what="the first to ask")
+    time.sleep(QUICK_ACCEPT_SECONDS + 1)  # so that the session sent next does not find an accept just begun
+    # Of the 8 free slots, two ask, and the others wait their turn.
+    assert asked(caplog.records, "in-sessions", senders=0) == ACCEPTS_AT_ONCE
+    sessions = [(f"s-{uuid.uuid4()}", f"m-{uuid.uuid4()}") for _ in range(8)]
+    send(broker, sessions[0])
+    eventually(lambda: f"in_sessions messageId={sessions[0][1]} " in host.output(), what="the first session's message")
+    # The slot given it had waited for it, so that one more slot took the turn it left, and no other.
+    eventually(lambda: asked(caplog.records, "in-sessions", senders=1) == ACCEPTS_AT_ONCE + 1, what="a third to ask")
+    # A burst: an accept that finds a session waiting lets every free slot ask.
+    send(broker, *sessions[1:])
+    eventually(lambda: all(f"in_sessions messageId={m} " in host.output() for _, m in sessions), what="every message")
+    # Every slot holds the session it took, none let go yet: 8 sessions held at once, each slot having asked once.
+    assert releases(host) == [] and asked(caplog.records, "in-sessions", senders=2) == 8
+    assert host.terminate(timeout=20) == 0
+    assert len(releases(host)) == 8
+
+
+def test_accept_turns_open_to_every_slot_for_a_session_found_waiting_and_close_one_by_one_down_to_the_least() -> None:
+    turns, stopping = AcceptTurns(2, 4), threading.Event()
+    assert turns.take(stopping) and turns.take(stopping) and turns.open == 2
+    turns.give_back(quick=True)  # a session was waiting: every free slot may ask
+    assert turns.open == 4 and turns.take(stopping) and turns.take(stopping) and turns.take(stopping)
+    for _ in range(3):
+        turns.give_back(quick=False)  # accepts that waited, or found none
+    assert turns.open == 2
+    turns.give_back(quick=False)
+    assert turns.open == 2  # never fewer than the least
+    stopping.set()
+    assert not turns.take(stopping)
 
 
 def started(journal: Path, message_id: str) -> int:
