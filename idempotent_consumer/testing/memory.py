@@ -96,12 +96,12 @@ class InMemoryStore:
         while True:
             with self._lock:
                 self.requests += 1
-                found = sorted(
-                    (_position(d, self._partition_field), d) for d in self._documents.values()
-                    if _position(d, self._partition_field) > after and not self._expired(d)
-                    and (partition_key is None or d.get(self._partition_field) == partition_key)
+                found = sorted(  # the cheap tests first: a simulation runs thousands of queries
+                    (position, d) for d in self._documents.values()
+                    if (partition_key is None or d.get(self._partition_field) == partition_key)
                     and all(d.get(k) == v for k, v in conditions.items())
-                    and (before is None or _less(d.get(before[0]), before[1])))
+                    and (before is None or _less(d.get(before[0]), before[1]))
+                    and (position := _position(d, self._partition_field)) > after and not self._expired(d))
                 page = [_json_copy(d) for _, d in found[:size]]
             yield page
             if len(found) <= size:

@@ -127,6 +127,10 @@ class Queue:
         self._held: dict[int, str] = {}  # receiver -> the session it last took
         self._tokens = 0
         self._scheduled = 0  # messages sent to come later, not yet due
+        # What ``processed`` looks up, kept as messages are sent (scanning every message for each was an eighth of
+        # a simulation's CPU): the copies delayed retries made under each chain, and each dead letter's resubmission.
+        self._copies: dict[str, list[BrokerMessage]] = {}
+        self._resubmissions: dict[int, BrokerMessage] = {}
 
     def resubmit(self, dead: BrokerMessage) -> BrokerMessage | None:
         """What ``sbctl dlq resubmit`` does with a dead letter: the message sent again, a copy under its original
@@ -137,6 +141,7 @@ class Queue:
                           properties=retries.originals(dead.properties))
         if again is not None:
             again.resubmission_of = dead
+            self._resubmissions.setdefault(id(dead), again)
         return again
 
     def send(
@@ -154,6 +159,8 @@ class Queue:
         message = BrokerMessage(self.name, len(self.messages) + 1, message_id, body, session_id, correlation_id,
                                 now, tag, properties=dict(properties or {}))
         self.messages.append(message)
+        if (chain := message.properties.get(retries.CHAIN)) is not None:
+            self._copies.setdefault(chain, []).append(message)
         if due is not None and due > now:
             message.state = State.SCHEDULED
             self._scheduled += 1
@@ -240,13 +247,12 @@ class Queue:
         """Whether ``message`` has left the queue for good: settled, and so is every copy delayed retries made of
         it (a message handed on has left the queue, not yet been processed); a copy dead-lettered
         RetryLimitExceeded is processed once the operator's resubmission of it is."""
-        chain = str(message.sequence_number)
-        copies = [m for m in self.messages[message.sequence_number - 1:]
-                  if m is message or m.properties.get(retries.CHAIN) == chain]
+        copies = [message, *(m for m in self._copies.get(str(message.sequence_number), ())
+                             if m.sequence_number > message.sequence_number)]
         if not all(m.settled for m in copies):
             return False
         for dead in (m for m in copies if m.reason == retries.RETRY_LIMIT_EXCEEDED):
-            again = next((m for m in self.messages if m.resubmission_of is dead), None)
+            again = self._resubmissions.get(id(dead))
             if again is None or not self.processed(again):
                 return False
         return True
