@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from devservers.servicebus.errors import MESSAGE_LOCK_LOST, BrokerError, session_lock_lost
 from devservers.servicebus.messages import StoredMessage
-from devservers.servicebus.timers import Deadlines
+from devservers.servicebus.timers import Alarm, Deadlines
 
 __all__ = ["LockTable"]
 
@@ -33,9 +33,9 @@ def _lock_lost() -> BrokerError:
 class LockTable:
     """The message locks held in one entity, by lock token."""
 
-    def __init__(self) -> None:
+    def __init__(self, alarm: Alarm | None = None) -> None:
         self._held: dict[uuid.UUID, StoredMessage] = {}
-        self._expiry: Deadlines[uuid.UUID] = Deadlines()
+        self._expiry: Deadlines[uuid.UUID] = Deadlines(alarm)
         self._revoked: OrderedDict[uuid.UUID, str] = OrderedDict()
 
     def lock(self, message: StoredMessage, owner: object, until: float, *, expires: bool) -> None:

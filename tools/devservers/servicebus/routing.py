@@ -12,6 +12,7 @@ OperationTimeoutError).
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from typing import Any
 
@@ -135,6 +136,8 @@ class LinkRouter:
         self._table.add(link, info)
         if info.wants_session and info.session is None:
             _wait_for_session(link, info)
+            assert info.session_wait_deadline is not None
+            self._namespace.alarm.at(info.session_wait_deadline)  # the tick ends the wait then
             return False
         self._open(link, info, client_sends)
         return True
@@ -185,14 +188,21 @@ class LinkRouter:
             error = session_lock_lost(lost.session_id)
             self.close(link, owner, error.condition, error.description)
 
-    def end_session_waits(self, now: float) -> None:
-        """Refuse, with the timeout error, the session receivers whose wait for a session ran out."""
+    def end_session_waits(self, now: float) -> float:
+        """Refuse, with the timeout error, the session receivers whose wait for a session ran out; when the first of
+        the other waits runs out (infinity when none waits)."""
+        first = math.inf
         for link, info in self._table.receivers():
-            if info.session_wait_deadline is not None and now >= info.session_wait_deadline:
+            if info.session_wait_deadline is None:
+                continue
+            if now >= info.session_wait_deadline:
                 self._table.forget(info)
                 _refuse(
                     link, TIMEOUT, "The operation did not complete within the allocated time: no session is available."
                 )
+            else:
+                first = min(first, info.session_wait_deadline)
+        return first
 
     def _classify(self, link: Link, info: LinkInfo, client_sends: bool) -> None:
         path = info.address

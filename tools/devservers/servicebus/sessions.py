@@ -15,7 +15,7 @@ from devservers.servicebus.config import ReceiverSettings
 from devservers.servicebus.errors import SESSION_CANNOT_BE_LOCKED, BrokerError, session_lock_lost
 from devservers.servicebus.locks import LockTable
 from devservers.servicebus.messages import ReadyQueue, StoredMessage
-from devservers.servicebus.timers import Deadlines
+from devservers.servicebus.timers import Alarm, Deadlines
 
 __all__ = ["Session", "SessionRegistry"]
 
@@ -57,10 +57,10 @@ class _SessionHost(Protocol):
 class SessionRegistry:
     """The sessions of one entity, by id; every operation that takes ``now`` runs the entity's timers first."""
 
-    def __init__(self, entity: _SessionHost) -> None:
+    def __init__(self, entity: _SessionHost, alarm: Alarm | None = None) -> None:
         self._entity = entity
         self._sessions: dict[str, Session] = {}
-        self._expiry: Deadlines[str] = Deadlines()
+        self._expiry: Deadlines[str] = Deadlines(alarm)
 
     # -- the messages of a session ------------------------------------------------------------
 

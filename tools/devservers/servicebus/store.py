@@ -56,7 +56,7 @@ from devservers.servicebus.errors import (
 from devservers.servicebus.locks import LockTable
 from devservers.servicebus.messages import Envelope, MessageState, ReadyQueue, StoredMessage
 from devservers.servicebus.sessions import Session, SessionRegistry
-from devservers.servicebus.timers import Deadlines
+from devservers.servicebus.timers import Alarm, Deadlines
 
 __all__ = [
     "DEAD_LETTER_QUEUE",
@@ -175,11 +175,11 @@ class ReceivableEntity:
         self.settings = settings
         self.dead_letter_parent = dead_letter_parent
         self.messages: dict[int, StoredMessage] = {}
-        self.locks = LockTable()
-        self.sessions = SessionRegistry(self)
+        self.locks = LockTable(namespace.alarm)
+        self.sessions = SessionRegistry(self, namespace.alarm)
         self.browser = MessageBrowser(self)
         self._ready = ReadyQueue(self.messages)
-        self._expiries: Deadlines[int] = Deadlines()
+        self._expiries: Deadlines[int] = Deadlines(namespace.alarm)
         self._session_losses: list[SessionLockExpired] = []
         self.dead_letter_queue: ReceivableEntity | None = None
         self.transfer_dead_letter_queue: ReceivableEntity | None = None
@@ -228,6 +228,7 @@ class ReceivableEntity:
             self._make_available(message)
 
     def _make_available(self, message: StoredMessage) -> None:
+        self.namespace.made_available = True
         session = self.sessions.of(message)
         (session.ready if session is not None else self._ready).push(message)
 
@@ -407,14 +408,15 @@ class Intake:
     """What queues and topics share as send targets: size limit, sequence numbers, duplicate detection, scheduling."""
 
     def __init__(
-        self, owner: _IntakeOwner, requires_duplicate_detection: bool, window: float, max_message_size: int
+        self, owner: _IntakeOwner, requires_duplicate_detection: bool, window: float, max_message_size: int,
+        alarm: Alarm | None = None,
     ) -> None:
         self._owner = owner
         self.max_message_size = max_message_size
         self._next_sequence_number = itertools.count(1)
         self._duplicates = _DuplicateDetector(window) if requires_duplicate_detection else None
         self.scheduled: dict[int, StoredMessage] = {}
-        self._due: Deadlines[int] = Deadlines()
+        self._due: Deadlines[int] = Deadlines(alarm)
 
     def check_size(self, size: int, *, batch: bool = False) -> None:
         """Refuse (message-size-exceeded) an encoded message or batch transfer of ``size`` bytes over the limit."""
@@ -487,7 +489,8 @@ class Queue(ReceivableEntity):
         super().__init__(namespace, config.name, config.settings)
         self.name = config.name
         self.intake = Intake(
-            self, config.requires_duplicate_detection, config.duplicate_detection_window, config.max_message_size
+            self, config.requires_duplicate_detection, config.duplicate_detection_window, config.max_message_size,
+            namespace.alarm,
         )
         # Peek shows scheduled messages too, as Service Bus's does.
         self.browser = MessageBrowser(self, self.intake.scheduled)
@@ -534,7 +537,8 @@ class Topic:
         self.name = self.path = config.name
         self.default_message_ttl = config.default_message_ttl
         self.intake = Intake(
-            self, config.requires_duplicate_detection, config.duplicate_detection_window, config.max_message_size
+            self, config.requires_duplicate_detection, config.duplicate_detection_window, config.max_message_size,
+            namespace.alarm,
         )
         self.subscriptions = {s.name.lower(): Subscription(namespace, self, s) for s in config.subscriptions}
 
@@ -571,6 +575,11 @@ class Namespace:
 
     def __init__(self, config: NamespaceConfig) -> None:
         self.name = config.name
+        # Set whenever a message becomes available to a receiver, however that came about (a send, a settlement, a
+        # lock or a schedule falling due, on a tick or on any access); the broker's tick reads and clears it
+        # (take_made_available), so that it delivers only when there may be something new to deliver.
+        self.made_available = False
+        self.alarm = Alarm()  # every entity's deadlines, for the broker's tick
         self.queues = {q.name.lower(): Queue(self, q) for q in config.queues}
         self.topics = {t.name.lower(): Topic(self, t) for t in config.topics}
 
@@ -622,6 +631,11 @@ class Namespace:
         for topic in self.topics.values():
             entities.extend(topic.subscriptions.values())
         return [e for entity in entities for e in (entity, entity.dead_letter_queue) if e is not None]
+
+    def take_made_available(self) -> bool:
+        """Whether a message became available since the last call."""
+        made, self.made_available = self.made_available, False
+        return made
 
     def tick(self, now: float) -> list[SessionLockExpired]:
         """Run every due timer (scheduled messages, locks, TTLs); returns the session locks that ended."""
