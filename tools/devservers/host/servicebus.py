@@ -38,7 +38,11 @@ from devservers.host.protos import protos
 from devservers.host.settlement import RELEASE_REQUESTED, Deliveries, Delivery
 
 logger = logging.getLogger("devservers.host")
-RECEIVE_WAIT_SECONDS = 1.0
+# How long one receive call of a slot waits for a message (a message that comes meanwhile is handed over at once):
+# each call flows credit to the broker, so an idle slot costs the broker a flow this often; and it is how long a
+# stop may wait for an idle slot to notice it. The extension's processor receives continuously. At 1 s, the flows
+# of one idle host's slots were half the broker's idle CPU.
+RECEIVE_WAIT_SECONDS = 2.0
 # How many of a session trigger's slots ask for a session at once while sessions come one by one; the others wait
 # for a turn, holding nothing. The SDK polls an accept's socket five times a second: 32 idle slots asking at once
 # were half an idle host's CPU and a third of the broker's. The extension's processor has every free slot ask (a

@@ -101,7 +101,8 @@ class DeliveryPump:
         """Deliver to one receiver within its credit: what its flow asks for. A flow makes nothing deliverable to any
         other receiver, and a receiver still waiting for a session is given one by ``run``, on what makes one
         available. (A pass over every receiver on each flow cost the broker in proportion to the square of the
-        receivers: each idle receive loop flows once a second, and a few hosts hold a hundred receivers.)"""
+        receivers: each idle receive loop of the local host flows every 2 s, and a few hosts hold a hundred
+        receivers.)"""
         if info.session_wait_deadline is None:
             self._deliver(link, info, time.time(), set())
 
