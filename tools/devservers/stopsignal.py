@@ -52,12 +52,6 @@ class StopSignals:
                     self.received = signal.Signals(number)
         return True
 
-    def close(self) -> None:
-        """Give the wakeup fd back; the handlers stay (a late signal still only wakes nobody)."""
-        signal.set_wakeup_fd(-1)
-        self._read.close()
-        self._write.close()
-
 
 def _recorded_by_the_wakeup_socket(_signum: int, _frame: FrameType | None) -> None:
     """The Python-level handler: nothing to do, the C-level one has written the signal to the wakeup socket."""

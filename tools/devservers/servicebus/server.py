@@ -135,7 +135,7 @@ class BrokerHandler(Handler):
             return
         now = time.time()
         due = self._next_due(now)
-        if due < self._tick_at and max(due, self._ticked_at + TICK_SECONDS) < self._tick_at:
+        if max(due, self._ticked_at + TICK_SECONDS) < self._tick_at:
             self._plan_tick(self.container, due)
 
     def _tick(self, now: float) -> None:
