@@ -38,12 +38,12 @@ from idempotent_consumer.ports.store import (
 )
 from idempotent_consumer.records import PARTITION_FIELD
 
-_Key = tuple[str, str]
+_Partition = dict[str, Document]  # one partition's documents by id
 _Json = TypeVar("_Json")
 
 
 class InMemoryStore:
-    """Documents keyed by (partition key, id), guarded by one lock; etags change on every write.
+    """Documents by partition key, then id, guarded by one lock; etags change on every write.
 
     TTL follows Cosmos DB: with ``default_ttl`` None, expiry is off; -1 turns it on without a
     default, and a document's own ``ttl`` (seconds, -1 = never) then applies. A query page holds at most
@@ -60,7 +60,7 @@ class InMemoryStore:
         self._page_items = page_items
         self._empty_first_page = empty_first_page
         self._clock = clock
-        self._documents: dict[_Key, Document] = {}
+        self._documents: dict[str, _Partition] = {}  # a query in one partition reads that partition alone
         self._lock = threading.Lock()
         self.requests = 0  # what a Cosmos request would be counted as; tests assert on it
 
@@ -70,13 +70,14 @@ class InMemoryStore:
         check_item(document)
         with self._lock:
             self.requests += 1
-            return _json_copy(self._create(self._documents, document))
+            partition = self._documents.setdefault(self._partition_key_of(document), {})
+            return _json_copy(self._create(partition, document))
 
     async def read(self, doc_id: str, partition_key: str) -> Document:
         """Return a copy of the stored document or raise NotFound."""
         with self._lock:
             self.requests += 1
-            return _json_copy(self._get(self._documents, partition_key, doc_id))
+            return _json_copy(self._get(self._documents.get(partition_key, {}), doc_id))
 
     async def query_pages(
         self, conditions: Mapping[str, Any], *, partition_key: str | None = None,
@@ -96,10 +97,11 @@ class InMemoryStore:
         while True:
             with self._lock:
                 self.requests += 1
+                within = ([self._documents.get(partition_key, {})] if partition_key is not None
+                          else list(self._documents.values()))
                 found = sorted(  # the cheap tests first: a simulation runs thousands of queries
-                    (position, d) for d in self._documents.values()
-                    if (partition_key is None or d.get(self._partition_field) == partition_key)
-                    and all(d.get(k) == v for k, v in conditions.items())
+                    (position, d) for partition in within for d in partition.values()
+                    if all(d.get(k) == v for k, v in conditions.items())
                     and (before is None or _less(d.get(before[0]), before[1]))
                     and (position := _position(d, self._partition_field)) > after and not self._expired(d))
                 page = [_json_copy(d) for _, d in found[:size]]
@@ -113,51 +115,53 @@ class InMemoryStore:
         check_batch(operations)
         with self._lock:
             self.requests += 1
-            working = dict(self._documents)
+            working = dict(self._documents.get(partition_key, {}))  # a batch is in one partition
             results = []
             for index, op in enumerate(operations):
                 try:
                     results.append(batch_result(op, self._apply(working, partition_key, op)))
                 except StoreError as exc:
                     raise BatchFailed(index, exc) from exc
-            self._documents = working
+            self._documents[partition_key] = working
             return _json_copy(results)
 
     def documents(self) -> list[Document]:
         """Every live stored document, for assertions in tests."""
         with self._lock:
-            return [_json_copy(d) for d in self._documents.values() if not self._expired(d)]
+            return [_json_copy(d) for partition in self._documents.values() for d in partition.values()
+                    if not self._expired(d)]
 
-    def _apply(self, docs: dict[_Key, Document], partition_key: str, op: BatchOperation) -> Document:
+    def _apply(self, docs: _Partition, partition_key: str, op: BatchOperation) -> Document:
         if isinstance(op, Create):
             self._require_partition(op.document, partition_key)
             return self._create(docs, op.document)
         if isinstance(op, Patch):
-            current = self._get(docs, partition_key, op.doc_id)
+            current = self._get(docs, op.doc_id)
             if op.if_match is not None and current["_etag"] != op.if_match:
                 raise PreconditionFailed(f"etag of {op.doc_id} changed", status=412)
             if not _condition_holds(current, op.condition):
                 raise PreconditionFailed(f"condition on {op.doc_id} does not hold", status=412)
             # Stored documents are never changed in place, so the new version may share the fields it keeps.
             patched = self._stamp(_set_paths(current, _json_copy(dict(op.set_fields)), op.doc_id))
-            docs[(partition_key, op.doc_id)] = patched
+            docs[op.doc_id] = patched
             return patched
         if isinstance(op, Delete):
-            current = self._get(docs, partition_key, op.doc_id)
+            current = self._get(docs, op.doc_id)
             if op.if_match is not None and current["_etag"] != op.if_match:
                 raise PreconditionFailed(f"etag of {op.doc_id} changed", status=412)
-            del docs[(partition_key, op.doc_id)]
+            del docs[op.doc_id]
             return {}
         self._require_partition(op.document, partition_key)
-        current = self._get(docs, partition_key, op.document["id"])
+        current = self._get(docs, op.document["id"])
         if op.if_match is not None and current["_etag"] != op.if_match:
             raise PreconditionFailed(f"etag of {op.document['id']} changed", status=412)
         replaced = self._stamp(_json_copy(op.document))
-        docs[(partition_key, op.document["id"])] = replaced
+        docs[op.document["id"]] = replaced
         return replaced
 
-    def _create(self, docs: dict[_Key, Document], document: Document) -> Document:
-        key = (self._partition_key_of(document), document["id"])
+    def _create(self, docs: _Partition, document: Document) -> Document:
+        """Create ``document`` in ``docs``, the partition it names (the caller's to check)."""
+        key = document["id"]
         existing = docs.get(key)
         if existing is not None and not self._expired(existing):
             raise AlreadyExists(f"document {document['id']} already exists", status=409)
@@ -165,8 +169,8 @@ class InMemoryStore:
         docs[key] = stored
         return stored
 
-    def _get(self, docs: dict[_Key, Document], partition_key: str, doc_id: str) -> Document:
-        stored = docs.get((partition_key, doc_id))
+    def _get(self, docs: _Partition, doc_id: str) -> Document:
+        stored = docs.get(doc_id)
         if stored is None or self._expired(stored):
             raise NotFound(f"document {doc_id} not found", status=404)
         return stored

@@ -156,8 +156,7 @@ class OverwritingStore(InMemoryStore):
     """Planted: a store whose create overwrites a document of the same id, as an upsert would."""
 
     async def create(self, document: dict[str, Any]) -> dict[str, Any]:
-        self._documents = {k: v for k, v in self._documents.items()
-                           if (v.get("id"), v.get("orderId")) != (document.get("id"), document.get("orderId"))}
+        self._documents.get(str(document.get("orderId")), {}).pop(str(document.get("id")), None)
         return await super().create(document)
 
 

@@ -66,7 +66,7 @@ class AgreeingStore(InMemoryStore):
         return written
 
     def check(self, order_id: str) -> None:
-        documents = [d for (partition, _), d in self._documents.items() if partition == order_id]  # read, not copied
+        documents = list(self._documents.get(order_id, {}).values())  # read, not copied
         [order] = [d for d in documents if d["type"] in ("order", "order-pending")]
         waiting = [d for d in documents if d["type"] == "parked-event" and d["status"] == "parked"]
         assert order.get("parked", 0) == sum(d.get("counted", True) for d in waiting), "count != what waits"
