@@ -33,16 +33,16 @@ $(UV): requirements-dev.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements-dev.txt)"
 	touch $@
 
-# The test venv's install compiles its packages to bytecode (--compile-bytecode; uv does not by default): compiled
-# as the tests first import them, the SDKs were compiled again by every host, worker and tool process that the 6
-# workers start at once (a fresh-clone run here took 26 s more CPU than with them compiled at install). Not Checkov's
-# and MkDocs' venvs: each runs once, and compiles only what it imports.
+# No venv's install compiles its packages to bytecode (uv does not by default): compiling all of .venv's at install
+# (--compile-bytecode) took 20 of a fresh clone's 70 CPU-s of setup here, and most of it is never imported (pip,
+# setuptools, mypy's sources, most of numpy and fontTools). The pytest target's collection compiles what the tests
+# import, and the hosts' and workers' own first imports the rest (the worker library, matplotlib), once each.
 # The test environment runs exactly what is deployed: requirements-dev.txt (the tools' and tests' pins, and the
 # app's ranges through tools/requirements.txt) under the constraint of requirements.txt, the app's lock. The tools
 # (tools/*) are installed into the venv by a path file, so that `.venv/bin/python -m sbctl ...`, `-m devservers.host`,
 # `-m simulation` and the rest run from the root.
 $(VENV)/.installed: requirements.txt requirements.in tools/requirements.txt requirements-dev.txt $(UV)
-	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements-dev.txt -c requirements.txt
+	$(UV) pip install --quiet --python $(BIN)/python -r requirements-dev.txt -c requirements.txt
 	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "idempotent_consumer_tools.pth").write_text(str(pathlib.Path("tools").resolve()) + "\n")'
 	touch $@
 
@@ -85,7 +85,8 @@ typecheck: setup
 # otherwise each of the hundreds of Python processes the tests start (hosts, workers, the tools) compiled from source
 # again what was not compiled (1.6 s of CPU a host for the SDKs), and each of the 6 workers rewrote every test
 # module's asserts again (7 s of CPU a worker). The project's modules are compiled first (__pycache__ is ignored by
-# git), then one collection writes the rewritten test modules, which the workers then read. Its output goes
+# git), then one collection writes the rewritten test modules and compiles the packages they import, which the
+# workers and the processes they start then read. Its output goes
 # nowhere; the run after it reports what it reports.
 pytest: export PYTHONDONTWRITEBYTECODE :=
 pytest: setup
