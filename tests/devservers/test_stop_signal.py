@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -32,10 +34,10 @@ def signal_another_thread(pid: int, signum: int = signal.SIGTERM) -> int:
 
 SIDE_THREAD = """
 import signal, sys, threading, time
-side = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+side = threading.Thread(target=time.sleep, args=(60,), daemon=True)
 side.start()
 {wait}
-signal.pthread_kill(side.ident, {signum})
+print("waiting", side.native_id, flush=True)
 print(waited(), flush=True)
 """
 WITH_STOP_SIGNALS = """
@@ -48,15 +50,38 @@ WITH_AN_EVENT = """
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
 def waited():
-    return stop.wait(2)
+    return stop.wait(5)
 """
 
 
+def thread_state(pid: int, tid: int) -> str:
+    """A thread's scheduler state from /proc: ``S`` while it sleeps (in a wait), ``R`` while it runs."""
+    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
 def run_side_thread(wait: str, signum: int = signal.SIGTERM) -> list[str]:
-    script = SIDE_THREAD.format(wait=textwrap.dedent(wait), signum=int(signum))
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, cwd=REPO_ROOT,
-                            check=True)
-    return result.stdout.split()
+    """Run ``wait`` in a child whose main thread then waits; once it sleeps in that wait, send ``signum`` to the
+    child's other thread; what the wait returned. Sent earlier, the handler could run on the main thread before
+    its wait began, and the wait would have nothing to sleep through."""
+    script = SIDE_THREAD.format(wait=textwrap.dedent(wait))
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        assert child.stdout is not None
+        started, side = child.stdout.readline().split()
+        assert started == "waiting"
+        deadline = time.monotonic() + 20
+        while thread_state(child.pid, child.pid) != "S":  # the side thread sleeps: nothing else holds the GIL
+            assert time.monotonic() < deadline, "the child's main thread never began its wait"
+            time.sleep(0.01)
+        assert _LIBC.tgkill(child.pid, int(side), int(signum)) == 0, os.strerror(ctypes.get_errno())
+        out, _ = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0
+    return out.split()
 
 
 def test_a_stop_signal_taken_by_another_thread_wakes_the_main_threads_wait() -> None:
@@ -64,8 +89,8 @@ def test_a_stop_signal_taken_by_another_thread_wakes_the_main_threads_wait() -> 
 
 
 def test_without_it_the_main_threads_event_wait_sleeps_through_a_signal_taken_by_another_thread() -> None:
-    # What the module is for: the same signal, with the handler setting an Event, wakes nobody; the handler runs
-    # only once the wait has timed out.
+    # What the module is for: the same signal, taken by another thread while the main thread sleeps in an Event's
+    # wait, wakes nobody; the handler runs only once the wait has timed out.
     assert run_side_thread(WITH_AN_EVENT) == ["False"]
 
 
