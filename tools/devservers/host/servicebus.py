@@ -155,64 +155,57 @@ def _json(value: Any) -> str:
 Invoker = Callable[[Function, dict[str, Any], dict[str, Any]], Any]
 
 
-class AcceptTurns:
-    """How many of a session trigger's slots may ask for a session at once: ``least`` while sessions come one by one;
-    all (``most``) after an accept that found a session waiting; one fewer after each accept that did not."""
+class _Turns:
+    """Slots taking turns: at most ``open`` of them at once, from ``least`` up to ``most``."""
 
     def __init__(self, least: int, most: int) -> None:
         self._least, self._most = min(least, most), most
         self._open = self._least
-        self._asking = 0
+        self._taken = 0
         self._changed = threading.Condition()
+
+    def take(self, stopping: threading.Event) -> bool:
+        """Wait for a turn; False once ``stopping`` is set."""
+        with self._changed:
+            while self._taken >= self._open and not stopping.is_set():
+                self._changed.wait(TURN_CHECK_SECONDS)
+            if stopping.is_set():
+                return False
+            self._taken += 1
+            return True
+
+    def wake(self) -> None:
+        """Have every slot waiting for a turn look at the stop now."""
+        with self._changed:
+            self._changed.notify_all()
+
+
+class AcceptTurns(_Turns):
+    """How many of a session trigger's slots may ask for a session at once: ``least`` while sessions come one by one;
+    all (``most``) after an accept that found a session waiting; one fewer after each accept that did not."""
 
     @property
     def open(self) -> int:
         with self._changed:
             return self._open
 
-    def take(self, stopping: threading.Event) -> bool:
-        """Wait for a turn to ask; False once ``stopping`` is set."""
-        with self._changed:
-            while self._asking >= self._open and not stopping.is_set():
-                self._changed.wait(TURN_CHECK_SECONDS)
-            if stopping.is_set():
-                return False
-            self._asking += 1
-            return True
-
     def give_back(self, *, quick: bool) -> None:
         """End a turn: ``quick`` when its accept found a session waiting."""
         with self._changed:
-            self._asking -= 1
+            self._taken -= 1
             self._open = self._most if quick else max(self._least, self._open - 1)
             self._changed.notify_all()
 
 
-class ReceiveTurns:
+class ReceiveTurns(_Turns):
     """How many of a queue trigger's slots hold a receiver at once: ``least`` while messages come one by one; all
     (``most``) after a receive call that returned a message; one fewer after each call that returned none, whose slot
     then lets its receiver go if more slots hold one than that."""
 
-    def __init__(self, least: int, most: int) -> None:
-        self._least, self._most = min(least, most), most
-        self._open = self._least
-        self._holding = 0
-        self._changed = threading.Condition()
-
     @property
     def holding(self) -> int:
         with self._changed:
-            return self._holding
-
-    def take(self, stopping: threading.Event) -> bool:
-        """Wait for a turn to hold a receiver; False once ``stopping`` is set."""
-        with self._changed:
-            while self._holding >= self._open and not stopping.is_set():
-                self._changed.wait(TURN_CHECK_SECONDS)
-            if stopping.is_set():
-                return False
-            self._holding += 1
-            return True
+            return self._taken
 
     def received(self) -> None:
         """A receive call returned a message: every slot may hold a receiver."""
@@ -226,21 +219,16 @@ class ReceiveTurns:
         receiver go."""
         with self._changed:
             self._open = max(self._least, self._open - 1)
-            if self._holding <= self._open:
+            if self._taken <= self._open:
                 return True
-            self._holding -= 1
+            self._taken -= 1
             self._changed.notify_all()
             return False
 
     def give_back(self) -> None:
         """End a turn another way (the stop, a failure)."""
         with self._changed:
-            self._holding -= 1
-            self._changed.notify_all()
-
-    def wake(self) -> None:
-        """Have every slot waiting for a turn look at the stop now."""
-        with self._changed:
+            self._taken -= 1
             self._changed.notify_all()
 
 
