@@ -37,7 +37,7 @@ import signal, sys, threading, time
 side = threading.Thread(target=time.sleep, args=(60,), daemon=True)
 side.start()
 {wait}
-print("waiting", side.native_id, flush=True)
+print("waiting", flush=True)
 print(waited(), flush=True)
 """
 WITH_STOP_SIGNALS = """
@@ -68,13 +68,12 @@ def run_side_thread(wait: str, signum: int = signal.SIGTERM) -> list[str]:
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     try:
         assert child.stdout is not None
-        started, side = child.stdout.readline().split()
-        assert started == "waiting"
+        assert child.stdout.readline().split() == ["waiting"]
         deadline = time.monotonic() + 20
         while thread_state(child.pid, child.pid) != "S":  # the side thread sleeps: nothing else holds the GIL
             assert time.monotonic() < deadline, "the child's main thread never began its wait"
             time.sleep(0.01)
-        assert _LIBC.tgkill(child.pid, int(side), int(signum)) == 0, os.strerror(ctypes.get_errno())
+        signal_another_thread(child.pid, signum)  # the side thread: the child has no other
         out, _ = child.communicate(timeout=30)
     finally:
         if child.poll() is None:
