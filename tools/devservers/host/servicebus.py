@@ -70,7 +70,6 @@ TRY_TIMEOUT_SECONDS = 60.0
 # and the same message in parallel. The platform has no such setting.
 RELEASE_RATE_SETTING = "DEVSERVERS_HOST_SESSION_RELEASE_RATE"
 RELEASED_MID_INVOCATION = "let its session go mid-invocation (a chaos fault)"
-_TURN_GIVEN_BACK = "_receive_turn_given_back"  # on a queue slot's receiver whose turn its slot already gave back
 
 
 @dataclass(frozen=True)
@@ -318,15 +317,16 @@ class ServiceBusListener:
                     self._asking.discard(me)
             accepted = time.monotonic()
             renewal = self._session_renewal(receiver) if self._sessions else None
+            turn_given_back = False
             try:
-                handled, idle = self._drain(receiver)
+                handled, idle, turn_given_back = self._drain(receiver)
             except ServiceBusError as exc:
                 self._failed(exc)
                 continue
             finally:
                 if renewal is not None:
                     renewal.stop()
-                if not self._sessions and not getattr(receiver, _TURN_GIVEN_BACK, False):
+                if not self._sessions and not turn_given_back:
                     self._receive_turns.give_back()
                 self._close_later(receiver)
             if self._sessions:
@@ -344,7 +344,6 @@ class ServiceBusListener:
             try:
                 receiver.__enter__()
             except BaseException:
-                setattr(receiver, _TURN_GIVEN_BACK, True)
                 self._receive_turns.give_back()
                 raise
             return True
@@ -377,9 +376,10 @@ class ServiceBusListener:
                        type(exc).__name__, str(exc)[:300])
         self._stopping.wait(1.0)
 
-    def _drain(self, receiver: Any) -> tuple[int, float]:
-        """Hand over messages until the stop, or, for a session, until none came for the idle timeout; the
-        messages handled, and how long the slot then waited for one more."""
+    def _drain(self, receiver: Any) -> tuple[int, float, bool]:
+        """Hand over messages until the stop, for a session until none came for the idle timeout, and for a queue
+        until the slot's receive turn closed; the messages handled, how long the slot then waited for one more, and
+        whether its receive turn was given back."""
         handled, idle_since = 0, time.monotonic()
         while not self._stopping.is_set():
             wait = RECEIVE_WAIT_SECONDS
@@ -393,8 +393,8 @@ class ServiceBusListener:
                 if batch:
                     self._receive_turns.received()
                 elif not self._receive_turns.keep_after_none():
-                    setattr(receiver, _TURN_GIVEN_BACK, True)
-                    break  # more slots hold a receiver than messages need: this one lets its go
+                    # more slots hold a receiver than messages need: this one lets its go
+                    return handled, time.monotonic() - idle_since, True
             if batch:
                 self._handle(receiver, batch[0])
                 handled, idle_since = handled + 1, time.monotonic()
@@ -403,7 +403,7 @@ class ServiceBusListener:
                     break
                 if getattr(receiver, RELEASE_REQUESTED, False):
                     break  # the function released the session (ReleaseSession): no new receive for it
-        return handled, time.monotonic() - idle_since
+        return handled, time.monotonic() - idle_since, False
 
     def _handle(self, receiver: Any, message: ServiceBusReceivedMessage) -> None:
         # As the host's processor: the lock is renewed from just before the function runs until the function and
